@@ -1,0 +1,10 @@
+import type { Migration } from 'kysely';
+import * as foundation from './0001_foundation.js';
+
+/**
+ * Every migration, in order. Listed here rather than read from the folder so that the same list runs
+ * from TypeScript sources (tests, CLI) and from the compiled build (the server).
+ */
+export const migrations: Record<string, Migration> = {
+  '0001_foundation': foundation,
+};

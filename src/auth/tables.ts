@@ -1,0 +1,44 @@
+import type { ColumnType, Generated } from 'kysely';
+
+export type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
+
+export interface EntityTable {
+  id: string;
+  name: string;
+  kind: 'user' | 'team';
+  created_at: Generated<Date>;
+}
+
+export interface UserTable {
+  id: string;
+  username: string;
+  entity_id: string;
+  is_admin: Generated<boolean>;
+  created_at: Generated<Date>;
+}
+
+export interface MembershipTable {
+  entity_id: string;
+  user_id: string;
+  role: 'admin' | 'member';
+  created_at: Generated<Date>;
+}
+
+export interface ApiKeyTable {
+  id: string;
+  user_id: string;
+  name: string;
+  kind: 'user' | 'worker';
+  prefix: string;
+  key_hash: string;
+  created_at: Generated<Date>;
+  last_used_at: Timestamp | null;
+  revoked_at: Timestamp | null;
+}
+
+export interface AuthTables {
+  entities: EntityTable;
+  users: UserTable;
+  memberships: MembershipTable;
+  api_keys: ApiKeyTable;
+}
