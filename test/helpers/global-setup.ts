@@ -1,0 +1,2 @@
+// Placeholder: replaced by the database template setup.
+export default function setup(): void {}
