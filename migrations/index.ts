@@ -1,5 +1,7 @@
 import type { Migration } from 'kysely';
 import * as foundation from './0001_foundation.js';
+import * as training from './0002_training.js';
+import * as tracing from './0003_tracing.js';
 
 /**
  * Every migration, in order. Listed here rather than read from the folder so that the same list runs
@@ -7,4 +9,6 @@ import * as foundation from './0001_foundation.js';
  */
 export const migrations: Record<string, Migration> = {
   '0001_foundation': foundation,
+  '0002_training': training,
+  '0003_tracing': tracing,
 };

@@ -38,11 +38,21 @@ const EnvSchema = z.object({
       error: 'must be one of fatal, error, warn, info, debug, trace, silent',
     })
     .default('info'),
-  BODY_LIMIT_MB: megabytes(4096).default(64),
+  BODY_LIMIT_MB: megabytes(4096).default(64 * 1024 * 1024),
   SHUTDOWN_GRACE_MS: integer(0, 3_600_000).default(10_000),
   AUTH_CACHE_TTL_MS: integer(0, 3_600_000).default(5_000),
   BOOTSTRAP_ADMIN: boolean.default(true),
   TRAINABLE_BASE_MODELS: list.default([]),
+  WORKER_LEASE_SECONDS: integer(5, 86_400).default(60),
+  JOB_MAX_ATTEMPTS: integer(1, 100).default(3),
+  WORKER_SEEN_SECONDS: integer(1, 86_400).default(120),
+  LEASE_SWEEP_INTERVAL_MS: integer(100, 3_600_000).default(5_000),
+  SFT_ALLOW_HTTP_URLS: boolean.default(false),
+  BACKENDS_FILE: z.string().min(1).optional(),
+  USAGE_FLUSH_INTERVAL_MS: integer(10, 60_000).default(1_000),
+  TRACE_FILE_LIMIT_MB: megabytes(4096).default(32 * 1024 * 1024),
+  TRAINYARD_URL: z.url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' }).optional(),
+  TRAINYARD_ADMIN_KEY: z.string().min(1).optional(),
 });
 
 export type Env = z.input<typeof EnvSchema>;
@@ -59,6 +69,25 @@ export interface Config {
   readonly authCacheTtlMs: number;
   readonly bootstrapAdmin: boolean;
   readonly trainableBaseModels: readonly string[];
+  /** A worker's lease on a job lasts this long unless renewed by a heartbeat. */
+  readonly workerLeaseSeconds: number;
+  /** Attempts a job gets before a retryable failure becomes final. */
+  readonly jobMaxAttempts: number;
+  /** The system check's gpu_queue passes when a trainer worker was seen within this window. */
+  readonly workerSeenSeconds: number;
+  readonly leaseSweepIntervalMs: number;
+  /** Whether SFT jobs may name http(s) URLs as training data (a server-side request forgery risk). */
+  readonly sftAllowHttpUrls: boolean;
+  /** The inference backends file (JSON or YAML); unset: no engine configured. */
+  readonly backendsFile: string | undefined;
+  readonly usageFlushIntervalMs: number;
+  readonly traceFileLimitBytes: number;
+  /** The environment, for the backends file's `api_key_env` references. */
+  readonly env: Readonly<Record<string, string | undefined>>;
+  /** CLI only: the running server to manage when it holds the embedded database. */
+  readonly cliServerUrl: string;
+  /** CLI only: the admin key for that server; DATA_DIR/admin-api-key when unset. */
+  readonly cliAdminKey: string | undefined;
 }
 
 export class ConfigError extends Error {
@@ -98,5 +127,22 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     authCacheTtlMs: e.AUTH_CACHE_TTL_MS,
     bootstrapAdmin: e.BOOTSTRAP_ADMIN,
     trainableBaseModels: Object.freeze([...e.TRAINABLE_BASE_MODELS]),
+    workerLeaseSeconds: e.WORKER_LEASE_SECONDS,
+    jobMaxAttempts: e.JOB_MAX_ATTEMPTS,
+    workerSeenSeconds: e.WORKER_SEEN_SECONDS,
+    leaseSweepIntervalMs: e.LEASE_SWEEP_INTERVAL_MS,
+    sftAllowHttpUrls: e.SFT_ALLOW_HTTP_URLS,
+    backendsFile: e.BACKENDS_FILE === undefined ? undefined : path.resolve(e.BACKENDS_FILE),
+    usageFlushIntervalMs: e.USAGE_FLUSH_INTERVAL_MS,
+    traceFileLimitBytes: e.TRACE_FILE_LIMIT_MB,
+    env: Object.freeze({ ...env }),
+    cliServerUrl: (e.TRAINYARD_URL ?? `http://${localAddress(e.HOST)}:${e.PORT}`).replace(/\/+$/, ''),
+    cliAdminKey: e.TRAINYARD_ADMIN_KEY,
   });
+}
+
+/** Where a local client reaches a server bound to `host` (a wildcard bind is reached on loopback). */
+function localAddress(host: string): string {
+  if (host === '0.0.0.0' || host === '::') return '127.0.0.1';
+  return host.includes(':') ? `[${host}]` : host;
 }

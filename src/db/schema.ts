@@ -1,4 +1,6 @@
 import type { AuthTables } from '../auth/tables.js';
+import type { TracingTables } from '../tracing/tables.js';
+import type { TrainingTables } from '../training/tables.js';
 
 /** Every table, composed from the table types that live beside each area's repository. */
-export interface Database extends AuthTables {}
+export interface Database extends AuthTables, TrainingTables, TracingTables {}

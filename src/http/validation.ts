@@ -39,7 +39,44 @@ export const validatorCompiler: FastifySchemaCompiler<z.ZodType> =
   };
 
 export function zodIssuesToDetail(issues: readonly z.core.$ZodIssue[], location: Location, data: unknown): ValidationDetail[] {
-  return issues.flatMap((issue) => issueToDetail(issue, [location], data));
+  // FastAPI's key order (type, loc, msg, input, ctx), for bodies that read the same as the reference's.
+  return issues
+    .flatMap((issue) => issueToDetail(issue, [location], data))
+    .slice(0, MAX_DETAILS)
+    .map(({ type, loc, msg, ctx, input }) => {
+      const shown = boundedInput(input);
+      return ctx ? { type, loc, msg, input: shown, ctx } : { type, loc, msg, input: shown };
+    });
+}
+
+/** Bounds on what an error echoes back: a 60 MB body with one missing field must not come back whole. */
+const MAX_DETAILS = 50;
+const MAX_INPUT_CHARS = 2048;
+const MAX_INPUT_DEPTH = 32;
+
+/** The input itself when small, else its JSON cut to MAX_INPUT_CHARS and marked with an ellipsis. */
+export function boundedInput(value: unknown): unknown {
+  let budget = MAX_INPUT_CHARS;
+  const parts: string[] = [];
+  const emit = (text: string) => {
+    parts.push(text.slice(0, Math.max(budget, 0)));
+    budget -= text.length;
+    return budget >= 0;
+  };
+  const walk = (v: unknown, depth: number): boolean => {
+    if (depth > MAX_INPUT_DEPTH) return false;
+    if (v === null || typeof v !== 'object') return emit(JSON.stringify(v) ?? 'null');
+    const entries = Array.isArray(v) ? v.map((item) => [undefined, item] as const) : Object.entries(v);
+    if (!emit(Array.isArray(v) ? '[' : '{')) return false;
+    for (let i = 0; i < entries.length; i++) {
+      const [key, item] = entries[i];
+      if (i > 0 && !emit(',')) return false;
+      if (key !== undefined && !emit(`${JSON.stringify(key)}:`)) return false;
+      if (!walk(item, depth + 1)) return false;
+    }
+    return emit(Array.isArray(v) ? ']' : '}');
+  };
+  return walk(value, 0) ? value : `${parts.join('')}…`;
 }
 
 function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {

@@ -1,0 +1,20 @@
+import fs from 'node:fs';
+import { generateOpenApi, OPENAPI_PATH } from '../src/openapi.js';
+
+// `write` regenerates openapi/openapi.json; `check` fails when the committed file is stale.
+const mode = process.argv[2];
+const document = await generateOpenApi();
+if (mode === 'write') {
+  fs.writeFileSync(OPENAPI_PATH, document);
+  console.log(`wrote ${OPENAPI_PATH}`);
+} else if (mode === 'check') {
+  const committed = fs.existsSync(OPENAPI_PATH) ? fs.readFileSync(OPENAPI_PATH, 'utf8') : '';
+  if (committed !== document) {
+    console.error(`${OPENAPI_PATH} is stale: run npm run openapi and commit the result.`);
+    process.exit(1);
+  }
+  console.log(`${OPENAPI_PATH} is current`);
+} else {
+  console.error('usage: tsx scripts/openapi.ts write|check');
+  process.exit(2);
+}

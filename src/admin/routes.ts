@@ -1,0 +1,147 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { ApiKeyRecord, UserRecord } from '../auth/service.js';
+
+/** User, team and key management for admins; the CLI calls these while a server holds the database. */
+
+const Name = z.string().min(1).max(64);
+
+const User = z.object({ id: z.string(), username: z.string(), entity: z.string(), is_admin: z.boolean(), created_at: z.string() });
+const ApiKey = z.object({
+  id: z.string(),
+  name: z.string(),
+  kind: z.enum(['user', 'worker']),
+  prefix: z.string().describe('The first characters of the key, to tell keys apart.'),
+  username: z.string(),
+  created_at: z.string(),
+  last_used_at: z.string().nullable(),
+  revoked_at: z.string().nullable(),
+});
+const CreatedKey = ApiKey.extend({ key: z.string().describe('The secret key. Shown only in this response.') });
+
+export const CreateUserBody = z.object({ username: Name, is_admin: z.boolean().default(false) });
+export const CreateKeyBody = z.object({
+  username: Name,
+  name: z.string().min(1).max(200).optional(),
+  kind: z.enum(['user', 'worker']).default('user'),
+});
+
+export function userJson(user: UserRecord): z.infer<typeof User> {
+  return { id: user.id, username: user.username, entity: user.entity, is_admin: user.isAdmin, created_at: user.createdAt.toISOString() };
+}
+
+export function keyJson(key: ApiKeyRecord): z.infer<typeof ApiKey> {
+  return {
+    id: key.id,
+    name: key.name,
+    kind: key.kind,
+    prefix: key.prefix,
+    username: key.username,
+    created_at: key.createdAt.toISOString(),
+    last_used_at: key.lastUsedAt?.toISOString() ?? null,
+    revoked_at: key.revokedAt?.toISOString() ?? null,
+  };
+}
+
+export const adminRoutes: FastifyPluginAsyncZod = async (app) => {
+  const config = { auth: 'admin' as const };
+  const tags = ['admin'];
+
+  app.post(
+    '/users',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Create a user (and the user\'s own entity)',
+        body: CreateUserBody,
+        response: { 201: User },
+      },
+    },
+    async (request, reply) => {
+      const user = await app.auth.createUser({ username: request.body.username, isAdmin: request.body.is_admin });
+      return reply.status(201).send(userJson(user));
+    },
+  );
+
+  app.get('/users', { config, schema: { tags, summary: 'List users', response: { 200: z.object({ data: z.array(User) }) } } }, async () => ({
+    data: (await app.auth.listUsers()).map(userJson),
+  }));
+
+  app.post(
+    '/teams',
+    {
+      config,
+      schema: { tags, summary: 'Create a team entity', body: z.object({ name: Name }), response: { 201: z.object({ id: z.string(), name: z.string() }) } },
+    },
+    async (request, reply) => reply.status(201).send(await app.auth.createTeam({ name: request.body.name })),
+  );
+
+  app.post(
+    '/teams/:team/members',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Add a user to a team (or change the role)',
+        params: z.object({ team: Name }),
+        body: z.object({ username: Name, role: z.enum(['admin', 'member']).default('member') }),
+        response: { 200: z.object({ team: z.string(), username: z.string(), role: z.enum(['admin', 'member']) }) },
+      },
+    },
+    async (request) => {
+      const { team } = request.params;
+      const { username, role } = request.body;
+      await app.auth.addMember({ team, username, role });
+      return { team, username, role };
+    },
+  );
+
+  app.post(
+    '/keys',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Create an API key for a user',
+        body: CreateKeyBody,
+        response: { 201: CreatedKey },
+      },
+    },
+    async (request, reply) => {
+      const { key, record } = await app.auth.createKey(request.body);
+      return reply.status(201).send({ ...keyJson(record), key });
+    },
+  );
+
+  app.get(
+    '/keys',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'List API keys (never the secrets)',
+        querystring: z.object({ username: Name.optional() }),
+        response: { 200: z.object({ data: z.array(ApiKey) }) },
+      },
+    },
+    async (request) => ({ data: (await app.auth.listKeys({ username: request.query.username })).map(keyJson) }),
+  );
+
+  app.post(
+    '/keys/:key_id/revoke',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Revoke an API key',
+        params: z.object({ key_id: z.uuid() }),
+        response: { 200: z.object({ id: z.string(), revoked: z.literal(true) }) },
+      },
+    },
+    async (request) => {
+      await app.auth.revokeKey({ keyId: request.params.key_id });
+      return { id: request.params.key_id, revoked: true as const };
+    },
+  );
+};

@@ -1,0 +1,133 @@
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import Fastify, { LogController, type FastifyInstance } from 'fastify';
+import { jsonSchemaTransform, type ZodTypeProvider } from 'fastify-type-provider-zod';
+import type { Kysely } from 'kysely';
+import { adminRoutes } from './admin/routes.js';
+import { registerAuth } from './auth/plugin.js';
+import { AuthService } from './auth/service.js';
+import type { Config } from './config.js';
+import { migrateToLatest, openDatabase, ping, type Database, type DatabaseHandle } from './db/index.js';
+import { DomainEvents } from './events.js';
+import { SystemChecks } from './health/checks.js';
+import { healthRoutes } from './health/routes.js';
+import { registerErrorHandlers } from './http/error-handler.js';
+import { registerJsonBodyParser } from './http/json-body.js';
+import { registerMetrics } from './http/metrics.js';
+import { validatorCompiler } from './http/validation.js';
+import { inferencePlugin } from './inference/plugin.js';
+import { tracingPlugin } from './tracing/plugin.js';
+import { trainingPlugin } from './training/plugin.js';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    config: Config;
+    database: DatabaseHandle;
+    db: Kysely<Database>;
+    auth: AuthService;
+    systemChecks: SystemChecks;
+    events: DomainEvents;
+  }
+}
+
+export type App = FastifyInstance;
+
+export interface AppDeps {
+  /** An open database (tests pass one made from a template); opened from config otherwise. The app closes it. */
+  database?: DatabaseHandle;
+}
+
+const REQUEST_ID = /^[\w.:@-]{1,128}$/;
+
+function requestId(request: IncomingMessage): string {
+  const given = request.headers['x-request-id'];
+  return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
+}
+
+/** Builds the whole app on a migrated database. Never listens: src/server.ts does. */
+export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App> {
+  const database = deps.database ?? (await openDatabase(config));
+  try {
+    await migrateToLatest(database.db);
+  } catch (error) {
+    await database.close();
+    throw error;
+  }
+
+  const app = Fastify({
+    logger: { level: config.logLevel },
+    requestIdHeader: false,
+    logController: new LogController({ requestIdLogLabel: 'request_id' }),
+    genReqId: requestId,
+    bodyLimit: config.bodyLimitBytes,
+  }).withTypeProvider<ZodTypeProvider>();
+
+  app.decorate('config', config);
+  app.decorate('database', database);
+  app.decorate('db', database.db);
+  app.decorate('auth', new AuthService(database.db, config.authCacheTtlMs));
+  app.decorate('systemChecks', new SystemChecks(5_000));
+  app.decorate('events', new DomainEvents());
+  app.addHook('onClose', async () => database.close());
+
+  app.setValidatorCompiler(validatorCompiler);
+  // Response schemas document the API; responses are not re-validated on the way out (a drifted
+  // response must not turn into a 500 for the client).
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
+  registerJsonBodyParser(app);
+  registerErrorHandlers(app);
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+  });
+  const metrics = registerMetrics(app);
+  registerAuth(app, app.auth);
+
+  app.systemChecks.register('api', async () => undefined);
+  app.systemChecks.register('database', async () => ping(database.db));
+  // Replaced by the training plugin's real checks; until then they fail rather than claim success.
+  for (const queue of ['cpu_queue', 'gpu_queue']) {
+    app.systemChecks.register(queue, async () => {
+      throw new Error('the training job queue is not installed in this build');
+    });
+  }
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'trainyard',
+        version: '0.1.0',
+        description:
+          'Training API (/v1/preview, /v1/workers), OpenAI-compatible inference (/v1/chat/completions, /v1/models) and weave-compatible tracing (/traces).',
+      },
+      components: {
+        securitySchemes: {
+          bearer: { type: 'http', scheme: 'bearer', description: 'Authorization: Bearer <API key>' },
+          basic: { type: 'http', scheme: 'basic', description: 'User name "api", password <API key> (weave SDKs)' },
+        },
+      },
+      security: [{ bearer: [] }],
+    },
+    transform: jsonSchemaTransform,
+  });
+  await app.register(async (docs) => {
+    docs.addHook('onRoute', (route) => {
+      route.config = { ...route.config, auth: 'none' };
+    });
+    await docs.register(swaggerUi, { routePrefix: '/docs' });
+  });
+
+  await app.register(healthRoutes);
+  app.get('/metrics', { config: { auth: 'none' }, schema: { hide: true } }, async (_request, reply) => {
+    reply.type(metrics.contentType);
+    return metrics.metrics();
+  });
+  await app.register(adminRoutes, { prefix: '/v1/admin' });
+  await app.register(trainingPlugin);
+  await app.register(inferencePlugin);
+  await app.register(tracingPlugin, { prefix: '/traces' });
+
+  return app;
+}

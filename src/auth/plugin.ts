@@ -1,0 +1,80 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { ForbiddenError, UnauthorizedError } from '../errors.js';
+import type { Principal } from './principal.js';
+import type { AuthService } from './service.js';
+
+/**
+ * Who may call a route, set per route as `config: { auth }`:
+ *   none   no key needed (health, docs, metrics)
+ *   user   a user key (the default)
+ *   admin  a user key of an admin
+ *   worker a trainer-worker key; worker keys may call nothing else
+ */
+export type RouteAuth = 'none' | 'user' | 'admin' | 'worker';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    auth?: RouteAuth;
+  }
+  interface FastifyRequest {
+    principal: Principal | null;
+  }
+}
+
+/**
+ * The key from `Authorization: Bearer <key>`, or from `Authorization: Basic base64("api:<key>")` as the
+ * weave SDKs send it (any user name is accepted; the password is the key).
+ */
+export function extractApiKey(request: FastifyRequest): string | undefined {
+  const header = request.headers.authorization;
+  if (!header) return undefined;
+  const space = header.indexOf(' ');
+  if (space < 0) return undefined;
+  const scheme = header.slice(0, space).toLowerCase();
+  const value = header.slice(space + 1).trim();
+  if (scheme === 'bearer') return value || undefined;
+  if (scheme === 'basic') {
+    const decoded = Buffer.from(value, 'base64').toString('utf8');
+    const colon = decoded.indexOf(':');
+    return colon >= 0 ? decoded.slice(colon + 1) || undefined : undefined;
+  }
+  return undefined;
+}
+
+/** The caller of a route that requires a key (the hook has already rejected requests without one). */
+export function principalOf(request: FastifyRequest): Principal {
+  if (!request.principal) throw new UnauthorizedError('Missing API key.');
+  return request.principal;
+}
+
+export function registerAuth(app: FastifyInstance, auth: AuthService): void {
+  app.decorateRequest('principal', null);
+  // onRequest, before the body is read: an unauthenticated client cannot make us parse 64 MB.
+  app.addHook('onRequest', async (request, reply) => {
+    if (request.is404) return; // unknown routes answer 404 whoever asks
+    const required = request.routeOptions.config.auth ?? 'user';
+    if (required === 'none') return;
+    const key = extractApiKey(request);
+    if (!key) {
+      reply.header('www-authenticate', 'Bearer');
+      throw new UnauthorizedError(
+        'Missing API key. Send it as "Authorization: Bearer <key>" (or HTTP Basic with the key as the password).',
+      );
+    }
+    const principal = await auth.authenticate(key);
+    if (!principal) {
+      reply.header('www-authenticate', 'Bearer');
+      throw new UnauthorizedError('Invalid or revoked API key.');
+    }
+    if (required === 'worker' && principal.keyKind !== 'worker') {
+      throw new ForbiddenError('This route is for trainer workers: call it with a worker key (npm run cli -- keys create USER --kind worker).');
+    }
+    if (required !== 'worker' && principal.keyKind === 'worker') {
+      throw new ForbiddenError('Worker keys may only call /v1/workers/*.');
+    }
+    if (required === 'admin' && !principal.isAdmin) {
+      throw new ForbiddenError('This route needs an admin key.');
+    }
+    request.principal = principal;
+  });
+}

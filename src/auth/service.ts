@@ -1,0 +1,165 @@
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Kysely } from 'kysely';
+import type { Database } from '../db/schema.js';
+import { ConflictError, InvalidRequestError, NotFoundError } from '../errors.js';
+import { displayPrefix, generateApiKey, hashApiKey } from './keys.js';
+import type { KeyKind, Principal } from './principal.js';
+import * as repo from './repository.js';
+
+export type { ApiKeyRecord, UserRecord } from './repository.js';
+
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+/** `last_used_at` is written at most this often per key, so that a busy key costs no write per request. */
+const TOUCH_INTERVAL_MS = 60_000;
+
+export interface CreatedKey {
+  /** The secret: shown once, never stored. */
+  key: string;
+  record: repo.ApiKeyRecord;
+}
+
+function checkName(kind: string, name: string, param: string): void {
+  if (!NAME.test(name)) {
+    throw new InvalidRequestError(
+      `Invalid ${kind} name ${JSON.stringify(name)}: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit.`,
+      { param },
+    );
+  }
+}
+
+/**
+ * Users, teams, memberships and API keys. Resolved keys are cached for `cacheTtlMs`; revoking through
+ * this service drops its cache entry at once, while other processes see a revocation within the TTL.
+ */
+export class AuthService {
+  private readonly cache = new Map<string, { principal: Principal; expiresAt: number }>();
+
+  constructor(
+    private readonly db: Kysely<Database>,
+    private readonly cacheTtlMs: number,
+  ) {}
+
+  async createUser(args: { username: string; isAdmin?: boolean }): Promise<repo.UserRecord> {
+    checkName('user', args.username, 'username');
+    const created = await this.db.transaction().execute(async (trx) => {
+      const entityId = randomUUID();
+      const userId = randomUUID();
+      if (!(await repo.insertEntity(trx, { id: entityId, name: args.username, kind: 'user' }))) return false;
+      if (!(await repo.insertUser(trx, { id: userId, username: args.username, entityId, isAdmin: args.isAdmin ?? false }))) {
+        return false;
+      }
+      await repo.upsertMembership(trx, { entityId, userId, role: 'admin' });
+      return true;
+    });
+    if (!created) throw new ConflictError(`The name ${args.username} is already taken by a user or team.`, { param: 'username' });
+    return (await repo.findUser(this.db, { username: args.username }))!;
+  }
+
+  listUsers(): Promise<repo.UserRecord[]> {
+    return repo.listUsers(this.db);
+  }
+
+  async createTeam(args: { name: string }): Promise<{ id: string; name: string }> {
+    checkName('team', args.name, 'name');
+    const id = randomUUID();
+    if (!(await repo.insertEntity(this.db, { id, name: args.name, kind: 'team' }))) {
+      throw new ConflictError(`The name ${args.name} is already taken by a user or team.`, { param: 'name' });
+    }
+    return { id, name: args.name };
+  }
+
+  async addMember(args: { team: string; username: string; role?: 'admin' | 'member' }): Promise<void> {
+    const team = await repo.findEntity(this.db, { name: args.team });
+    if (!team || team.kind !== 'team') throw new NotFoundError('team', args.team, { param: 'team' });
+    const user = await repo.findUser(this.db, { username: args.username });
+    if (!user) throw new NotFoundError('user', args.username, { param: 'username' });
+    await repo.upsertMembership(this.db, { entityId: team.id, userId: user.id, role: args.role ?? 'member' });
+    this.cache.clear(); // memberships changed: cached principals may now reach more
+  }
+
+  async createKey(args: { username: string; name?: string; kind?: KeyKind }): Promise<CreatedKey> {
+    const user = await repo.findUser(this.db, { username: args.username });
+    if (!user) throw new NotFoundError('user', args.username, { param: 'username' });
+    const key = generateApiKey();
+    const id = randomUUID();
+    const kind = args.kind ?? 'user';
+    await repo.insertApiKey(this.db, {
+      id,
+      userId: user.id,
+      name: args.name ?? `${kind} key`,
+      kind,
+      prefix: displayPrefix(key),
+      keyHash: hashApiKey(key),
+    });
+    const record = (await repo.listApiKeys(this.db, { userId: user.id })).find((k) => k.id === id)!;
+    return { key, record };
+  }
+
+  async listKeys(args: { username?: string } = {}): Promise<repo.ApiKeyRecord[]> {
+    if (args.username === undefined) return repo.listApiKeys(this.db, {});
+    const user = await repo.findUser(this.db, { username: args.username });
+    if (!user) throw new NotFoundError('user', args.username, { param: 'username' });
+    return repo.listApiKeys(this.db, { userId: user.id });
+  }
+
+  async revokeKey(args: { keyId: string }): Promise<void> {
+    if (!UUID.test(args.keyId) || !(await repo.revokeApiKey(this.db, { keyId: args.keyId, at: new Date() }))) {
+      throw new NotFoundError('API key', args.keyId, { param: 'key_id' });
+    }
+    for (const [hash, entry] of this.cache) if (entry.principal.keyId === args.keyId) this.cache.delete(hash);
+  }
+
+  /** The principal for a raw key, or undefined when the key is unknown or revoked. */
+  async authenticate(rawKey: string): Promise<Principal | undefined> {
+    const hash = hashApiKey(rawKey);
+    const now = Date.now();
+    const cached = this.cache.get(hash);
+    if (cached && cached.expiresAt > now) return cached.principal;
+
+    const owner = await repo.findKeyOwner(this.db, { keyHash: hash });
+    if (!owner) {
+      this.cache.delete(hash);
+      return undefined;
+    }
+    if (!owner.lastUsedAt || now - owner.lastUsedAt.getTime() >= TOUCH_INTERVAL_MS) {
+      await repo.touchApiKey(this.db, { keyId: owner.keyId, at: new Date(now) });
+    }
+    const entities = new Set(await repo.listMemberEntities(this.db, { userId: owner.userId }));
+    entities.add(owner.entity);
+    const principal: Principal = {
+      keyId: owner.keyId,
+      keyKind: owner.keyKind,
+      userId: owner.userId,
+      username: owner.username,
+      isAdmin: owner.isAdmin,
+      entity: owner.entity,
+      entities,
+    };
+    if (this.cacheTtlMs > 0) this.cache.set(hash, { principal, expiresAt: now + this.cacheTtlMs });
+    return principal;
+  }
+
+  /**
+   * On an empty database: create user `admin` with a key, write the key to DATA_DIR/admin-api-key (0600)
+   * and return it so the caller can print it once. Returns undefined when any user exists, or when
+   * another process sharing the database created `admin` first.
+   */
+  async bootstrapAdmin(dataDir: string): Promise<{ key: string; file: string } | undefined> {
+    if ((await repo.countUsers(this.db)) > 0) return undefined;
+    try {
+      await this.createUser({ username: 'admin', isAdmin: true });
+    } catch (error) {
+      if (error instanceof ConflictError) return undefined;
+      throw error;
+    }
+    const { key } = await this.createKey({ username: 'admin', name: 'bootstrap admin key' });
+    fs.mkdirSync(dataDir, { recursive: true });
+    const file = path.join(dataDir, 'admin-api-key');
+    fs.writeFileSync(file, `${key}\n`, { mode: 0o600 });
+    fs.chmodSync(file, 0o600); // mode applies only when the file is created
+    return { key, file };
+  }
+}

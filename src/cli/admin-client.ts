@@ -1,0 +1,70 @@
+import type { ApiKeyRecord, AuthService, UserRecord } from '../auth/service.js';
+import { keyJson, userJson } from '../admin/routes.js';
+
+/** What the CLI manages, the same whether it opens the database itself or asks the running server. */
+export interface AdminClient {
+  createUser(username: string, isAdmin: boolean): Promise<unknown>;
+  listUsers(): Promise<unknown>;
+  createTeam(name: string): Promise<unknown>;
+  addMember(team: string, username: string, role: 'admin' | 'member'): Promise<unknown>;
+  createKey(username: string, name: string | undefined, kind: 'user' | 'worker'): Promise<unknown>;
+  listKeys(username: string | undefined): Promise<unknown>;
+  revokeKey(keyId: string): Promise<unknown>;
+}
+
+export function directClient(auth: AuthService): AdminClient {
+  const users = (list: UserRecord[]) => ({ data: list.map(userJson) });
+  const keys = (list: ApiKeyRecord[]) => ({ data: list.map(keyJson) });
+  return {
+    createUser: async (username, isAdmin) => userJson(await auth.createUser({ username, isAdmin })),
+    listUsers: async () => users(await auth.listUsers()),
+    createTeam: (name) => auth.createTeam({ name }),
+    addMember: async (team, username, role) => {
+      await auth.addMember({ team, username, role });
+      return { team, username, role };
+    },
+    createKey: async (username, name, kind) => {
+      const { key, record } = await auth.createKey({ username, name, kind });
+      return { ...keyJson(record), key };
+    },
+    listKeys: async (username) => keys(await auth.listKeys({ username })),
+    revokeKey: async (keyId) => {
+      await auth.revokeKey({ keyId });
+      return { id: keyId, revoked: true };
+    },
+  };
+}
+
+export class HttpAdminError extends Error {
+  constructor(readonly status: number, message: string) {
+    super(message);
+    this.name = 'HttpAdminError';
+  }
+}
+
+/** Talks to a running server's /v1/admin endpoints (the server holds the embedded database). */
+export function httpClient(baseUrl: string, key: string): AdminClient {
+  async function call(method: string, path: string, body?: unknown): Promise<unknown> {
+    const response = await fetch(`${baseUrl}/v1/admin${path}`, {
+      method,
+      headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const payload = (await response.json().catch(() => ({}))) as { detail?: unknown };
+    if (!response.ok) {
+      const detail = typeof payload.detail === 'string' ? payload.detail : JSON.stringify(payload.detail ?? payload);
+      throw new HttpAdminError(response.status, `${response.status}: ${detail}`);
+    }
+    return payload;
+  }
+  const q = (username: string | undefined) => (username ? `?username=${encodeURIComponent(username)}` : '');
+  return {
+    createUser: (username, isAdmin) => call('POST', '/users', { username, is_admin: isAdmin }),
+    listUsers: () => call('GET', '/users'),
+    createTeam: (name) => call('POST', '/teams', { name }),
+    addMember: (team, username, role) => call('POST', `/teams/${encodeURIComponent(team)}/members`, { username, role }),
+    createKey: (username, name, kind) => call('POST', '/keys', { username, name, kind }),
+    listKeys: (username) => call('GET', `/keys${q(username)}`),
+    revokeKey: (keyId) => call('POST', `/keys/${encodeURIComponent(keyId)}/revoke`),
+  };
+}

@@ -1,0 +1,121 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { AuthService } from '../auth/service.js';
+import { ConfigError, loadConfig, type Config } from '../config.js';
+import { migrateToLatest, openDatabase } from '../db/index.js';
+import { DataDirLockedError, lockHolder } from '../db/lock.js';
+import { AppError } from '../errors.js';
+import { directClient, HttpAdminError, httpClient, type AdminClient } from './admin-client.js';
+
+const USAGE = `Usage: npm run cli -- <command>
+
+  migrate                                   run database migrations
+  users create <username> [--admin]         create a user (and the user's own entity)
+  users list
+  teams create <name>                       create a team entity
+  teams add-member <team> <username> [--role admin|member]
+  keys create <username> [--name NAME] [--kind user|worker]
+                                            create an API key; the key is printed once
+  keys list [--user USERNAME]
+  keys revoke <key-id>
+
+With DATABASE_URL set the CLI uses that server. Otherwise it opens the embedded database in DATA_DIR,
+or, when a running trainyard holds it, calls that server's admin API (TRAINYARD_URL, default
+http://HOST:PORT, with TRAINYARD_ADMIN_KEY or the key in DATA_DIR/admin-api-key).`;
+
+class UsageError extends Error {}
+
+function adminKey(config: Config): string {
+  if (config.cliAdminKey) return config.cliAdminKey;
+  const file = path.join(config.dataDir, 'admin-api-key');
+  try {
+    return fs.readFileSync(file, 'utf8').trim();
+  } catch {
+    throw new UsageError(`A server holds ${config.dataDir}; set TRAINYARD_ADMIN_KEY to an admin key (no ${file} to read).`);
+  }
+}
+
+async function run(argv: string[], config: Config): Promise<unknown> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      admin: { type: 'boolean', default: false },
+      role: { type: 'string', default: 'member' },
+      name: { type: 'string' },
+      kind: { type: 'string', default: 'user' },
+      user: { type: 'string' },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  const [group, action, ...args] = positionals;
+  if (values.help || !group) throw new UsageError(USAGE);
+  const need = (count: number) => {
+    if (args.length !== count) throw new UsageError(USAGE);
+    return args;
+  };
+  if (values.role !== 'admin' && values.role !== 'member') throw new UsageError('--role must be admin or member');
+  if (values.kind !== 'user' && values.kind !== 'worker') throw new UsageError('--kind must be user or worker');
+  const role = values.role;
+  const kind = values.kind;
+
+  const holder = config.databaseUrl ? undefined : lockHolder(config.dataDir);
+  if (group === 'migrate') {
+    if (holder !== undefined) return { migrated: [], note: `the server (pid ${holder}) holding ${config.dataDir} migrated it at start` };
+    return withDatabase(config, async () => undefined, true);
+  }
+
+  const command = async (client: AdminClient): Promise<unknown> => {
+    switch (`${group} ${action ?? ''}`) {
+      case 'users create':
+        return client.createUser(need(1)[0], values.admin);
+      case 'users list':
+        need(0);
+        return client.listUsers();
+      case 'teams create':
+        return client.createTeam(need(1)[0]);
+      case 'teams add-member': {
+        const [team, username] = need(2);
+        return client.addMember(team, username, role);
+      }
+      case 'keys create':
+        return client.createKey(need(1)[0], values.name, kind);
+      case 'keys list':
+        need(0);
+        return client.listKeys(values.user);
+      case 'keys revoke':
+        return client.revokeKey(need(1)[0]);
+      default:
+        throw new UsageError(USAGE);
+    }
+  };
+  if (holder !== undefined) return command(httpClient(config.cliServerUrl, adminKey(config)));
+  return withDatabase(config, (auth) => command(directClient(auth)), false);
+}
+
+async function withDatabase(config: Config, fn: (auth: AuthService) => Promise<unknown>, reportMigrations: boolean): Promise<unknown> {
+  const database = await openDatabase(config);
+  try {
+    const results = await migrateToLatest(database.db);
+    const result = await fn(new AuthService(database.db, 0));
+    return reportMigrations ? { migrated: results.map((r) => r.migrationName) } : result;
+  } finally {
+    await database.close();
+  }
+}
+
+async function main(): Promise<void> {
+  try {
+    const config = loadConfig();
+    const result = await run(process.argv.slice(2), config);
+    process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+  } catch (error) {
+    const known = [UsageError, ConfigError, DataDirLockedError, AppError, HttpAdminError].some((type) => error instanceof type);
+    const message = error instanceof Error ? (known ? error.message : (error.stack ?? error.message)) : String(error);
+    process.stderr.write(`${message}\n`);
+    process.exitCode = error instanceof UsageError ? 2 : 1;
+  }
+}
+
+await main();

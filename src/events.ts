@@ -1,0 +1,12 @@
+import { EventEmitter } from 'node:events';
+
+/**
+ * Things one area does that another must react to, without importing it: the inference router
+ * unloads an engine's adapter when training deletes the checkpoint behind it.
+ */
+export interface DomainEventMap {
+  /** Checkpoints removed (by step, or all of a deleted model). `uris` are the checkpoints' adapter URIs. */
+  'checkpoints-deleted': [{ entity: string; project: string; model: string; steps: number[]; uris: string[] }];
+}
+
+export class DomainEvents extends EventEmitter<DomainEventMap> {}

@@ -1,0 +1,48 @@
+/**
+ * The components `/v1/system-check` reports. Each area registers the checks it owns; a check throws
+ * (or times out) to fail, and may return extra fields (a queue depth, say) to show beside the result.
+ */
+export interface CheckResult {
+  success: boolean;
+  duration_ms: number;
+  error?: string;
+  [extra: string]: unknown;
+}
+
+export type Check = () => Promise<Record<string, unknown> | void>;
+
+export class SystemChecks {
+  private readonly checks = new Map<string, Check>();
+
+  constructor(private readonly timeoutMs: number) {}
+
+  /** Adds a check, or replaces the one of that name. */
+  register(name: string, check: Check): void {
+    this.checks.set(name, check);
+  }
+
+  async run(): Promise<Record<string, CheckResult>> {
+    const entries = await Promise.all([...this.checks].map(async ([name, check]) => [name, await this.runOne(check)] as const));
+    return Object.fromEntries(entries);
+  }
+
+  private async runOne(check: Check): Promise<CheckResult> {
+    const started = performance.now();
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`timed out after ${this.timeoutMs} ms`)), this.timeoutMs);
+    });
+    try {
+      const extra = (await Promise.race([check(), timeout])) ?? {};
+      return { success: true, duration_ms: elapsed(started), ...extra };
+    } catch (error) {
+      return { success: false, duration_ms: elapsed(started), error: error instanceof Error ? error.message : String(error) };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+function elapsed(started: number): number {
+  return Math.round((performance.now() - started) * 1000) / 1000;
+}

@@ -1,0 +1,162 @@
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { AppError, UnprocessableError } from '../errors.js';
+import { RequestValidationError, type ValidationDetail } from './validation.js';
+
+/**
+ * The three APIs answer errors in three forms (DESIGN.md, "Errors"):
+ *   training  {"detail": "<message>"}
+ *   inference {"error": {"message", "type", "param", "code"}}  (OpenAI's envelope)
+ *   tracing   {"reason": "<message>"}
+ * Validation failures are the FastAPI 422 detail form everywhere. This file is the one place that
+ * turns an error into a status and a body.
+ */
+export type ApiFamily = 'training' | 'inference' | 'tracing';
+
+const INFERENCE_PATHS = ['/v1/chat/completions', '/v1/models', '/v1/usage'];
+
+export function apiFamily(url: string): ApiFamily {
+  const path = url.split('?', 1)[0];
+  if (path.startsWith('/traces') || path === '/graphql') return 'tracing';
+  if (INFERENCE_PATHS.some((prefix) => path === prefix || path.startsWith(`${prefix}/`))) return 'inference';
+  return 'training';
+}
+
+interface ErrorShape {
+  status: number;
+  message: string;
+  code: string;
+  param: string | null;
+  extra: Record<string, unknown>;
+  detail?: ValidationDetail[];
+}
+
+/** OpenAI's `type` vocabulary, by status. */
+function openAiType(status: number): string {
+  if (status === 429) return 'rate_limit_exceeded';
+  if (status >= 500) return 'server_error';
+  return 'invalid_request_error';
+}
+
+export function errorBody(family: ApiFamily, shape: ErrorShape): Record<string, unknown> {
+  if (shape.detail) {
+    if (family !== 'inference') return { detail: shape.detail };
+    // The openai SDKs read only `body.error`; giving it too lets them surface param and message.
+    const first = shape.detail[0];
+    return {
+      detail: shape.detail,
+      error: {
+        message: shape.detail.map((d) => `${d.loc.join('.')}: ${d.msg}`).join('; '),
+        type: 'invalid_request_error',
+        param: first ? first.loc.slice(1).join('.') || null : null,
+        code: first?.type ?? 'invalid_request',
+      },
+    };
+  }
+  switch (family) {
+    case 'training':
+      return { detail: shape.message, ...shape.extra };
+    case 'tracing':
+      return { reason: shape.message, ...shape.extra };
+    case 'inference':
+      return {
+        error: { message: shape.message, type: openAiType(shape.status), param: shape.param, code: shape.code, ...shape.extra },
+      };
+  }
+}
+
+/** Fastify's own client errors, by code, as status and message a client can act on. */
+const FASTIFY_ERRORS: Record<string, (request: FastifyRequest) => Omit<ErrorShape, 'extra' | 'param'>> = {
+  FST_ERR_CTP_BODY_TOO_LARGE: (request) => ({
+    status: 413,
+    code: 'payload_too_large',
+    message: `Request body is larger than the limit of ${request.routeOptions.bodyLimit} bytes.`,
+  }),
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: (request) => ({
+    status: 415,
+    code: 'unsupported_media_type',
+    message: `Unsupported content type: ${request.headers['content-type'] ?? 'none'}. Send application/json.`,
+  }),
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: () => ({
+    status: 400,
+    code: 'invalid_content_length',
+    message: 'Request body size did not match Content-Length.',
+  }),
+};
+
+/**
+ * Input nested deeper than V8 or Postgres can recurse (thousands of levels) is the client's doing:
+ * a 422, not a 500. Postgres reports it as SQLSTATE 54001.
+ */
+function isTooDeep(error: unknown): boolean {
+  return (
+    (error instanceof RangeError && /call stack/i.test(error.message)) ||
+    (typeof error === 'object' && error !== null && (error as { code?: unknown }).code === '54001')
+  );
+}
+
+function toShape(error: unknown, request: FastifyRequest): ErrorShape | undefined {
+  if (error instanceof RequestValidationError) {
+    return { status: 422, message: error.message, code: 'validation_error', param: null, extra: {}, detail: error.detail };
+  }
+  if (error instanceof UnprocessableError) {
+    const detail: ValidationDetail = { type: error.code, loc: error.loc, msg: error.message, input: error.input ?? null };
+    if (error.ctx) detail.ctx = error.ctx;
+    return { status: 422, message: error.message, code: error.code, param: error.param, extra: {}, detail: [detail] };
+  }
+  if (error instanceof AppError) {
+    return { status: error.statusCode, message: error.message, code: error.code, param: error.param, extra: error.extra };
+  }
+  const fastifyError = error as FastifyError;
+  const known = fastifyError?.code ? FASTIFY_ERRORS[fastifyError.code] : undefined;
+  if (known) return { ...known(request), param: null, extra: {} };
+  if (isTooDeep(error)) {
+    const msg = 'Value error, the request is nested too deeply to process';
+    return {
+      status: 422,
+      message: msg,
+      code: 'value_error',
+      param: null,
+      extra: {},
+      detail: [{ type: 'value_error', loc: ['body'], msg, input: null, ctx: { error: 'nested too deeply' } }],
+    };
+  }
+  const status = fastifyError?.statusCode;
+  if (typeof status === 'number' && status >= 400 && status < 500) {
+    return { status, message: fastifyError.message, code: 'invalid_request', param: null, extra: {} };
+  }
+  return undefined;
+}
+
+export function sendError(request: FastifyRequest, reply: FastifyReply, error: unknown): FastifyReply {
+  const family = apiFamily(request.url);
+  const shape = toShape(error, request);
+  if (!shape) {
+    request.log.error({ err: error }, 'unhandled error');
+    return reply.status(500).send(
+      errorBody(family, {
+        status: 500,
+        message: 'Internal server error. The request id in the x-request-id header identifies it in the server log.',
+        code: 'internal_error',
+        param: null,
+        extra: {},
+      }),
+    );
+  }
+  if (shape.status >= 500) request.log.error({ err: error }, shape.message);
+  return reply.status(shape.status).send(errorBody(family, shape));
+}
+
+export function registerErrorHandlers(app: FastifyInstance): void {
+  app.setErrorHandler((error, request, reply) => sendError(request, reply, error));
+  app.setNotFoundHandler((request, reply) =>
+    reply.status(404).send(
+      errorBody(apiFamily(request.url), {
+        status: 404,
+        message: `No route for ${request.method} ${request.url.split('?', 1)[0]}.`,
+        code: 'not_found',
+        param: null,
+        extra: {},
+      }),
+    ),
+  );
+}

@@ -1,0 +1,362 @@
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Readable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { UpstreamError } from '../../errors.js';
+import type { BackendConfig } from '../backends/config.js';
+import { AdapterLoader, type AdapterSpec } from './adapters.js';
+import { DEFAULT_BREAKER, type BreakerOptions } from './breaker.js';
+import { EngineError, engineErrorDetails, RequestAbortedError, StreamInterruptedError } from './errors.js';
+import { isConnectError, Replica, retryAfterMs } from './replica.js';
+
+export interface UpstreamRequest {
+  method?: 'GET' | 'POST';
+  /** Path below the replica URL, e.g. `/v1/chat/completions`. */
+  path: string;
+  /** The serialised body, resent as is when a retry goes to another replica. */
+  body?: string | Buffer;
+  /** Extra headers (x-request-id, ...); content-type and the backend's key are added here. */
+  headers?: Record<string, string>;
+  /** Aborting it (the client went away) aborts the upstream request at any stage. */
+  signal?: AbortSignal;
+  /** A LoRA adapter to load on the chosen replica before sending. */
+  adapter?: AdapterSpec;
+}
+
+export interface UpstreamResponse {
+  status: number;
+  headers: IncomingHttpHeaders;
+  /** The replica that answered. */
+  replica: string;
+  /**
+   * The body as the engine sent it, chunk by chunk, the first chunk already received. Iterate it
+   * (or call text/json) once; breaking out of the loop aborts the upstream request. Failures while
+   * iterating are StreamInterruptedError (or RequestAbortedError).
+   */
+  body: AsyncIterable<Buffer>;
+  text(): Promise<string>;
+  json<T = unknown>(): Promise<T>;
+  /** Aborts the upstream request when the body is not wanted. */
+  discard(): void;
+}
+
+export interface ClientOptions {
+  breaker?: BreakerOptions;
+  /** Sends of one request, the first included. */
+  maxAttempts?: number;
+  /** The longest Retry-After the client waits out itself before a retry; longer ones go to the caller. */
+  maxRetryWaitMs?: number;
+  now?: () => number;
+}
+
+/** 429 and these 5xx mean "not now" from an engine or its load balancer: another replica may serve. */
+const RETRYABLE_STATUS = new Set([429, 502, 503, 504]);
+const ERROR_BODY_LIMIT = 64 * 1024;
+
+/** Wraps the error of an attempt that may be retried on another replica. */
+class RetryableFailure {
+  constructor(readonly error: Error) {}
+}
+
+type TimeoutKind = 'first byte' | 'idle' | 'total';
+
+/**
+ * The upstream client of one backend: a pool per replica, least-outstanding-requests balancing,
+ * retries before the first byte, a circuit breaker per replica, and separate connect, first-byte,
+ * idle and total timeouts. Independent of Fastify; the routes hand it bodies and an AbortSignal.
+ */
+export class BackendClient {
+  readonly replicas: readonly Replica[];
+  readonly adapters: AdapterLoader;
+  private readonly baseHeaders: Record<string, string>;
+  private readonly maxAttempts: number;
+  private readonly maxRetryWaitMs: number;
+  private readonly now: () => number;
+  private nextStart = 0;
+
+  constructor(
+    readonly backend: BackendConfig,
+    options: ClientOptions = {},
+  ) {
+    this.now = options.now ?? Date.now;
+    this.maxAttempts = options.maxAttempts ?? 3;
+    this.maxRetryWaitMs = options.maxRetryWaitMs ?? 2_000;
+    const breaker = options.breaker ?? DEFAULT_BREAKER;
+    this.replicas = backend.replicas.map(
+      (url) => new Replica(url, { connectMs: backend.timeouts.connectMs, breaker, now: this.now }),
+    );
+    this.baseHeaders = backend.apiKey ? { authorization: `Bearer ${backend.apiKey}` } : {};
+    this.adapters = new AdapterLoader(backend.name, this.baseHeaders, backend.timeouts.adapterLoadMs);
+  }
+
+  /**
+   * Sends a request and resolves when the first byte of a 2xx body has arrived (or rejects with the
+   * reason it never did: EngineError for an engine 4xx, UpstreamError otherwise, RequestAbortedError
+   * when the signal fired). Only here, before the first byte, is a request retried.
+   */
+  async send(request: UpstreamRequest): Promise<UpstreamResponse> {
+    if (request.signal?.aborted) throw new RequestAbortedError();
+    const deadline = this.now() + this.backend.timeouts.totalMs;
+    const failed = new Set<Replica>();
+    let lastError: Error | undefined;
+    for (let attempt = 0; attempt < this.maxAttempts; attempt++) {
+      const replica = attempt === 0 ? this.pickFirst() : await this.pickRetry(failed, deadline, request.signal);
+      if (!replica) break;
+      try {
+        return await this.attempt(replica, request, deadline);
+      } catch (error) {
+        if (!(error instanceof RetryableFailure)) throw error;
+        failed.add(replica);
+        lastError = error.error;
+      }
+    }
+    throw (
+      lastError ??
+      new UpstreamError(`no replica of backend ${this.backend.name} is available (circuit open after repeated failures)`, {
+        statusCode: 503,
+        code: 'upstream_unavailable',
+      })
+    );
+  }
+
+  /** Base and adapter model ids a replica serves, read from its /v1/models. */
+  async listModels(replica: Replica = this.replicas[0]): Promise<{ id: string; root?: string | null; parent?: string | null }[]> {
+    const response = await replica.control({
+      method: 'GET',
+      path: '/v1/models',
+      headers: this.baseHeaders,
+      timeoutMs: this.backend.timeouts.firstByteMs,
+    });
+    if (response.status !== 200) {
+      const { message } = engineErrorDetails(response.text, response.status);
+      throw new UpstreamError(`replica ${replica.url} of backend ${this.backend.name} answered ${response.status} to /v1/models: ${message}`);
+    }
+    const body = JSON.parse(response.text) as { data?: { id: string; root?: string | null; parent?: string | null }[] };
+    return body.data ?? [];
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.replicas.map((replica) => replica.pool.close()));
+  }
+
+  /** Least outstanding requests among replicas whose breaker admits one; Retry-After windows are avoided when possible. */
+  private pickFirst(): Replica | undefined {
+    const now = this.now();
+    return this.leastOutstanding((r) => r.breaker.canPass() && r.notBefore <= now) ?? this.leastOutstanding((r) => r.breaker.canPass());
+  }
+
+  /** Another replica now, or one whose Retry-After ends soon enough to wait for; undefined to give up. */
+  private async pickRetry(failed: Set<Replica>, deadline: number, signal: AbortSignal | undefined): Promise<Replica | undefined> {
+    const now = this.now();
+    const fresh = this.leastOutstanding((r) => !failed.has(r) && r.breaker.canPass() && r.notBefore <= now);
+    if (fresh) return fresh;
+    let soonest: Replica | undefined;
+    for (const r of this.replicas) {
+      if (r.notBefore > now && r.breaker.canPass() && (!soonest || r.notBefore < soonest.notBefore)) soonest = r;
+    }
+    if (!soonest || soonest.notBefore - now > this.maxRetryWaitMs || soonest.notBefore >= deadline) return undefined;
+    try {
+      await sleep(soonest.notBefore - now, undefined, { signal });
+    } catch {
+      throw new RequestAbortedError();
+    }
+    return soonest;
+  }
+
+  private leastOutstanding(eligible: (replica: Replica) => boolean): Replica | undefined {
+    // Starting the scan at a rotating index spreads ties instead of piling them on the first replica.
+    const count = this.replicas.length;
+    const start = this.nextStart++ % count;
+    let best: Replica | undefined;
+    for (let i = 0; i < count; i++) {
+      const replica = this.replicas[(start + i) % count];
+      if (eligible(replica) && (!best || replica.outstanding < best.outstanding)) best = replica;
+    }
+    return best;
+  }
+
+  private async attempt(replica: Replica, request: UpstreamRequest, deadline: number): Promise<UpstreamResponse> {
+    const { signal } = request;
+    if (request.adapter) {
+      try {
+        await this.adapters.ensureLoaded(replica, request.adapter, signal);
+      } catch (error) {
+        if (!isConnectError(error)) throw error;
+        replica.breaker.onFailure();
+        throw new RetryableFailure(this.unreachable(replica, error));
+      }
+    }
+
+    const timeouts = this.backend.timeouts;
+    const controller = new AbortController();
+    let timedOut: TimeoutKind | undefined;
+    const expire = (kind: TimeoutKind) => () => {
+      timedOut = kind;
+      controller.abort();
+    };
+    const totalTimer = setTimeout(expire('total'), Math.max(0, deadline - this.now()));
+    let phaseTimer = setTimeout(expire('first byte'), timeouts.firstByteMs);
+    const onClientAbort = () => controller.abort();
+    signal?.addEventListener('abort', onClientAbort, { once: true });
+
+    replica.outstanding++;
+    replica.breaker.onSend();
+    let released = false;
+    let judged = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      clearTimeout(totalTimer);
+      clearTimeout(phaseTimer);
+      signal?.removeEventListener('abort', onClientAbort);
+      replica.outstanding--;
+      if (!judged) replica.breaker.onAbandon();
+    };
+    const judge = (ok: boolean) => {
+      judged = true;
+      if (ok) replica.breaker.onSuccess();
+      else replica.breaker.onFailure();
+    };
+    /** The error for a failure before the first byte. */
+    const failure = (error: unknown): Error | RetryableFailure => {
+      release();
+      if (timedOut) {
+        judge(false);
+        return this.timeout(replica, timedOut);
+      }
+      if (signal?.aborted) return new RequestAbortedError();
+      judge(false);
+      if (isConnectError(error)) return new RetryableFailure(this.unreachable(replica, error));
+      return new UpstreamError(`replica ${replica.url} of backend ${this.backend.name} failed: ${(error as Error).message}`);
+    };
+
+    let response;
+    try {
+      response = await replica.pool.request({
+        method: request.method ?? 'POST',
+        path: replica.basePath + request.path,
+        headers: request.body === undefined
+          ? { ...this.baseHeaders, ...request.headers }
+          : { 'content-type': 'application/json', ...this.baseHeaders, ...request.headers },
+        body: request.body,
+        signal: controller.signal,
+      });
+    } catch (error) {
+      throw failure(error);
+    }
+    const body = response.body as Readable;
+    // The stream closes when it ends, fails, or is destroyed by an abort or timer: the one place to release.
+    body.once('close', release);
+
+    if (response.statusCode >= 400) {
+      let text = '';
+      try {
+        text = await readCapped(body, ERROR_BODY_LIMIT);
+      } catch (error) {
+        throw failure(error);
+      }
+      const status = response.statusCode;
+      const waitMs = retryAfterMs(response.headers, this.now());
+      if (waitMs !== undefined && RETRYABLE_STATUS.has(status)) replica.notBefore = this.now() + waitMs;
+      if (status >= 500) judge(false);
+      else if (status !== 429) judge(true);
+      release();
+      const { message, param } = engineErrorDetails(text, status);
+      const error =
+        status < 500
+          ? new EngineError(status, message, { param, retryAfterMs: waitMs })
+          : new UpstreamError(`replica ${replica.url} of backend ${this.backend.name} answered ${status}: ${message}`, {
+              statusCode: status === 503 || status === 504 ? status : 502,
+            });
+      throw RETRYABLE_STATUS.has(status) ? new RetryableFailure(error) : error;
+    }
+
+    const iterator = body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+    let first: IteratorResult<Buffer>;
+    try {
+      first = await iterator.next();
+    } catch (error) {
+      throw failure(error);
+    }
+    judge(true);
+    clearTimeout(phaseTimer);
+    if (!first.done) phaseTimer = setTimeout(expire('idle'), timeouts.idleMs);
+
+    const backendName = this.backend.name;
+    const interrupted = (error: unknown): Error => {
+      if (timedOut) {
+        replica.breaker.onFailure();
+        return new StreamInterruptedError(`replica ${replica.url} of backend ${backendName} hit the ${timedOut} timeout mid-response`, { timeout: true, cause: error });
+      }
+      if (signal?.aborted) return new RequestAbortedError();
+      return new StreamInterruptedError(`replica ${replica.url} of backend ${backendName} broke off mid-response: ${(error as Error).message}`, { timeout: false, cause: error });
+    };
+    let consumed = false;
+    async function* chunks(): AsyncGenerator<Buffer> {
+      if (consumed) throw new Error('the upstream body can be read only once');
+      consumed = true;
+      let done = first.done;
+      try {
+        if (done) return;
+        yield first.value;
+        for (;;) {
+          let next: IteratorResult<Buffer>;
+          try {
+            next = await iterator.next();
+          } catch (error) {
+            throw interrupted(error);
+          }
+          if (next.done) {
+            done = true;
+            return;
+          }
+          phaseTimer.refresh();
+          yield next.value;
+        }
+      } finally {
+        // A consumer that stops early (its client left) must not leave the engine generating.
+        if (!done) controller.abort();
+      }
+    }
+
+    const readAll = async (): Promise<Buffer> => {
+      const parts: Buffer[] = [];
+      for await (const chunk of chunks()) parts.push(chunk);
+      return parts.length === 1 ? parts[0] : Buffer.concat(parts);
+    };
+    return {
+      status: response.statusCode,
+      headers: response.headers,
+      replica: replica.url,
+      body: { [Symbol.asyncIterator]: chunks },
+      text: async () => (await readAll()).toString('utf8'),
+      json: async <T>() => JSON.parse((await readAll()).toString('utf8')) as T,
+      discard: () => controller.abort(),
+    };
+  }
+
+  private unreachable(replica: Replica, error: unknown): UpstreamError {
+    return new UpstreamError(
+      `could not connect to replica ${replica.url} of backend ${this.backend.name}: ${(error as Error).message}`,
+      { statusCode: 503, code: 'upstream_unreachable' },
+    );
+  }
+
+  private timeout(replica: Replica, kind: TimeoutKind): UpstreamError {
+    const t = this.backend.timeouts;
+    const ms = kind === 'total' ? t.totalMs : kind === 'idle' ? t.idleMs : t.firstByteMs;
+    return new UpstreamError(
+      `replica ${replica.url} of backend ${this.backend.name} sent nothing within the ${kind} timeout of ${ms} ms`,
+      { statusCode: 504, code: 'upstream_timeout' },
+    );
+  }
+}
+
+async function readCapped(body: Readable, limit: number): Promise<string> {
+  const parts: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    if (size < limit) parts.push(chunk);
+    size += chunk.length;
+  }
+  return Buffer.concat(parts).toString('utf8').slice(0, limit);
+}

@@ -1,0 +1,78 @@
+import { AppError } from '../../errors.js';
+
+/**
+ * Errors of the upstream client. Before the first byte a failure is an AppError with a real status;
+ * after it (the client already has a 200) it is a StreamInterruptedError, sent as an SSE error event.
+ */
+
+const ENGINE_CODES: Record<number, string> = {
+  400: 'invalid_request',
+  401: 'upstream_unauthorized',
+  403: 'upstream_forbidden',
+  404: 'model_not_found',
+  413: 'payload_too_large',
+  422: 'unprocessable',
+  429: 'rate_limit_exceeded',
+};
+
+/** The engine answered 4xx: its status, message and param reach the client in the OpenAI envelope. */
+export class EngineError extends AppError {
+  readonly statusCode: number;
+  readonly code: string;
+  constructor(
+    status: number,
+    message: string,
+    options: { param?: string | null; retryAfterMs?: number } = {},
+  ) {
+    super(message, { param: options.param ?? null });
+    this.statusCode = status;
+    this.code = ENGINE_CODES[status] ?? 'invalid_request';
+    this.retryAfterMs = options.retryAfterMs;
+  }
+  /** From the engine's Retry-After, for the gateway's own Retry-After header. */
+  readonly retryAfterMs: number | undefined;
+}
+
+/** The upstream failed after the first byte of a 2xx body had been received. */
+export class StreamInterruptedError extends AppError {
+  readonly statusCode: number;
+  readonly code: string;
+  constructor(message: string, options: { timeout: boolean; cause?: unknown }) {
+    super(message);
+    this.statusCode = options.timeout ? 504 : 502;
+    this.code = options.timeout ? 'upstream_timeout' : 'upstream_error';
+    if (options.cause !== undefined) this.cause = options.cause;
+  }
+}
+
+/** The caller's AbortSignal fired (its client went away); the upstream request has been aborted. */
+export class RequestAbortedError extends Error {
+  constructor() {
+    super('request aborted by the client');
+    this.name = 'AbortError';
+  }
+}
+
+/**
+ * The message and param of an engine error body. vLLM ≥0.10.1 nests `{"error":{message,param}}`,
+ * older builds are flat `{"object":"error","message"}`, `--api-key` auth sends `{"error":"Unauthorized"}`.
+ */
+export function engineErrorDetails(text: string, status: number): { message: string; param: string | null } {
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    return { message: text.trim().slice(0, 1000) || `engine answered ${status}`, param: null };
+  }
+  const inner = isObject(body) && body.error !== undefined ? body.error : body;
+  if (typeof inner === 'string') return { message: inner, param: null };
+  if (isObject(inner)) {
+    const message = typeof inner.message === 'string' ? inner.message : typeof inner.detail === 'string' ? inner.detail : JSON.stringify(inner);
+    return { message, param: typeof inner.param === 'string' ? inner.param : null };
+  }
+  return { message: `engine answered ${status}`, param: null };
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}

@@ -1,0 +1,47 @@
+/**
+ * An incremental reader of server-sent events, for watching a stream that is passed through as raw
+ * chunks (usage metering, error events). Events may be split across chunks and chunks may hold many.
+ */
+export interface SseEvent {
+  /** The `event:` field; vLLM sends none, some engines send `error`. */
+  event: string | undefined;
+  /** The `data:` lines joined by newlines, e.g. a JSON chunk or `[DONE]`. */
+  data: string;
+}
+
+export class SseParser {
+  private readonly decoder = new TextDecoder();
+  private pending = '';
+
+  /** Feeds one chunk and returns the events it completed. */
+  push(chunk: Uint8Array): SseEvent[] {
+    this.pending += this.decoder.decode(chunk, { stream: true });
+    // A trailing '\r' may be the first half of a '\r\n' split across chunks: leave it for the next one.
+    if (this.pending.includes('\r')) this.pending = this.pending.replace(/\r\n|\r(?!$)/g, '\n');
+    const events: SseEvent[] = [];
+    let end: number;
+    while ((end = this.pending.indexOf('\n\n')) !== -1) {
+      const block = this.pending.slice(0, end);
+      this.pending = this.pending.slice(end + 2);
+      const event = parseBlock(block);
+      if (event) events.push(event);
+    }
+    return events;
+  }
+}
+
+function parseBlock(block: string): SseEvent | null {
+  let event: string | undefined;
+  const data: string[] = [];
+  for (const line of block.split('\n')) {
+    // Lines starting with ':' are comments (keep-alives).
+    if (line === '' || line.startsWith(':')) continue;
+    const colon = line.indexOf(':');
+    const field = colon === -1 ? line : line.slice(0, colon);
+    let value = colon === -1 ? '' : line.slice(colon + 1);
+    if (value.startsWith(' ')) value = value.slice(1);
+    if (field === 'data') data.push(value);
+    else if (field === 'event') event = value;
+  }
+  return data.length === 0 && event === undefined ? null : { event, data: data.join('\n') };
+}

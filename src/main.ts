@@ -1,0 +1,51 @@
+import { ConfigError, loadConfig } from './config.js';
+import { DataDirLockedError } from './db/lock.js';
+import { startServer } from './server.js';
+
+async function main(): Promise<void> {
+  const config = loadConfig();
+  const server = await startServer(config);
+
+  if (server.adminKey) {
+    process.stdout.write(
+      [
+        '',
+        'Created user "admin" with this API key (shown once; also saved to ' + server.adminKey.file + '):',
+        '',
+        `    ${server.adminKey.key}`,
+        '',
+        `Try: curl -H "Authorization: Bearer ${server.adminKey.key}" ${server.url}/v1/system-check`,
+        '',
+      ].join('\n') + '\n',
+    );
+  }
+
+  let signalled = false;
+  const stop = (signal: NodeJS.Signals) => {
+    if (signalled) return;
+    signalled = true;
+    server.app.log.info({ signal }, 'shutting down');
+    server.shutdown().then(
+      () => {
+        server.app.log.info('stopped');
+        process.exit(0);
+      },
+      (error: unknown) => {
+        server.app.log.error({ err: error }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+}
+
+main().catch((error: unknown) => {
+  // Configuration and lock problems are the user's to fix: say what, without a stack trace.
+  if (error instanceof ConfigError || error instanceof DataDirLockedError) {
+    process.stderr.write(`trainyard: ${error.message}\n`);
+  } else {
+    process.stderr.write(`trainyard: failed to start: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  }
+  process.exit(1);
+});

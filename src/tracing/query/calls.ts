@@ -1,0 +1,103 @@
+import { sql, type RawBuilder, type SqlBool } from 'kysely';
+import { InvalidRequestError } from '../../errors.js';
+import { CALLS_TABLE, resolveCallField } from './call-fields.js';
+import { compileExpr } from './expr.js';
+import type { CallsFilter, Query, SortBy } from './schema.js';
+import { toType } from './values.js';
+
+/**
+ * The WHERE and ORDER BY of a calls query (reference §3.7): project scope, the filter, the `$expr`
+ * query and the sort, as kysely `sql` fragments over `trace_calls` with every value bound.
+ */
+
+const col = (name: string) => sql.ref(`${CALLS_TABLE}.${name}`);
+
+/** `IN` filters: filter field → column. */
+const ID_FILTERS = {
+  parent_ids: 'parent_id',
+  trace_ids: 'trace_id',
+  call_ids: 'id',
+  thread_ids: 'thread_id',
+  turn_ids: 'turn_id',
+  wb_user_ids: 'wb_user_id',
+  wb_run_ids: 'wb_run_id',
+} as const;
+
+export interface CallsWhere {
+  projectId: string;
+  filter?: CallsFilter | null;
+  query?: Query | null;
+}
+
+/** Calls of the project that have started and are not deleted, narrowed by the filter and the query. */
+export function callsWhere({ projectId, filter, query }: CallsWhere): RawBuilder<SqlBool> {
+  const conditions: RawBuilder<unknown>[] = [
+    sql`${col('project_id')} = ${projectId}`,
+    // A call whose end arrived before its start stays invisible until the start arrives.
+    sql`${col('started_at')} is not null`,
+    sql`${col('deleted_at')} is null`,
+    ...(filter ? filterConditions(filter) : []),
+  ];
+  if (query) conditions.push(compileExpr(query.$expr, resolveCallField));
+  return sql<SqlBool>`${sql.join(conditions, sql` and `)}`;
+}
+
+function filterConditions(filter: CallsFilter): RawBuilder<unknown>[] {
+  const conditions: RawBuilder<unknown>[] = [];
+  if (filter.op_names?.length) conditions.push(matchOpNames(filter.op_names));
+  if (filter.input_refs?.length) conditions.push(matchRefs('input_refs', filter.input_refs));
+  if (filter.output_refs?.length) conditions.push(matchRefs('output_refs', filter.output_refs));
+  for (const [key, column] of Object.entries(ID_FILTERS)) {
+    const values = filter[key as keyof typeof ID_FILTERS];
+    if (values?.length) conditions.push(sql`${col(column)} in (${sql.join(values)})`);
+  }
+  if (filter.trace_roots_only) conditions.push(sql`${col('parent_id')} is null`);
+  return conditions;
+}
+
+/** `weave:///e/p/op/name:*` matches every version of the op: a prefix match up to and including the colon. */
+function splitWildcards(names: readonly string[]): { exact: string[]; prefixes: string[] } {
+  const exact = names.filter((name) => !name.endsWith(':*'));
+  const prefixes = names.filter((name) => name.endsWith(':*')).map((name) => likePrefix(name.slice(0, -1)));
+  return { exact, prefixes };
+}
+
+/** A LIKE pattern matching strings that start with `prefix`; its own % _ and \ are escaped. */
+function likePrefix(prefix: string): string {
+  return `${prefix.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+}
+
+function matchOpNames(names: readonly string[]): RawBuilder<unknown> {
+  const { exact, prefixes } = splitWildcards(names);
+  const tests = prefixes.map((pattern) => sql`${col('op_name')} like ${pattern}`);
+  if (exact.length) tests.unshift(sql`${col('op_name')} in (${sql.join(exact)})`);
+  return sql`(${sql.join(tests, sql` or `)})`;
+}
+
+/** A call matches when any ref extracted from its inputs (or output) is one of the given refs. */
+function matchRefs(column: 'input_refs' | 'output_refs', refs: readonly string[]): RawBuilder<unknown> {
+  const { exact, prefixes } = splitWildcards(refs);
+  const tests = prefixes.map((pattern) => sql`exists (select 1 from unnest(${col(column)}) as r(ref) where r.ref like ${pattern})`);
+  // && against an array of binds can use the GIN index on the column.
+  if (exact.length) tests.unshift(sql`${col(column)} && array[${sql.join(exact)}]::text[]`);
+  return sql`(${sql.join(tests, sql` or `)})`;
+}
+
+/**
+ * The ORDER BY list. Missing values sort last in both directions; JSON paths sort by their numeric value,
+ * then their text (reference §3.7). Without a sort: started_at, then id; id always breaks ties.
+ */
+export function callsOrderBy(sortBy?: readonly SortBy[] | null): RawBuilder<unknown> {
+  const items = sortBy?.length ? sortBy : [{ field: 'started_at', direction: 'asc' }];
+  const keys = items.flatMap(({ field, direction }) => {
+    if (direction !== 'asc' && direction !== 'desc') {
+      throw new InvalidRequestError(`Invalid sort direction ${JSON.stringify(direction)}: expected asc or desc`, { code: 'invalid_sort' });
+    }
+    const dir = sql.raw(direction);
+    const value = resolveCallField(field);
+    const exprs = value.kind === 'typed' ? [value.sql] : [toType(value, 'numeric'), sql`${value.sql} #>> '{}'`];
+    return exprs.map((expr) => sql`${expr} ${dir} nulls last`);
+  });
+  if (!items.some((item) => item.field === 'id')) keys.push(sql`${col('id')} asc`);
+  return sql.join(keys);
+}

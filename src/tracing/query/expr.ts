@@ -1,0 +1,117 @@
+import { sql, type RawBuilder, type SqlBool } from 'kysely';
+import { ForbiddenError, InvalidRequestError } from '../../errors.js';
+import type { ConvertTarget, Operand, Operation } from './schema.js';
+import { exists, isNull, literalType, toType, type FieldValue, type SqlType, type Value } from './values.js';
+
+/**
+ * Compiles a `$expr` to a SQL boolean. Fields are resolved by the table's resolver (calls, and later
+ * feedback and costs, which share the language), so this file knows no column names.
+ */
+
+/** Resolves a `$getField` path of one table; throws InvalidFieldError for anything it does not know. */
+export type FieldResolver = (path: string) => FieldValue;
+
+/** weave answers a query on a non-existent or forbidden field with 403. */
+export class InvalidFieldError extends ForbiddenError {
+  constructor(field: string, why: string) {
+    super(`Invalid field ${JSON.stringify(field)}: ${why}`, { code: 'invalid_field' });
+  }
+}
+
+const COMPARISONS = { $eq: '=', $gt: '>', $gte: '>=', $lt: '<', $lte: '<=' } as const;
+type ComparisonKey = keyof typeof COMPARISONS;
+
+const CONVERT_TYPES: Record<Exclude<ConvertTarget, 'exists'>, SqlType> = {
+  double: 'numeric',
+  int: 'numeric',
+  string: 'text',
+  bool: 'bool',
+};
+
+const invalid = (message: string) => new InvalidRequestError(message, { code: 'invalid_query' });
+
+export function compileExpr(expr: Operation, resolve: FieldResolver): RawBuilder<SqlBool> {
+  return toType(compileOperand(expr, resolve), 'bool') as RawBuilder<SqlBool>;
+}
+
+function compileOperand(operand: Operand, resolve: FieldResolver): Value {
+  if ('$literal' in operand) return { kind: 'literal', value: operand.$literal };
+  if ('$getField' in operand) return resolve(operand.$getField);
+  if ('$convert' in operand) return convert(compileOperand(operand.$convert.input, resolve), operand.$convert.to);
+  return { kind: 'typed', type: 'bool', sql: compileOperation(operand, resolve) };
+}
+
+function compileOperation(op: Operation, resolve: FieldResolver): RawBuilder<unknown> {
+  const asBool = (operand: Operand) => toType(compileOperand(operand, resolve), 'bool');
+  if ('$and' in op || '$or' in op) {
+    const [list, joiner] = '$and' in op ? [op.$and, ' and '] : [op.$or, ' or '];
+    if (list.length === 0) throw invalid(`${'$and' in op ? '$and' : '$or'} needs at least one operand`);
+    return sql`(${sql.join(list.map(asBool), sql.raw(joiner))})`;
+  }
+  // A comparison with a missing column value is unknown; "not" of it should match, as it does for JSON paths.
+  if ('$not' in op) return sql`(not coalesce(${asBool(op.$not[0])}, false))`;
+  if ('$in' in op) {
+    const [left, right] = op.$in;
+    return membership(compileOperand(left, resolve), right.map((item) => compileOperand(item, resolve)));
+  }
+  if ('$contains' in op) {
+    const { input, substr, case_insensitive: caseInsensitive } = op.$contains;
+    const haystack = toType(compileOperand(input, resolve), 'text');
+    const needle = toType(compileOperand(substr, resolve), 'text');
+    // strpos rather than LIKE: the needle is data, and LIKE would read its % and _ as wildcards.
+    return caseInsensitive ? sql`(strpos(lower(${haystack}), lower(${needle})) > 0)` : sql`(strpos(${haystack}, ${needle}) > 0)`;
+  }
+  const key = Object.keys(op)[0] as ComparisonKey;
+  const [left, right] = (op as Record<ComparisonKey, [Operand, Operand]>)[key];
+  return compare(key, compileOperand(left, resolve), compileOperand(right, resolve));
+}
+
+function compare(key: ComparisonKey, left: Value, right: Value): RawBuilder<unknown> {
+  const nullSide = [left, right].find((v) => v.kind === 'literal' && v.value === null);
+  if (nullSide) {
+    if (key !== '$eq') throw invalid(`${key} cannot compare with null; use $eq`);
+    return isNull(nullSide === left ? right : left);
+  }
+  const type = comparisonType(left, right);
+  return sql`(${toType(left, type)} ${sql.raw(COMPARISONS[key])} ${toType(right, type)})`;
+}
+
+function membership(left: Value, items: Value[]): RawBuilder<unknown> {
+  const present = items.filter((item) => !(item.kind === 'literal' && item.value === null));
+  const tests: RawBuilder<unknown>[] = [];
+  if (present.length > 0) {
+    const type = present.map((item) => comparisonType(left, item)).reduce(widen);
+    tests.push(sql`${toType(left, type)} in (${sql.join(present.map((item) => toType(item, type)))})`);
+  }
+  if (present.length < items.length) tests.push(isNull(left));
+  return tests.length === 0 ? sql`false` : sql`(${sql.join(tests, sql` or `)})`;
+}
+
+/**
+ * The type both sides are compared as. A typed side decides; a JSON path takes the literal's type (the
+ * newer servers' inferred cast); two fields of different types meet as text.
+ */
+function comparisonType(left: Value, right: Value): SqlType {
+  if (left.kind === 'typed' && right.kind === 'typed') return left.type === right.type ? left.type : 'text';
+  if (left.kind === 'typed') return left.type;
+  if (right.kind === 'typed') return right.type;
+  const literal = left.kind === 'literal' ? left : right.kind === 'literal' ? right : undefined;
+  return literal ? (literalType(literal.value) ?? 'text') : 'text';
+}
+
+/** Mixed types in one `$in` list meet as numbers when they are numbers and bools, else as text. */
+function widen(a: SqlType, b: SqlType): SqlType {
+  if (a === b) return a;
+  const numeric: SqlType[] = ['numeric', 'bool'];
+  return numeric.includes(a) && numeric.includes(b) ? 'numeric' : 'text';
+}
+
+function convert(value: Value, to: ConvertTarget): Value {
+  if (to === 'exists') return { kind: 'typed', type: 'bool', sql: exists(value) };
+  const type = CONVERT_TYPES[to];
+  const literal = value.kind === 'literal' ? literalType(value.value) : null;
+  // A literal converts from its own type (`"3.5"` to double), not by being bound as the target.
+  const source: Value = literal ? { kind: 'typed', type: literal, sql: toType(value, literal) } : value;
+  const converted = toType(source, type);
+  return { kind: 'typed', type, sql: to === 'int' ? sql`trunc(${converted})` : converted };
+}

@@ -1,0 +1,135 @@
+import { sql, type RawBuilder } from 'kysely';
+import { InvalidRequestError } from '../../errors.js';
+import type { JsonValue } from '../json.js';
+
+/**
+ * Typed SQL values and the conversions between them. Operands of the query language compile to one of
+ * these, and a comparison converts both sides to one type first. Literals are always bind parameters.
+ */
+
+export type SqlType = 'text' | 'numeric' | 'bool' | 'timestamptz';
+
+export type Value =
+  /** A `$literal`: bound only once the comparison has chosen its type. */
+  | { kind: 'literal'; value: JsonValue }
+  /** A JSONB value at a path (SQL null when the path is missing, JSON `null` when set to null). */
+  | { kind: 'json'; sql: RawBuilder<unknown> }
+  /** A column, a derived field, a conversion or an operation. */
+  | { kind: 'typed'; type: SqlType; sql: RawBuilder<unknown> };
+
+/** What a field resolves to: never a literal. */
+export type FieldValue = Exclude<Value, { kind: 'literal' }>;
+
+// No backslashes in these patterns: kysely's `sql` tag reads cooked template strings.
+const NUMBER_PATTERN = `'^ *[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]{1,3})? *$'`;
+const ISO_TIMESTAMP = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$/i;
+
+/** The type a literal compares as: a bool literal compares as bool, a number as a number (reference §3.8). */
+export function literalType(value: JsonValue): SqlType | null {
+  if (value === null) return null;
+  switch (typeof value) {
+    case 'string':
+      return 'text';
+    case 'number':
+      return 'numeric';
+    case 'boolean':
+      return 'bool';
+    default:
+      throw new InvalidRequestError('Lists and objects can only be literals inside $in', { code: 'invalid_query' });
+  }
+}
+
+/** The JSON value as a scalar string, as ClickHouse's JSON_VALUE gives it: missing or null reads as ''. */
+function jsonText(json: RawBuilder<unknown>): RawBuilder<unknown> {
+  return sql`coalesce(${json} #>> '{}', '')`;
+}
+
+/** A number from text, or null when the text is not one (a bad cast must not fail the whole query). */
+function textToNumeric(text: RawBuilder<unknown>): RawBuilder<unknown> {
+  return sql`(case when ${text} ~ ${sql.raw(NUMBER_PATTERN)} then (${text})::numeric end)`;
+}
+
+function textToBool(text: RawBuilder<unknown>): RawBuilder<unknown> {
+  return sql`(case lower(${text}) when 'true' then true when 'false' then false end)`;
+}
+
+export function toType(value: Value, type: SqlType): RawBuilder<unknown> {
+  switch (value.kind) {
+    case 'literal':
+      return bindLiteral(value.value, type);
+    case 'json':
+      return convertTyped(jsonText(value.sql), 'text', type);
+    case 'typed':
+      return convertTyped(value.sql, value.type, type);
+  }
+}
+
+function convertTyped(expr: RawBuilder<unknown>, from: SqlType, to: SqlType): RawBuilder<unknown> {
+  if (from === to) return expr;
+  switch (`${from}->${to}`) {
+    case 'text->numeric':
+      return textToNumeric(expr);
+    case 'text->bool':
+      return textToBool(expr);
+    case 'numeric->text':
+    case 'bool->text':
+      return sql`(${expr})::text`;
+    case 'numeric->bool':
+      return sql`((${expr}) <> 0)`;
+    case 'bool->numeric':
+      return sql`(${expr})::int`;
+    case 'timestamptz->numeric':
+      return sql`extract(epoch from ${expr})`;
+    case 'timestamptz->text':
+      return sql`to_char(${expr} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+    case 'numeric->timestamptz':
+      return sql`to_timestamp((${expr})::double precision)`;
+    default:
+      throw new InvalidRequestError(`Cannot compare a ${from} value as ${to}`, { code: 'invalid_query' });
+  }
+}
+
+function bindLiteral(value: JsonValue, type: SqlType): RawBuilder<unknown> {
+  if (value === null) return sql`null`;
+  switch (type) {
+    case 'text':
+      if (typeof value === 'object') break;
+      return sql`${String(value)}::text`;
+    case 'numeric':
+      if (typeof value === 'boolean') return sql`${value ? 1 : 0}::numeric`;
+      if (typeof value === 'number') return sql`${value}::numeric`;
+      break;
+    case 'bool':
+      if (typeof value === 'boolean') return sql`${value}::boolean`;
+      break;
+    case 'timestamptz':
+      // Numbers compared with a datetime column are unix seconds (reference §3.8).
+      if (typeof value === 'number') return sql`to_timestamp(${value}::double precision)`;
+      if (typeof value === 'string' && ISO_TIMESTAMP.test(value)) return sql`${value}::timestamptz`;
+      break;
+  }
+  throw new InvalidRequestError(`Literal ${JSON.stringify(value)} cannot be compared as ${type}`, { code: 'invalid_query' });
+}
+
+/** Whether the value is SQL or JSON null; for JSON an explicit null and a missing path both count. */
+export function isNull(value: Value): RawBuilder<unknown> {
+  switch (value.kind) {
+    case 'literal':
+      return value.value === null ? sql`true` : sql`false`;
+    case 'json':
+      return sql`(coalesce(${value.sql}, 'null'::jsonb) = 'null'::jsonb)`;
+    case 'typed':
+      return sql`(${value.sql} is null)`;
+  }
+}
+
+/** `$convert ... "exists"`: a JSON path that is present, even when set to null; a non-null otherwise. */
+export function exists(value: Value): RawBuilder<unknown> {
+  switch (value.kind) {
+    case 'literal':
+      return value.value === null ? sql`false` : sql`true`;
+    case 'json':
+    case 'typed':
+      return sql`(${value.sql} is not null)`;
+  }
+}

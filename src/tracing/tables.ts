@@ -1,0 +1,93 @@
+import type { ColumnType, Generated } from 'kysely';
+import type { JsonValue } from './json.js';
+
+/**
+ * Row types of the tracing tables (migrations/0003_tracing.ts), prefixed `trace_` so that no other
+ * area's `files` or `objects` can collide. `project_id` is the external `entity/project` string the
+ * clients send. JSONB columns are written with `jsonb()` from ./json.js.
+ */
+
+type Timestamp = ColumnType<Date, Date | string, Date | string>;
+type Jsonb = ColumnType<JsonValue, JsonValue, JsonValue>;
+
+/**
+ * One row per call, merged from its start and end in either order: until the start arrives the start
+ * columns are null and the call is invisible to reads (reference §3.6).
+ */
+export interface CallTable {
+  project_id: string;
+  id: string;
+  trace_id: string | null;
+  parent_id: string | null;
+  op_name: string | null;
+  /** `''` is the clients' "no name" and reads back as null. */
+  display_name: string | null;
+  thread_id: string | null;
+  turn_id: string | null;
+  started_at: Timestamp | null;
+  ended_at: Timestamp | null;
+  exception: string | null;
+  attributes: Jsonb | null;
+  inputs: Jsonb | null;
+  output: Jsonb | null;
+  summary: Jsonb | null;
+  otel_dump: Jsonb | null;
+  /** Every `weave:///` string found in inputs / output, extracted on write for the ref filters. */
+  input_refs: ColumnType<string[], string[] | undefined, string[]>;
+  output_refs: ColumnType<string[], string[] | undefined, string[]>;
+  wb_user_id: string | null;
+  wb_run_id: string | null;
+  wb_run_step: number | null;
+  wb_run_step_end: number | null;
+  deleted_at: Timestamp | null;
+}
+
+/** One row per object version; a version is a distinct digest of one object id. */
+export interface ObjectVersionTable {
+  project_id: string;
+  object_id: string;
+  digest: string;
+  kind: 'op' | 'object';
+  base_object_class: string | null;
+  leaf_object_class: string | null;
+  val: Jsonb;
+  /** 0-based, in order of first creation per (project, kind, object id); kept when others are deleted. */
+  version_index: number;
+  wb_user_id: string | null;
+  created_at: Generated<Date>;
+  deleted_at: Timestamp | null;
+}
+
+/** Content-addressed table rows, shared by every table of a project that holds the same row. */
+export interface TableRowTable {
+  project_id: string;
+  digest: string;
+  val: Jsonb;
+}
+
+/** A table is the ordered list of its row digests (duplicates allowed). */
+export interface TableTable {
+  project_id: string;
+  digest: string;
+  row_digests: ColumnType<string[], string[], string[]>;
+  created_at: Generated<Date>;
+}
+
+/** Content-addressed file bytes. */
+export interface FileTable {
+  project_id: string;
+  digest: string;
+  /** The upload's filename at first upload. */
+  name: string;
+  content: Buffer;
+  size_bytes: number;
+  created_at: Generated<Date>;
+}
+
+export interface TracingTables {
+  trace_calls: CallTable;
+  trace_objects: ObjectVersionTable;
+  trace_table_rows: TableRowTable;
+  trace_tables: TableTable;
+  trace_files: FileTable;
+}

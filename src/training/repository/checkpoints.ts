@@ -1,0 +1,83 @@
+import type { Selectable } from 'kysely';
+import type { Checkpoint, DeleteCheckpointsResponse, PageOf } from '../schemas.js';
+import type { CheckpointTable } from '../tables.js';
+import { iso, isUuid, toPage, type TrainingDb } from './db.js';
+import type { StoredModel } from './models.js';
+
+export interface StoredCheckpoint extends Checkpoint {
+  model_id: string;
+  uri: string;
+  job_id: string | null;
+  created_at: string;
+}
+
+export function toCheckpoint(row: Selectable<CheckpointTable>): StoredCheckpoint {
+  return {
+    id: row.id,
+    model_id: row.model_id,
+    step: row.step,
+    uri: row.uri,
+    metrics: row.metrics,
+    job_id: row.job_id,
+    created_at: iso(row.created_at),
+  };
+}
+
+/**
+ * A page of the model's checkpoints ordered by step. `after` is a checkpoint id of this model; undefined is
+ * returned when it is not one, for the service to answer 422 (issue 4).
+ */
+export async function listCheckpoints(
+  db: TrainingDb,
+  args: { model: StoredModel; after?: string; limit: number; order: 'asc' | 'desc' },
+): Promise<PageOf<StoredCheckpoint> | undefined> {
+  let query = db.selectFrom('checkpoints').selectAll().where('model_id', '=', args.model.id);
+  if (args.after !== undefined) {
+    const cursor = await findCheckpoint(db, { model: args.model, checkpointId: args.after });
+    if (!cursor) return undefined;
+    query = query.where('step', args.order === 'asc' ? '>' : '<', cursor.step);
+  }
+  const rows = await query.orderBy('step', args.order).limit(args.limit + 1).execute();
+  return toPage(rows.map(toCheckpoint), args.limit);
+}
+
+export async function findCheckpoint(
+  db: TrainingDb,
+  args: { model: StoredModel; checkpointId: string },
+): Promise<StoredCheckpoint | undefined> {
+  if (!isUuid(args.checkpointId)) return undefined;
+  const row = await db
+    .selectFrom('checkpoints')
+    .selectAll()
+    .where('model_id', '=', args.model.id)
+    .where('id', '=', args.checkpointId)
+    .executeTakeFirst();
+  return row && toCheckpoint(row);
+}
+
+export async function latestCheckpoint(db: TrainingDb, args: { model: StoredModel }): Promise<StoredCheckpoint | undefined> {
+  const row = await db
+    .selectFrom('checkpoints')
+    .selectAll()
+    .where('model_id', '=', args.model.id)
+    .orderBy('step', 'desc')
+    .limit(1)
+    .executeTakeFirst();
+  return row && toCheckpoint(row);
+}
+
+export async function deleteCheckpoints(
+  db: TrainingDb,
+  args: { model: StoredModel; steps: readonly number[] },
+): Promise<DeleteCheckpointsResponse> {
+  const steps = [...new Set(args.steps)];
+  if (steps.length === 0) return { deleted_count: 0, not_found_steps: [] };
+  const deleted = await db
+    .deleteFrom('checkpoints')
+    .where('model_id', '=', args.model.id)
+    .where('step', 'in', steps)
+    .returning('step')
+    .execute();
+  const found = new Set(deleted.map((row) => row.step));
+  return { deleted_count: deleted.length, not_found_steps: steps.filter((step) => !found.has(step)) };
+}

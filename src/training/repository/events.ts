@@ -1,0 +1,67 @@
+import { sql } from 'kysely';
+import type { EventType, PageOf, TrainingJobEvent, WorkerEvent } from '../schemas.js';
+import { isUuid, jsonb, toPage, type TrainingDb } from './db.js';
+import type { StoredJob } from './jobs.js';
+
+/** Appends events in order; their `seq` (identity) is the order clients read them in. */
+export async function appendEvents(
+  db: TrainingDb,
+  args: { jobId: string; attempt: number; events: readonly { type: EventType; data: Record<string, unknown> }[] },
+): Promise<string[]> {
+  if (args.events.length === 0) return [];
+  const rows = args.events.map((event) => ({
+    id: crypto.randomUUID(),
+    job_id: args.jobId,
+    attempt: args.attempt,
+    type: event.type,
+    data: jsonb(event.data),
+  }));
+  await db.insertInto('job_events').values(rows).execute();
+  return rows.map((row) => row.id);
+}
+
+/** The events a leased worker posts, stamped with the job's current attempt. */
+export async function appendWorkerEvents(
+  db: TrainingDb,
+  args: { job: StoredJob; events: readonly WorkerEvent[] },
+): Promise<string[]> {
+  return appendEvents(db, { jobId: args.job.id, attempt: args.job.attempt, events: args.events });
+}
+
+/** Whether the job's current attempt has posted `training_started`, which must come first and once. */
+export async function attemptStarted(db: TrainingDb, args: { job: StoredJob }): Promise<boolean> {
+  const row = await db
+    .selectFrom('job_events')
+    .select(sql<number>`1`.as('one'))
+    .where('job_id', '=', args.job.id)
+    .where('attempt', '=', args.job.attempt)
+    .where('type', '=', 'training_started')
+    .limit(1)
+    .executeTakeFirst();
+  return row !== undefined;
+}
+
+/**
+ * A page of the job's events in append order. `after` returns events strictly after that event; an
+ * unknown `after` starts from the beginning, which the ART client's polling loop relies on (reference §3.9).
+ */
+export async function listEvents(
+  db: TrainingDb,
+  args: { job: StoredJob; after?: string; limit: number },
+): Promise<PageOf<TrainingJobEvent>> {
+  let query = db
+    .selectFrom('job_events')
+    .select(['id', 'type', 'data'])
+    .where('job_id', '=', args.job.id);
+  if (args.after !== undefined && isUuid(args.after)) {
+    const cursor = await db
+      .selectFrom('job_events')
+      .select('seq')
+      .where('job_id', '=', args.job.id)
+      .where('id', '=', args.after)
+      .executeTakeFirst();
+    if (cursor) query = query.where('seq', '>', cursor.seq);
+  }
+  const rows = await query.orderBy('seq').limit(args.limit + 1).execute();
+  return toPage(rows, args.limit);
+}

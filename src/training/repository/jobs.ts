@@ -1,0 +1,452 @@
+import { sql, type Selectable } from 'kysely';
+import type { JobKind, JobStatus, PageOf, TrainingJob } from '../schemas.js';
+import type { TrainingJobTable } from '../tables.js';
+import { toCheckpoint, type StoredCheckpoint } from './checkpoints.js';
+import { chunkBySize, iso, isUuid, jsonb, jsonbText, toPage, type EntityScope, type TrainingDb } from './db.js';
+import { appendEvents } from './events.js';
+import type { StoredModel } from './models.js';
+
+/**
+ * Training jobs: QUEUED -> RUNNING -> COMPLETED | FAILED | CANCELED, with RUNNING -> QUEUED when an attempt
+ * fails retryably or its lease lapses (docs/training.md). A lease is valid while the job is RUNNING and
+ * carries that token; a new claim or a requeue replaces the token, so a stale worker can change nothing.
+ * Functions that run several statements say so: the service runs them in a transaction.
+ */
+
+export interface StoredJob extends TrainingJob {
+  max_attempts: number;
+  config: Record<string, unknown>;
+  num_inputs: number;
+  worker_id: string | null;
+  lease_expires_at: string | null;
+  checkpoint_id: string | null;
+}
+
+export const CANCELED_MESSAGE = 'training job was canceled';
+
+function toJob(row: Selectable<TrainingJobTable>): StoredJob {
+  return {
+    id: row.id,
+    model_id: row.model_id,
+    kind: row.kind,
+    status: row.status,
+    created_at: iso(row.created_at),
+    training_start: iso(row.training_start),
+    training_end: iso(row.training_end),
+    error_message: row.error_message,
+    attempt: row.attempt,
+    base_step: row.base_step,
+    target_step: row.target_step,
+    cancel_requested: row.cancel_requested,
+    max_attempts: row.max_attempts,
+    config: row.config,
+    num_inputs: row.num_inputs,
+    worker_id: row.worker_id,
+    lease_expires_at: iso(row.lease_expires_at),
+    checkpoint_id: row.checkpoint_id,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Users' side
+
+/**
+ * Queues a job with its inputs (one row per trajectory group or SFT row, multi-row inserts). Several
+ * statements: run it in a transaction.
+ */
+export async function createJob(
+  db: TrainingDb,
+  args: { model: StoredModel; kind: JobKind; config: Record<string, unknown>; inputs: readonly unknown[]; maxAttempts: number },
+): Promise<StoredJob> {
+  const row = await db
+    .insertInto('training_jobs')
+    .values({
+      id: crypto.randomUUID(),
+      model_id: args.model.id,
+      kind: args.kind,
+      status: 'QUEUED',
+      max_attempts: args.maxAttempts,
+      base_step: null,
+      target_step: null,
+      config: jsonb(args.config),
+      num_inputs: args.inputs.length,
+      training_start: null,
+      training_end: null,
+      error_message: null,
+      lease_token: null,
+      lease_expires_at: null,
+      worker_id: null,
+      checkpoint_id: null,
+    })
+    .returningAll()
+    .executeTakeFirstOrThrow();
+  const inputs = args.inputs.map((input, seq) => ({ seq, json: JSON.stringify(input) }));
+  for (const chunk of chunkBySize(inputs, (input) => input.json.length)) {
+    await db
+      .insertInto('job_inputs')
+      .values(chunk.map((input) => ({ job_id: row.id, seq: input.seq, payload: jsonbText(input.json) })))
+      .execute();
+  }
+  return toJob(row);
+}
+
+function scopedJobs(db: TrainingDb, { entityIds }: EntityScope) {
+  return db
+    .selectFrom('training_jobs as j')
+    .innerJoin('models as m', 'm.id', 'j.model_id')
+    .selectAll('j')
+    .where('m.entity_id', 'in', [...entityIds]);
+}
+
+/** A job of a model the caller reaches (a deleted model's jobs stay readable). */
+export async function findJob(db: TrainingDb, args: EntityScope & { jobId: string }): Promise<StoredJob | undefined> {
+  if (args.entityIds.length === 0 || !isUuid(args.jobId)) return undefined;
+  const row = await scopedJobs(db, args).where('j.id', '=', args.jobId).executeTakeFirst();
+  return row && toJob(row);
+}
+
+/** Jobs newest first. An `after` that is not a job the caller sees gives undefined, for a 422. */
+export async function listJobs(
+  db: TrainingDb,
+  args: EntityScope & { modelId?: string; status?: JobStatus; after?: string; limit: number },
+): Promise<PageOf<StoredJob> | undefined> {
+  if (args.entityIds.length === 0) return args.after === undefined ? toPage([], args.limit) : undefined;
+  let query = scopedJobs(db, args);
+  if (args.after !== undefined) {
+    const cursor = await findJob(db, { entityIds: args.entityIds, jobId: args.after });
+    if (!cursor) return undefined;
+    query = query.where('j.seq', '<', db.selectFrom('training_jobs').select('seq').where('id', '=', cursor.id));
+  }
+  if (args.modelId !== undefined) query = query.where('j.model_id', '=', args.modelId);
+  if (args.status !== undefined) query = query.where('j.status', '=', args.status);
+  const rows = await query.orderBy('j.seq', 'desc').limit(args.limit + 1).execute();
+  return toPage(rows.map(toJob), args.limit);
+}
+
+/**
+ * Ends a job that will not run (again), with a `training_failed` event so that a client polling the events
+ * stops: the ART client otherwise waits forever for a terminal event. Two statements.
+ */
+async function finish(
+  db: TrainingDb,
+  job: { id: string; attempt: number },
+  outcome: { status: 'FAILED' | 'CANCELED'; errorMessage: string },
+): Promise<StoredJob> {
+  const row = await db
+    .updateTable('training_jobs')
+    .set({
+      status: outcome.status,
+      error_message: outcome.errorMessage,
+      training_end: sql`now()`,
+      lease_expires_at: null,
+    })
+    .where('id', '=', job.id)
+    .returningAll()
+    .executeTakeFirstOrThrow();
+  await appendEvents(db, {
+    jobId: job.id,
+    attempt: job.attempt,
+    events: [{ type: 'training_failed', data: { error_message: outcome.errorMessage } }],
+  });
+  return toJob(row);
+}
+
+/**
+ * Cancels a job: a queued one at once; a running one is asked to stop (the worker learns it from its next
+ * heartbeat and ends as CANCELED when it reports or its lease lapses). A finished job is returned as it is.
+ * Several statements: run it in a transaction.
+ */
+export async function cancelJob(db: TrainingDb, args: EntityScope & { jobId: string }): Promise<StoredJob | undefined> {
+  const job = await findJob(db, args);
+  if (!job) return undefined;
+  const locked = await db.selectFrom('training_jobs').selectAll().where('id', '=', job.id).forUpdate().executeTakeFirstOrThrow();
+  if (locked.status === 'QUEUED') {
+    return finish(db, locked, { status: 'CANCELED', errorMessage: CANCELED_MESSAGE });
+  }
+  if (locked.status === 'RUNNING' && !locked.cancel_requested) {
+    const row = await db
+      .updateTable('training_jobs')
+      .set({ cancel_requested: true })
+      .where('id', '=', job.id)
+      .returningAll()
+      .executeTakeFirstOrThrow();
+    return toJob(row);
+  }
+  return toJob(locked);
+}
+
+/** Cancels every queued or running job of a model (used when the model is deleted). Several statements. */
+export async function cancelModelJobs(db: TrainingDb, args: { modelId: string }): Promise<void> {
+  const queued = await db
+    .selectFrom('training_jobs')
+    .select(['id', 'attempt'])
+    .where('model_id', '=', args.modelId)
+    .where('status', '=', 'QUEUED')
+    .forUpdate()
+    .execute();
+  for (const job of queued) await finish(db, job, { status: 'CANCELED', errorMessage: CANCELED_MESSAGE });
+  await db
+    .updateTable('training_jobs')
+    .set({ cancel_requested: true })
+    .where('model_id', '=', args.modelId)
+    .where('status', '=', 'RUNNING')
+    .execute();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Workers' side
+
+const leaseEnd = (seconds: number) => sql<Date>`now() + make_interval(secs => ${seconds})`;
+
+export interface Claim {
+  job: StoredJob;
+  lease_token: string;
+  model: { id: string; entity: string; project: string; name: string; base_model: string };
+  base_checkpoint: StoredCheckpoint | undefined;
+}
+
+/**
+ * Claims the oldest queued job that may run now, in one statement: a model's jobs run one at a time in
+ * creation order, so a job waits while its model has a running job or an older queued one. `SKIP LOCKED`
+ * lets concurrent claims pass over a job another claim holds, so two workers never get the same job.
+ * The target step is fixed here, from the checkpoints that exist now.
+ */
+export async function claimJob(
+  db: TrainingDb,
+  args: { workerId: string; kinds?: readonly JobKind[]; baseModels?: readonly string[]; leaseSeconds: number },
+): Promise<Claim | undefined> {
+  let candidate = db
+    .selectFrom('training_jobs as j')
+    .innerJoin('models as m', 'm.id', 'j.model_id')
+    .select('j.id')
+    .where('j.status', '=', 'QUEUED')
+    .where('m.deleted_at', 'is', null)
+    .where(({ not, exists, selectFrom }) =>
+      not(
+        exists(
+          selectFrom('training_jobs as o')
+            .select(sql<number>`1`.as('one'))
+            .whereRef('o.model_id', '=', 'j.model_id')
+            .where((eb) => eb.or([eb('o.status', '=', 'RUNNING'), eb.and([eb('o.status', '=', 'QUEUED'), eb('o.seq', '<', eb.ref('j.seq'))])])),
+        ),
+      ),
+    );
+  if (args.kinds?.length) candidate = candidate.where('j.kind', 'in', [...args.kinds]);
+  if (args.baseModels?.length) candidate = candidate.where('m.base_model', 'in', [...args.baseModels]);
+
+  const token = crypto.randomUUID();
+  const latestStep = sql<number>`(select coalesce(max(c.step), 0) from checkpoints c where c.model_id = training_jobs.model_id)`;
+  const row = await db
+    .updateTable('training_jobs')
+    .set({
+      status: 'RUNNING',
+      lease_token: token,
+      lease_expires_at: leaseEnd(args.leaseSeconds),
+      worker_id: args.workerId,
+      training_start: sql`coalesce(training_start, now())`,
+      base_step: latestStep,
+      target_step: sql<number>`${latestStep} + 1`,
+    })
+    .where('id', '=', candidate.orderBy('j.seq').limit(1).forUpdate('j').skipLocked())
+    .returningAll()
+    .executeTakeFirst();
+  if (!row) return undefined;
+
+  const model = await db
+    .selectFrom('models as m')
+    .innerJoin('entities as e', 'e.id', 'm.entity_id')
+    .select(['m.id', 'e.name as entity', 'm.project', 'm.name', 'm.base_model'])
+    .where('m.id', '=', row.model_id)
+    .executeTakeFirstOrThrow();
+  const base = await db
+    .selectFrom('checkpoints')
+    .selectAll()
+    .where('model_id', '=', row.model_id)
+    .where('step', '=', row.base_step ?? 0)
+    .executeTakeFirst();
+  return { job: toJob(row), lease_token: token, model, base_checkpoint: base && toCheckpoint(base) };
+}
+
+/** Renews a lease. Undefined when the token is not the job's current lease (the service answers 409). */
+export async function heartbeat(
+  db: TrainingDb,
+  args: { jobId: string; leaseToken: string; leaseSeconds: number },
+): Promise<{ expires_at: string; cancel_requested: boolean } | undefined> {
+  if (!isUuid(args.jobId) || !isUuid(args.leaseToken)) return undefined;
+  const row = await db
+    .updateTable('training_jobs')
+    .set({ lease_expires_at: leaseEnd(args.leaseSeconds) })
+    .where('id', '=', args.jobId)
+    .where('status', '=', 'RUNNING')
+    .where('lease_token', '=', args.leaseToken)
+    .returning(['lease_expires_at', 'cancel_requested'])
+    .executeTakeFirst();
+  return row && { expires_at: iso(row.lease_expires_at as Date), cancel_requested: row.cancel_requested };
+}
+
+/**
+ * The running job this lease holds, locked until the transaction ends, so that its state cannot change
+ * between the check and the caller's writes. Undefined for a stale or wrong token.
+ */
+export async function findLeasedJob(db: TrainingDb, args: { jobId: string; leaseToken: string }): Promise<StoredJob | undefined> {
+  if (!isUuid(args.jobId) || !isUuid(args.leaseToken)) return undefined;
+  const row = await db
+    .selectFrom('training_jobs')
+    .selectAll()
+    .where('id', '=', args.jobId)
+    .where('status', '=', 'RUNNING')
+    .where('lease_token', '=', args.leaseToken)
+    .forUpdate()
+    .executeTakeFirst();
+  return row && toJob(row);
+}
+
+export type CompleteResult =
+  | { outcome: 'completed'; job: StoredJob; checkpoint: StoredCheckpoint }
+  | { outcome: 'canceled'; job: StoredJob }
+  | { outcome: 'stale' };
+
+/**
+ * Completes the leased job: the checkpoint at `target_step`, the `training_ended` event, COMPLETED and
+ * `training_end`, so that a client seeing `training_ended` always finds the checkpoint (reference §4).
+ * Repeating it with the same token returns the first result. A job asked to cancel ends CANCELED without a
+ * checkpoint. Several statements: run it in ONE transaction.
+ */
+export async function completeJob(
+  db: TrainingDb,
+  args: { jobId: string; leaseToken: string; uri: string; metrics: Record<string, number> },
+): Promise<CompleteResult> {
+  if (!isUuid(args.jobId) || !isUuid(args.leaseToken)) return { outcome: 'stale' };
+  const row = await db
+    .selectFrom('training_jobs')
+    .selectAll()
+    .where('id', '=', args.jobId)
+    .where('lease_token', '=', args.leaseToken)
+    .forUpdate()
+    .executeTakeFirst();
+  if (!row) return { outcome: 'stale' };
+  if (row.status === 'COMPLETED' && row.checkpoint_id !== null) {
+    const checkpoint = await db.selectFrom('checkpoints').selectAll().where('id', '=', row.checkpoint_id).executeTakeFirst();
+    if (checkpoint) return { outcome: 'completed', job: toJob(row), checkpoint: toCheckpoint(checkpoint) };
+  }
+  if (row.status === 'CANCELED') return { outcome: 'canceled', job: toJob(row) };
+  if (row.status !== 'RUNNING') return { outcome: 'stale' };
+  if (row.cancel_requested) {
+    return { outcome: 'canceled', job: await finish(db, row, { status: 'CANCELED', errorMessage: CANCELED_MESSAGE }) };
+  }
+
+  const step = row.target_step as number;
+  const checkpoint = await db
+    .insertInto('checkpoints')
+    .values({ id: crypto.randomUUID(), model_id: row.model_id, step, uri: args.uri, metrics: jsonb(args.metrics), job_id: row.id })
+    .returningAll()
+    .executeTakeFirstOrThrow();
+  await appendEvents(db, {
+    jobId: row.id,
+    attempt: row.attempt,
+    events: [{ type: 'training_ended', data: { step, checkpoint_id: checkpoint.id } }],
+  });
+  const done = await db
+    .updateTable('training_jobs')
+    .set({ status: 'COMPLETED', training_end: sql`now()`, lease_expires_at: null, checkpoint_id: checkpoint.id })
+    .where('id', '=', row.id)
+    .returningAll()
+    .executeTakeFirstOrThrow();
+  return { outcome: 'completed', job: toJob(done), checkpoint: toCheckpoint(checkpoint) };
+}
+
+/**
+ * Ends an attempt that did not finish: requeued (attempt + 1) when retryable with attempts left, CANCELED
+ * when a cancel was asked for, else FAILED. Several statements: run it in a transaction on a locked row.
+ */
+async function endAttempt(
+  db: TrainingDb,
+  row: Selectable<TrainingJobTable>,
+  args: { errorMessage: string; retryable: boolean },
+): Promise<StoredJob> {
+  if (row.cancel_requested) return finish(db, row, { status: 'CANCELED', errorMessage: CANCELED_MESSAGE });
+  if (!args.retryable || row.attempt >= row.max_attempts) {
+    return finish(db, row, { status: 'FAILED', errorMessage: args.errorMessage });
+  }
+  const requeued = await db
+    .updateTable('training_jobs')
+    .set({
+      status: 'QUEUED',
+      attempt: row.attempt + 1,
+      error_message: args.errorMessage,
+      lease_token: null,
+      lease_expires_at: null,
+      worker_id: null,
+      base_step: null,
+      target_step: null,
+    })
+    .where('id', '=', row.id)
+    .returningAll()
+    .executeTakeFirstOrThrow();
+  return toJob(requeued);
+}
+
+/** A worker reports failure. Undefined for a stale or wrong token. Several statements: run in a transaction. */
+export async function failJob(
+  db: TrainingDb,
+  args: { jobId: string; leaseToken: string; errorMessage: string; retryable: boolean },
+): Promise<StoredJob | undefined> {
+  if (!isUuid(args.jobId) || !isUuid(args.leaseToken)) return undefined;
+  const row = await db
+    .selectFrom('training_jobs')
+    .selectAll()
+    .where('id', '=', args.jobId)
+    .where('status', '=', 'RUNNING')
+    .where('lease_token', '=', args.leaseToken)
+    .forUpdate()
+    .executeTakeFirst();
+  return row && endAttempt(db, row, args);
+}
+
+/**
+ * Ends the attempts whose lease lapsed, as a retryable failure. Rows another sweeper holds are skipped, so
+ * every process may sweep at once. Several statements: run it in a transaction.
+ */
+export async function sweepExpiredLeases(db: TrainingDb, args: { limit: number }): Promise<StoredJob[]> {
+  const expired = await db
+    .selectFrom('training_jobs')
+    .selectAll()
+    .where('status', '=', 'RUNNING')
+    .where('lease_expires_at', '<', sql<Date>`now()`)
+    .orderBy('lease_expires_at')
+    .limit(args.limit)
+    .forUpdate()
+    .skipLocked()
+    .execute();
+  const ended: StoredJob[] = [];
+  for (const row of expired) {
+    ended.push(await endAttempt(db, row, { errorMessage: `lease of worker ${row.worker_id ?? '(unknown)'} expired`, retryable: true }));
+  }
+  return ended;
+}
+
+/**
+ * A page of the job's inputs as JSON text, one group or row each, for the worker's JSON Lines stream.
+ * Read as text so that a large input is not parsed and serialised again on its way through.
+ */
+export async function readJobInputs(
+  db: TrainingDb,
+  args: { jobId: string; afterSeq: number; limit: number },
+): Promise<{ seq: number; json: string }[]> {
+  if (!isUuid(args.jobId)) return [];
+  return db
+    .selectFrom('job_inputs')
+    .select(['seq', sql<string>`payload::text`.as('json')])
+    .where('job_id', '=', args.jobId)
+    .where('seq', '>', args.afterSeq)
+    .orderBy('seq')
+    .limit(args.limit)
+    .execute();
+}
+
+/** A job as the worker protocol sees it: any job, by id (worker keys serve every entity). */
+export async function findJobForWorker(db: TrainingDb, args: { jobId: string }): Promise<StoredJob | undefined> {
+  if (!isUuid(args.jobId)) return undefined;
+  const row = await db.selectFrom('training_jobs').selectAll().where('id', '=', args.jobId).executeTakeFirst();
+  return row && toJob(row);
+}

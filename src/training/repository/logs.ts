@@ -1,0 +1,83 @@
+import { sql } from 'kysely';
+import type { MetricRecord, TrajectoryGroup } from '../schemas.js';
+import { chunkBySize, iso, jsonb, jsonbText, type TrainingDb } from './db.js';
+import type { StoredModel } from './models.js';
+
+/**
+ * Stores one log call's groups, one row per group, in multi-row inserts. Several statements for a large
+ * call: run it in a transaction so that a failed call stores nothing.
+ */
+export async function insertTrajectoryGroups(
+  db: TrainingDb,
+  args: { model: StoredModel; split: string; step: number; groups: readonly TrajectoryGroup[] },
+): Promise<{ log_id: string }> {
+  const logId = crypto.randomUUID();
+  const rows = args.groups.map((group, seq) => ({ seq, json: JSON.stringify(group) }));
+  for (const chunk of chunkBySize(rows, (row) => row.json.length)) {
+    await db
+      .insertInto('trajectory_logs')
+      .values(
+        chunk.map((row) => ({
+          model_id: args.model.id,
+          log_id: logId,
+          split: args.split,
+          step: args.step,
+          seq: row.seq,
+          payload: jsonbText(row.json),
+        })),
+      )
+      .execute();
+  }
+  return { log_id: logId };
+}
+
+/**
+ * Appends to the metric history and merges the metrics into the checkpoint at that step, where clients
+ * read `val/reward` to pick the best step (reference §3.3). Returns whether such a checkpoint exists.
+ */
+export async function recordMetrics(
+  db: TrainingDb,
+  args: { model: StoredModel; split: string; step: number; metrics: Record<string, number> },
+): Promise<{ merged_into_checkpoint: boolean }> {
+  await db
+    .insertInto('metric_history')
+    .values({ model_id: args.model.id, step: args.step, split: args.split, metrics: jsonb(args.metrics) })
+    .execute();
+  const merged = await db
+    .updateTable('checkpoints')
+    .set({ metrics: sql`metrics || ${jsonb(args.metrics)}` })
+    .where('model_id', '=', args.model.id)
+    .where('step', '=', args.step)
+    .executeTakeFirst();
+  return { merged_into_checkpoint: Number(merged.numUpdatedRows) > 0 };
+}
+
+/** The model's logged metrics, oldest step first. */
+export async function listMetricHistory(
+  db: TrainingDb,
+  args: { model: StoredModel; split?: string },
+): Promise<MetricRecord[]> {
+  let query = db
+    .selectFrom('metric_history')
+    .select(['step', 'split', 'metrics', 'created_at'])
+    .where('model_id', '=', args.model.id);
+  if (args.split !== undefined) query = query.where('split', '=', args.split);
+  const rows = await query.orderBy('step').orderBy('id').execute();
+  return rows.map((row) => ({ ...row, created_at: iso(row.created_at) }));
+}
+
+/** Logged groups of one split and step, in the order they were sent (for export and tests). */
+export async function listTrajectoryGroups(
+  db: TrainingDb,
+  args: { model: StoredModel; split: string; step: number },
+): Promise<TrajectoryGroup[]> {
+  const rows = await db
+    .selectFrom('trajectory_logs')
+    .select('payload')
+    .where('model_id', '=', args.model.id)
+    .where('split', '=', args.split)
+    .where('step', '=', args.step)
+    .orderBy('id')
+    .execute();
+  return rows.map((row) => row.payload as TrajectoryGroup);
+}

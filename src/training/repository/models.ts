@@ -1,0 +1,123 @@
+import { sql, type Selectable } from 'kysely';
+import type { Model, PageOf } from '../schemas.js';
+import type { ModelTable } from '../tables.js';
+import { cancelModelJobs } from './jobs.js';
+import { iso, isUuid, toPage, type EntityScope, type TrainingDb } from './db.js';
+
+/** A live model the caller may reach. Functions on a model's checkpoints, logs and jobs take one of these. */
+export interface StoredModel extends Model {
+  entity_id: string;
+}
+
+type ModelRow = Selectable<ModelTable> & { entity: string };
+
+function toModel(row: ModelRow): StoredModel {
+  return {
+    id: row.id,
+    entity: row.entity,
+    entity_id: row.entity_id,
+    project: row.project,
+    name: row.name,
+    base_model: row.base_model,
+    run_id: row.run_id,
+    created_at: iso(row.created_at),
+  };
+}
+
+function liveModels(db: TrainingDb, { entityIds }: EntityScope) {
+  return db
+    .selectFrom('models as m')
+    .innerJoin('entities as e', 'e.id', 'm.entity_id')
+    .selectAll('m')
+    .select('e.name as entity')
+    .where('m.deleted_at', 'is', null)
+    .where('m.entity_id', 'in', [...entityIds]);
+}
+
+/** Creates the model, or returns undefined when a live model already has this (entity, project, name). */
+export async function createModel(
+  db: TrainingDb,
+  args: { entityId: string; project: string; name: string; baseModel: string },
+): Promise<StoredModel | undefined> {
+  const inserted = await db
+    .insertInto('models')
+    .values({
+      id: crypto.randomUUID(),
+      entity_id: args.entityId,
+      project: args.project,
+      name: args.name,
+      base_model: args.baseModel,
+      run_id: null,
+      deleted_at: null,
+    })
+    .onConflict((oc) => oc.columns(['entity_id', 'project', 'name']).where('deleted_at', 'is', null).doNothing())
+    .returning('id')
+    .executeTakeFirst();
+  if (!inserted) return undefined;
+  return findModel(db, { entityIds: [args.entityId], modelId: inserted.id });
+}
+
+export async function findModel(db: TrainingDb, args: EntityScope & { modelId: string }): Promise<StoredModel | undefined> {
+  if (args.entityIds.length === 0 || !isUuid(args.modelId)) return undefined;
+  const row = await liveModels(db, args).where('m.id', '=', args.modelId).executeTakeFirst();
+  return row && toModel(row);
+}
+
+export async function findModelByName(
+  db: TrainingDb,
+  args: EntityScope & { entityId: string; project: string; name: string },
+): Promise<StoredModel | undefined> {
+  if (!args.entityIds.includes(args.entityId)) return undefined;
+  const row = await liveModels(db, args)
+    .where('m.entity_id', '=', args.entityId)
+    .where('m.project', '=', args.project)
+    .where('m.name', '=', args.name)
+    .executeTakeFirst();
+  return row && toModel(row);
+}
+
+/**
+ * Models in creation order. `after` is a model id from an earlier page; undefined is returned when it is
+ * not one the caller can see, for the service to answer 422.
+ */
+export async function listModels(
+  db: TrainingDb,
+  args: EntityScope & { entityId?: string; project?: string; after?: string; limit: number },
+): Promise<PageOf<StoredModel> | undefined> {
+  if (args.entityIds.length === 0) return args.after === undefined ? toPage([], args.limit) : undefined;
+  let query = liveModels(db, args);
+  if (args.after !== undefined) {
+    const cursor = await findModel(db, { entityIds: args.entityIds, modelId: args.after });
+    if (!cursor) return undefined;
+    // Compared in SQL: timestamptz keeps microseconds that a JS Date would drop.
+    query = query.where(sql<boolean>`(m.created_at, m.id) > (select created_at, id from models where id = ${cursor.id})`);
+  }
+  if (args.entityId !== undefined) query = query.where('m.entity_id', '=', args.entityId);
+  if (args.project !== undefined) query = query.where('m.project', '=', args.project);
+  const rows = await query.orderBy('m.created_at').orderBy('m.id').limit(args.limit + 1).execute();
+  return toPage(rows.map(toModel), args.limit);
+}
+
+/** The step a log call records at: the latest checkpoint's, or 0 before the first training step. */
+export async function currentStep(db: TrainingDb, { model }: { model: StoredModel }): Promise<number> {
+  const row = await db
+    .selectFrom('checkpoints')
+    .select((eb) => eb.fn.max('step').as('step'))
+    .where('model_id', '=', model.id)
+    .executeTakeFirst();
+  return row?.step ?? 0;
+}
+
+/**
+ * Deletes a model: the row is kept, marked deleted, so that its jobs stay readable; its checkpoints, logged
+ * trajectories and metrics go; queued jobs are canceled and running ones asked to stop. Several statements:
+ * run it in a transaction.
+ */
+export async function deleteModel(db: TrainingDb, { model }: { model: StoredModel }): Promise<{ deleted_checkpoints: number }> {
+  await db.updateTable('models').set({ deleted_at: new Date() }).where('id', '=', model.id).execute();
+  const deleted = await db.deleteFrom('checkpoints').where('model_id', '=', model.id).executeTakeFirst();
+  await db.deleteFrom('trajectory_logs').where('model_id', '=', model.id).execute();
+  await db.deleteFrom('metric_history').where('model_id', '=', model.id).execute();
+  await cancelModelJobs(db, { modelId: model.id });
+  return { deleted_checkpoints: Number(deleted.numDeletedRows) };
+}

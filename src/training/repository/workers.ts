@@ -1,0 +1,38 @@
+import { sql } from 'kysely';
+import { iso, type TrainingDb } from './db.js';
+
+/** Records that a worker called in (claim, heartbeat), for the system check's `gpu_queue`. */
+export async function touchWorker(db: TrainingDb, args: { workerId: string; apiKeyId: string | null }): Promise<void> {
+  await db
+    .insertInto('workers')
+    .values({ worker_id: args.workerId, api_key_id: args.apiKeyId, last_seen_at: sql<Date>`now()` })
+    .onConflict((oc) =>
+      oc.column('worker_id').doUpdateSet({ api_key_id: args.apiKeyId, last_seen_at: sql<Date>`now()` }),
+    )
+    .execute();
+}
+
+/** Workers seen within the window, most recent first. */
+export async function listActiveWorkers(
+  db: TrainingDb,
+  args: { seenWithinSeconds: number },
+): Promise<{ worker_id: string; last_seen_at: string }[]> {
+  const rows = await db
+    .selectFrom('workers')
+    .select(['worker_id', 'last_seen_at'])
+    .where('last_seen_at', '>', sql<Date>`now() - make_interval(secs => ${args.seenWithinSeconds})`)
+    .orderBy('last_seen_at', 'desc')
+    .execute();
+  return rows.map((row) => ({ worker_id: row.worker_id, last_seen_at: iso(row.last_seen_at) }));
+}
+
+/** Queue depth by status, for the system check. */
+export async function countJobsByStatus(db: TrainingDb): Promise<Record<string, number>> {
+  const rows = await db
+    .selectFrom('training_jobs')
+    .select(['status', (eb) => eb.fn.countAll<number>().as('count')])
+    .where('status', 'in', ['QUEUED', 'RUNNING'])
+    .groupBy('status')
+    .execute();
+  return Object.fromEntries(rows.map((row) => [row.status, Number(row.count)]));
+}

@@ -1,0 +1,494 @@
+import { z } from 'zod';
+
+/**
+ * Request and response bodies of the training API (reference/training-api.md §3) and of the trainer-worker
+ * protocol (issue 4). Trajectory shapes accept all three client generations of reference §6: defaults may be
+ * omitted, unknown keys are kept for the trainer, and message/choice items are checked only as far as the
+ * server reads them, so that multi-MB bodies of logprobs are not walked key by key.
+ */
+
+const Uuid = z.uuid();
+const Timestamp = z.string().describe('ISO 8601 date-time');
+
+/** Metric values from clients: numbers, and booleans that newer ART versions put in `metrics`. */
+const MetricValue = z.union([z.number(), z.boolean()]);
+const MetricMap = z.record(z.string(), MetricValue);
+const NumberMap = z.record(z.string(), z.number());
+
+// ---------------------------------------------------------------------------------------------------------
+// Pagination
+
+/** Cursor page query of the reference (§3.3, §3.9); query strings arrive as text. */
+const PageLimit = z.coerce.number().int().min(1).max(100).default(20);
+const PageAfter = z.string().optional();
+
+/** The OpenAI-style page envelope the ART client auto-paginates over (reference §2). */
+export function Page<T extends z.ZodType>(item: T) {
+  return z.object({
+    object: z.literal('list'),
+    data: z.array(item),
+    first_id: z.string(),
+    last_id: z.string(),
+    has_more: z.boolean(),
+  });
+}
+export interface PageOf<T> {
+  object: 'list';
+  data: T[];
+  first_id: string;
+  last_id: string;
+  has_more: boolean;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Models
+
+export const ModelCreate = z.object({
+  entity: z.string().min(1).nullish(),
+  project: z.string().min(1),
+  name: z.string().min(1),
+  base_model: z.string().min(1),
+  return_existing: z.boolean().default(false),
+});
+export type ModelCreate = z.infer<typeof ModelCreate>;
+
+export const Model = z.object({
+  id: Uuid,
+  entity: z.string(),
+  project: z.string(),
+  name: z.string(),
+  base_model: z.string(),
+  run_id: z.string().nullable(),
+  created_at: Timestamp,
+});
+export type Model = z.infer<typeof Model>;
+
+export const ModelListQuery = z.object({
+  entity: z.string().min(1).optional(),
+  project: z.string().min(1).optional(),
+  after: PageAfter,
+  limit: PageLimit,
+});
+export type ModelListQuery = z.infer<typeof ModelListQuery>;
+
+export const DeleteModelResponse = z.object({
+  model_id: Uuid,
+  deleted_checkpoints: z.number().int(),
+  deleted_run: z.boolean(),
+});
+export type DeleteModelResponse = z.infer<typeof DeleteModelResponse>;
+
+export const BaseModelList = z.array(z.string());
+
+// ---------------------------------------------------------------------------------------------------------
+// Checkpoints
+
+export const CheckpointListQuery = z.object({
+  after: PageAfter,
+  limit: PageLimit,
+  order: z.enum(['asc', 'desc']).default('asc'),
+});
+export type CheckpointListQuery = z.infer<typeof CheckpointListQuery>;
+
+export const Checkpoint = z.object({
+  id: Uuid,
+  step: z.number().int(),
+  metrics: NumberMap,
+});
+export type Checkpoint = z.infer<typeof Checkpoint>;
+
+export const CheckpointPage = Page(Checkpoint);
+export type CheckpointPage = z.infer<typeof CheckpointPage>;
+
+export const DeleteCheckpointsRequest = z.object({
+  steps: z.array(z.int()),
+});
+export type DeleteCheckpointsRequest = z.infer<typeof DeleteCheckpointsRequest>;
+
+export const DeleteCheckpointsResponse = z.object({
+  deleted_count: z.number().int(),
+  not_found_steps: z.array(z.number().int()),
+});
+export type DeleteCheckpointsResponse = z.infer<typeof DeleteCheckpointsResponse>;
+
+// ---------------------------------------------------------------------------------------------------------
+// Trajectories (reference §6)
+
+/** A plain chat message param: context the trainer does not train on. */
+export const ChatMessage = z
+  .object({
+    role: z.string(),
+    content: z.unknown().optional(),
+  })
+  .loose();
+
+/**
+ * A dumped OpenAI `Choice`: the trainable tokens. It has `message` and no top-level `role`; engines and ART
+ * add keys (`stop_reason`, `token_ids`, `prompt_token_ids`, ...) that the trainer needs, so all are kept.
+ * `logprobs` is left unchecked: it is the bulk of the body and only the trainer reads it.
+ */
+export const Choice = z
+  .object({
+    message: z.object({ role: z.string().optional(), content: z.unknown().optional() }).loose(),
+    finish_reason: z.string().nullish(),
+    index: z.number().int().nullish(),
+    logprobs: z.unknown().optional(),
+  })
+  .loose();
+
+export const MessageOrChoice = z.union([ChatMessage, Choice]);
+export type MessageOrChoice = z.infer<typeof MessageOrChoice>;
+
+export const Tool = z
+  .object({
+    type: z.string().optional(),
+    function: z.object({ name: z.string() }).loose().optional(),
+  })
+  .loose();
+
+export const History = z
+  .object({
+    messages_and_choices: z.array(MessageOrChoice).optional(),
+    tools: z.array(Tool).nullish(),
+  })
+  .loose();
+
+/** Generation C: raw request/response pairs captured from HTTP clients, kept for the trainer. */
+export const Exchanges = z
+  .object({
+    chat_completions: z.array(z.unknown()).optional(),
+    completions: z.array(z.unknown()).optional(),
+    responses: z.array(z.unknown()).optional(),
+    messages: z.array(z.unknown()).optional(),
+  })
+  .loose();
+
+/**
+ * Every field is optional: the newest ART dumps with `exclude_defaults=True` (reference §6.3). `reward`
+ * alone gets its default here because every consumer needs a number; list fields stay absent so that a
+ * generation-C trajectory with `exchanges` is stored as sent.
+ */
+export const Trajectory = z
+  .object({
+    messages_and_choices: z.array(MessageOrChoice).optional(),
+    tools: z.array(Tool).nullish(),
+    additional_histories: z.array(History).optional(),
+    reward: z.number().default(0),
+    initial_policy_version: z.int().nullish(),
+    final_policy_version: z.int().nullish(),
+    metrics: MetricMap.optional(),
+    auto_metrics: MetricMap.optional(),
+    metadata: z.record(z.string(), z.unknown()).optional(),
+    logs: z.array(z.string()).optional(),
+    start_time: z.string().nullish(),
+    exchanges: Exchanges.optional(),
+  })
+  .loose();
+export type Trajectory = z.infer<typeof Trajectory>;
+
+/** ART's `PydanticException`: `type` is `str(type(exc))`, `traceback` the joined text. */
+export const GroupException = z
+  .object({
+    type: z.string().optional(),
+    message: z.string().optional(),
+    traceback: z.string().optional(),
+  })
+  .loose();
+
+export const TrajectoryGroup = z
+  .object({
+    trajectories: z.array(Trajectory).optional(),
+    exceptions: z.array(GroupException).optional(),
+    metadata: z.record(z.string(), z.unknown()).optional(),
+    metrics: MetricMap.optional(),
+    logs: z.array(z.string()).optional(),
+  })
+  .loose();
+export type TrajectoryGroup = z.infer<typeof TrajectoryGroup>;
+
+// ---------------------------------------------------------------------------------------------------------
+// Log
+
+export const LogRequest = z.object({
+  split: z.string().min(1),
+  trajectory_groups: z.array(TrajectoryGroup),
+});
+export type LogRequest = z.infer<typeof LogRequest>;
+
+export const LogResponse = z.object({
+  step: z.number().int(),
+  metrics: NumberMap,
+});
+export type LogResponse = z.infer<typeof LogResponse>;
+
+export const MetricHistoryQuery = z.object({
+  split: z.string().min(1).optional(),
+});
+export type MetricHistoryQuery = z.infer<typeof MetricHistoryQuery>;
+
+export const MetricRecord = z.object({
+  step: z.number().int(),
+  split: z.string(),
+  metrics: NumberMap,
+  created_at: Timestamp,
+});
+export type MetricRecord = z.infer<typeof MetricRecord>;
+
+export const MetricHistory = z.object({
+  object: z.literal('list'),
+  data: z.array(MetricRecord),
+});
+export type MetricHistory = z.infer<typeof MetricHistory>;
+
+// ---------------------------------------------------------------------------------------------------------
+// RL jobs (reference §3.6)
+
+/**
+ * The 25 keys of generation B, each nullable because the latest ART sends every key with unset ones as
+ * null; unknown keys from newer clients pass through to the trainer.
+ */
+export const ExperimentalTrainingConfig = z
+  .object({
+    advantage_balance: z.number().nullish(),
+    allow_training_without_logprobs: z.boolean().nullish(),
+    epsilon: z.number().nullish(),
+    epsilon_high: z.number().nullish(),
+    importance_sampling_level: z.enum(['token', 'sequence', 'average', 'geometric_average']).nullish(),
+    kimi_k2_tau: z.number().nullish(),
+    kl_penalty_coef: z.number().nullish(),
+    kl_penalty_reference_step: z.int().min(0).nullish(),
+    kl_penalty_source: z.enum(['current_learner', 'sample']).nullish(),
+    kl_penalty_step_lag: z.int().min(1).nullish(),
+    kl_ref_adapter_path: z.string().nullish(),
+    learning_rate: z.number().nullish(),
+    logprob_calculation_chunk_size: z.int().min(1).nullish(),
+    loss_fn: z.enum(['cispo', 'ppo']).nullish(),
+    mask_prob_ratio: z.boolean().nullish(),
+    max_negative_advantage_importance_sampling_weight: z.number().nullish(),
+    normalize_advantages: z.boolean().nullish(),
+    num_trajectories_learning_rate_multiplier_power: z.number().nullish(),
+    packed_sequence_length: z.int().min(1).nullish(),
+    plot_tensors: z.boolean().nullish(),
+    ppo: z.boolean().nullish(),
+    precalculate_logprobs: z.boolean().nullish(),
+    scale_learning_rate_by_reward_std_dev: z.boolean().nullish(),
+    scale_rewards: z.boolean().nullish(),
+    truncated_importance_sampling: z.number().nullish(),
+  })
+  .loose();
+export type ExperimentalTrainingConfig = z.infer<typeof ExperimentalTrainingConfig>;
+
+export const CreateTrainingJob = z.object({
+  model_id: Uuid,
+  trajectory_groups: z.array(TrajectoryGroup),
+  experimental_config: ExperimentalTrainingConfig.nullish(),
+});
+export type CreateTrainingJob = z.infer<typeof CreateTrainingJob>;
+
+// ---------------------------------------------------------------------------------------------------------
+// SFT jobs (reference §3.7)
+
+export const SFTMetricLoggingConfig = z
+  .object({
+    enabled: z.boolean().optional(),
+    target_training_step: z.int().nullish(),
+  })
+  .loose();
+
+export const SFTTrainingConfig = z
+  .object({
+    batch_size: z.union([z.int().min(1), z.literal('auto')]).nullish(),
+    learning_rate: z.union([z.number(), z.array(z.number()).min(1)]).nullish(),
+    assistant_turns: z.enum(['all', 'last']).nullish(),
+    metric_logging: SFTMetricLoggingConfig.nullish(),
+  })
+  .loose();
+export type SFTTrainingConfig = z.infer<typeof SFTTrainingConfig>;
+
+/**
+ * `training_folder_url` is the key an intermediate ART client sent (reference §3.7); both are accepted and
+ * the output carries `training_data_url` only.
+ */
+export const CreateSFTTrainingJob = z
+  .object({
+    model_id: Uuid,
+    training_data_url: z.string().min(1).optional(),
+    training_folder_url: z.string().min(1).optional(),
+    config: SFTTrainingConfig.nullish(),
+    experimental_config: z.record(z.string(), z.unknown()).nullish(),
+  })
+  .superRefine((body, ctx) => {
+    if (body.training_data_url === undefined && body.training_folder_url === undefined) {
+      ctx.addIssue({ code: 'invalid_type', expected: 'string', path: ['training_data_url'], input: undefined });
+    }
+  })
+  .transform(({ training_folder_url, ...body }) => ({
+    ...body,
+    training_data_url: (body.training_data_url ?? training_folder_url) as string,
+  }));
+export type CreateSFTTrainingJob = z.output<typeof CreateSFTTrainingJob>;
+
+/** One SFT training row as the worker receives it (ART's `train.jsonl` line). */
+export const SFTRow = z
+  .object({
+    messages: z.array(z.record(z.string(), z.unknown())).min(1),
+    tools: z.array(Tool).nullish(),
+  })
+  .loose();
+export type SFTRow = z.infer<typeof SFTRow>;
+
+// ---------------------------------------------------------------------------------------------------------
+// Jobs and events
+
+export const JobKind = z.enum(['rl', 'sft']);
+export type JobKind = z.infer<typeof JobKind>;
+
+export const JobStatus = z.enum(['QUEUED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCELED']);
+export type JobStatus = z.infer<typeof JobStatus>;
+
+export const TrainingJobCreated = z.object({ id: Uuid });
+export type TrainingJobCreated = z.infer<typeof TrainingJobCreated>;
+
+export const TrainingJob = z.object({
+  id: Uuid,
+  model_id: Uuid,
+  kind: JobKind,
+  status: JobStatus,
+  created_at: Timestamp,
+  training_start: Timestamp.nullable(),
+  training_end: Timestamp.nullable(),
+  error_message: z.string().nullable(),
+  attempt: z.number().int(),
+  base_step: z.number().int().nullable(),
+  target_step: z.number().int().nullable(),
+  cancel_requested: z.boolean(),
+});
+export type TrainingJob = z.infer<typeof TrainingJob>;
+
+export const TrainingJobListQuery = z.object({
+  model_id: Uuid.optional(),
+  status: JobStatus.optional(),
+  after: PageAfter,
+  limit: PageLimit,
+});
+export type TrainingJobListQuery = z.infer<typeof TrainingJobListQuery>;
+
+export const TrainingJobPage = Page(TrainingJob);
+
+export const EventType = z.enum(['training_started', 'gradient_step', 'training_ended', 'training_failed']);
+export type EventType = z.infer<typeof EventType>;
+
+export const TrainingJobEvent = z.object({
+  id: Uuid,
+  type: EventType,
+  data: z.record(z.string(), z.unknown()),
+});
+export type TrainingJobEvent = z.infer<typeof TrainingJobEvent>;
+
+export const EventListQuery = z.object({
+  after: PageAfter,
+  limit: PageLimit,
+});
+export type EventListQuery = z.infer<typeof EventListQuery>;
+
+export const TrainingJobEventPage = Page(TrainingJobEvent);
+
+// ---------------------------------------------------------------------------------------------------------
+// Trainer-worker protocol (issue 4, docs/training.md)
+
+export const ClaimRequest = z.object({
+  worker_id: z.string().min(1).max(200),
+  kinds: z.array(JobKind).min(1).optional(),
+  base_models: z.array(z.string().min(1)).min(1).optional(),
+  wait_seconds: z.number().min(0).max(30).default(0),
+});
+export type ClaimRequest = z.infer<typeof ClaimRequest>;
+
+export const Lease = z.object({
+  token: Uuid,
+  expires_at: Timestamp,
+});
+export type Lease = z.infer<typeof Lease>;
+
+export const ClaimedJob = z.object({
+  id: Uuid,
+  kind: JobKind,
+  attempt: z.number().int(),
+  model: z.object({
+    id: Uuid,
+    entity: z.string(),
+    project: z.string(),
+    name: z.string(),
+    base_model: z.string(),
+  }),
+  base_checkpoint: z.object({ id: Uuid, step: z.number().int(), uri: z.string() }).nullable(),
+  target_step: z.number().int(),
+  config: z.record(z.string(), z.unknown()),
+  num_inputs: z.number().int(),
+  inputs_url: z.string(),
+});
+export type ClaimedJob = z.infer<typeof ClaimedJob>;
+
+export const ClaimResponse = z.object({ job: ClaimedJob, lease: Lease });
+export type ClaimResponse = z.infer<typeof ClaimResponse>;
+
+const LeaseToken = z.uuid();
+
+export const HeartbeatRequest = z.object({ lease_token: LeaseToken });
+export type HeartbeatRequest = z.infer<typeof HeartbeatRequest>;
+
+export const HeartbeatResponse = z.object({
+  expires_at: Timestamp,
+  cancel_requested: z.boolean(),
+});
+export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;
+
+/**
+ * The events a worker may post. `training_ended` and `training_failed` are written by complete and fail,
+ * in the same transaction as the state change. `gradient_step` values must be finite numbers because the
+ * ART client passes each through `float()` (reference §3.9); zod 4 numbers already refuse Infinity and NaN.
+ */
+export const WorkerEvent = z.discriminatedUnion('type', [
+  z.object({
+    type: z.literal('training_started'),
+    data: z.object({ num_sequences: z.int().min(0) }).loose(),
+  }),
+  z.object({
+    type: z.literal('gradient_step'),
+    data: NumberMap,
+  }),
+]);
+export type WorkerEvent = z.infer<typeof WorkerEvent>;
+
+export const PostEventsRequest = z.object({
+  lease_token: LeaseToken,
+  events: z.array(WorkerEvent).min(1).max(1000),
+});
+export type PostEventsRequest = z.infer<typeof PostEventsRequest>;
+
+export const PostEventsResponse = z.object({
+  ids: z.array(Uuid),
+});
+export type PostEventsResponse = z.infer<typeof PostEventsResponse>;
+
+export const CompleteRequest = z.object({
+  lease_token: LeaseToken,
+  checkpoint: z.object({
+    uri: z.string().min(1),
+    metrics: NumberMap.default({}),
+  }),
+});
+export type CompleteRequest = z.infer<typeof CompleteRequest>;
+
+export const CompleteResponse = z.object({
+  job: TrainingJob,
+  checkpoint: z.object({ id: Uuid, step: z.number().int(), uri: z.string(), metrics: NumberMap }),
+});
+export type CompleteResponse = z.infer<typeof CompleteResponse>;
+
+export const FailRequest = z.object({
+  lease_token: LeaseToken,
+  error_message: z.string().min(1).max(10_000),
+  retryable: z.boolean().default(false),
+});
+export type FailRequest = z.infer<typeof FailRequest>;

@@ -1,0 +1,119 @@
+import type { ColumnType, Generated } from 'kysely';
+import type { Timestamp } from '../auth/tables.js';
+import type { EventType, JobKind, JobStatus } from './schemas.js';
+
+declare const jsonbBrand: unique symbol;
+/**
+ * What a JSONB column accepts: only `jsonb(value)` of repository/json.ts makes one, because the pg driver
+ * would turn a plain JS array into a Postgres array.
+ */
+export interface JsonbValue<T> {
+  readonly [jsonbBrand]: T;
+}
+type Jsonb<T> = ColumnType<T, JsonbValue<T>, JsonbValue<T>>;
+/** An identity column: generated on insert, never written. */
+type Identity = ColumnType<number, never, never>;
+
+export interface ModelTable {
+  id: string;
+  entity_id: string;
+  project: string;
+  name: string;
+  base_model: string;
+  run_id: string | null;
+  created_at: Generated<Date>;
+  /** Soft delete: jobs stay readable as CANCELED and the name can be registered again. */
+  deleted_at: Timestamp | null;
+}
+
+export interface CheckpointTable {
+  id: string;
+  model_id: string;
+  step: number;
+  uri: string;
+  metrics: Jsonb<Record<string, number>>;
+  /** The job that produced it; null for checkpoints registered by other means. */
+  job_id: string | null;
+  created_at: Generated<Date>;
+}
+
+/** One row per trajectory group per log call: groups are what clients send and what the trainer reads. */
+export interface TrajectoryLogTable {
+  id: Generated<Identity>;
+  model_id: string;
+  log_id: string;
+  split: string;
+  step: number;
+  seq: number;
+  payload: Jsonb<unknown>;
+  created_at: Generated<Date>;
+}
+
+export interface MetricHistoryTable {
+  id: Generated<Identity>;
+  model_id: string;
+  step: number;
+  split: string;
+  metrics: Jsonb<Record<string, number>>;
+  created_at: Generated<Date>;
+}
+
+export interface TrainingJobTable {
+  id: string;
+  /** Creation order: a transaction's rows share one now(), so created_at alone cannot order them. */
+  seq: Generated<Identity>;
+  model_id: string;
+  kind: JobKind;
+  status: JobStatus;
+  attempt: Generated<number>;
+  max_attempts: number;
+  base_step: number | null;
+  target_step: number | null;
+  config: Jsonb<Record<string, unknown>>;
+  num_inputs: number;
+  created_at: Generated<Date>;
+  training_start: Timestamp | null;
+  training_end: Timestamp | null;
+  error_message: string | null;
+  lease_token: string | null;
+  lease_expires_at: Timestamp | null;
+  worker_id: string | null;
+  cancel_requested: Generated<boolean>;
+  checkpoint_id: string | null;
+}
+
+/** A job's inputs, one trajectory group (RL) or training row (SFT) each, streamed to the worker as JSONL. */
+export interface JobInputTable {
+  job_id: string;
+  seq: number;
+  payload: Jsonb<unknown>;
+}
+
+export interface JobEventTable {
+  id: string;
+  /** Append order: event ids are random UUIDs, and clients page by "strictly after this event". */
+  seq: Generated<Identity>;
+  job_id: string;
+  attempt: number;
+  type: EventType;
+  data: Jsonb<Record<string, unknown>>;
+  created_at: Generated<Date>;
+}
+
+export interface WorkerTable {
+  worker_id: string;
+  api_key_id: string | null;
+  last_seen_at: Timestamp;
+  created_at: Generated<Date>;
+}
+
+export interface TrainingTables {
+  models: ModelTable;
+  checkpoints: CheckpointTable;
+  trajectory_logs: TrajectoryLogTable;
+  metric_history: MetricHistoryTable;
+  training_jobs: TrainingJobTable;
+  job_inputs: JobInputTable;
+  job_events: JobEventTable;
+  workers: WorkerTable;
+}

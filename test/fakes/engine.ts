@@ -1,0 +1,272 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/**
+ * A fake vLLM-shaped OpenAI-compatible engine on a loopback port, for tests and benchmarks: chat
+ * completions (JSON and SSE), /v1/models, runtime LoRA load/unload, and injectable faults.
+ */
+
+export type FakeBehaviour =
+  | { kind: 'ok' }
+  /** Answer with this status and a vLLM error body (plus Retry-After when given). */
+  | { kind: 'status'; status: number; message?: string; retryAfter?: string }
+  /** Never answer; keep the connection open. */
+  | { kind: 'hang' }
+  /** Send 200 headers (streams only), then nothing. */
+  | { kind: 'hang-after-headers' }
+  /** Stream this many content chunks, then stall without closing. */
+  | { kind: 'stall-after'; chunks: number }
+  /** Stream this many content chunks, then destroy the connection. */
+  | { kind: 'drop-after'; chunks: number }
+  /** Stream this many content chunks, then a vLLM in-stream error event and [DONE]. */
+  | { kind: 'error-event-after'; chunks: number };
+
+export interface FakeEngineOptions {
+  /** Served base model names; the first is the parent of loaded adapters. */
+  models?: string[];
+  /** Delay before answering a chat request. */
+  latencyMs?: number;
+  /** Content chunks per completion (each one token). */
+  chunks?: number;
+  /** Delay between streamed chunks. */
+  chunkDelayMs?: number;
+  /** Delay before a load_lora_adapter answers. */
+  loadDelayMs?: number;
+  /** When set, requests need `Authorization: Bearer <apiKey>` (vLLM's `--api-key`). */
+  apiKey?: string;
+}
+
+export interface RecordedRequest {
+  method: string;
+  path: string;
+  headers: IncomingMessage['headers'];
+  body: unknown;
+}
+
+export interface Disconnect {
+  path: string;
+  /** Content chunks written before the client went away (0 when it left before the first token). */
+  chunksSent: number;
+}
+
+export interface FakeEngine {
+  url: string;
+  requests: RecordedRequest[];
+  disconnects: Disconnect[];
+  /** Successful load_lora_adapter calls per adapter name. */
+  loads: Map<string, number>;
+  unloads: Map<string, number>;
+  /** Adapter name → path of what is loaded now. */
+  adapters: Map<string, string>;
+  options: Required<Omit<FakeEngineOptions, 'apiKey'>> & { apiKey?: string };
+  /** Applies to the next `times` chat requests (all of them when omitted), then back to 'ok'. */
+  setBehaviour(behaviour: FakeBehaviour, times?: number): void;
+  chatRequests(): RecordedRequest[];
+  close(): Promise<void>;
+}
+
+const TOKENS = ['Hello', ' from', ' the', ' fake', ' engine', '.'];
+
+export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<FakeEngine> {
+  const settings = {
+    models: options.models ?? ['fake/base-model'],
+    latencyMs: options.latencyMs ?? 0,
+    chunks: options.chunks ?? 3,
+    chunkDelayMs: options.chunkDelayMs ?? 0,
+    loadDelayMs: options.loadDelayMs ?? 0,
+    apiKey: options.apiKey,
+  };
+  let behaviour: FakeBehaviour = { kind: 'ok' };
+  let remaining = Infinity;
+  let counter = 0;
+
+  const engine: FakeEngine = {
+    url: '',
+    requests: [],
+    disconnects: [],
+    loads: new Map(),
+    unloads: new Map(),
+    adapters: new Map(),
+    options: settings,
+    setBehaviour(next, times = Infinity) {
+      behaviour = next;
+      remaining = times;
+    },
+    chatRequests: () => engine.requests.filter((r) => r.path === '/v1/chat/completions'),
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+
+  const nextBehaviour = (): FakeBehaviour => {
+    if (remaining <= 0) behaviour = { kind: 'ok' };
+    remaining -= 1;
+    return behaviour;
+  };
+
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      const text = Buffer.concat(chunks).toString('utf8');
+      let body: unknown = undefined;
+      if (text) {
+        try {
+          body = JSON.parse(text);
+        } catch {
+          body = text;
+        }
+      }
+      const path = (req.url ?? '/').split('?')[0];
+      engine.requests.push({ method: req.method ?? 'GET', path, headers: req.headers, body });
+      if (settings.apiKey && req.headers.authorization !== `Bearer ${settings.apiKey}`) {
+        return json(res, 401, { error: 'Unauthorized' });
+      }
+      if (req.method === 'GET' && path === '/v1/models') return listModels(res);
+      if (req.method === 'POST' && path === '/v1/load_lora_adapter') return void loadAdapter(res, body as LoraBody);
+      if (req.method === 'POST' && path === '/v1/unload_lora_adapter') return unloadAdapter(res, body as LoraBody);
+      if (req.method === 'POST' && path === '/v1/chat/completions') return void chat(req, res, body as ChatBody);
+      json(res, 404, { detail: 'Not Found' });
+    });
+  });
+
+  function listModels(res: ServerResponse): void {
+    const created = Math.floor(Date.now() / 1000);
+    const bases = settings.models.map((id) => ({ id, object: 'model', created, owned_by: 'vllm', root: id, parent: null, max_model_len: 4096 }));
+    const loras = [...engine.adapters].map(([id, path]) => ({ id, object: 'model', created, owned_by: 'vllm', root: path, parent: settings.models[0], max_model_len: null }));
+    json(res, 200, { object: 'list', data: [...bases, ...loras] });
+  }
+
+  async function loadAdapter(res: ServerResponse, body: LoraBody): Promise<void> {
+    if (!body?.lora_name || !body?.lora_path) return vllmError(res, 400, 'Both \'lora_name\' and \'lora_path\' must be provided.', 'InvalidUserInput');
+    if (engine.adapters.has(body.lora_name) && !body.load_inplace) {
+      return vllmError(res, 400, `The lora adapter '${body.lora_name}' has already been loaded.`, 'InvalidUserInput');
+    }
+    if (settings.loadDelayMs > 0) await delay(settings.loadDelayMs);
+    engine.adapters.set(body.lora_name, body.lora_path);
+    engine.loads.set(body.lora_name, (engine.loads.get(body.lora_name) ?? 0) + 1);
+    res.writeHead(200, { 'content-type': 'text/plain' }).end(`Success: LoRA adapter '${body.lora_name}' added successfully.`);
+  }
+
+  function unloadAdapter(res: ServerResponse, body: LoraBody): void {
+    if (!body?.lora_name || !engine.adapters.has(body.lora_name)) {
+      return vllmError(res, 404, `The lora adapter '${body?.lora_name}' cannot be found.`, 'NotFoundError');
+    }
+    engine.adapters.delete(body.lora_name);
+    engine.unloads.set(body.lora_name, (engine.unloads.get(body.lora_name) ?? 0) + 1);
+    res.writeHead(200, { 'content-type': 'text/plain' }).end(`Success: LoRA adapter '${body.lora_name}' removed successfully.`);
+  }
+
+  async function chat(req: IncomingMessage, res: ServerResponse, body: ChatBody): Promise<void> {
+    const current = nextBehaviour();
+    let chunksSent = 0;
+    res.on('close', () => {
+      if (!res.writableFinished) engine.disconnects.push({ path: '/v1/chat/completions', chunksSent });
+    });
+    if (current.kind === 'hang') return;
+    if (settings.latencyMs > 0) await delay(settings.latencyMs);
+    if (res.destroyed) return;
+    if (current.kind === 'status') {
+      const headers: Record<string, string> = current.retryAfter ? { 'retry-after': current.retryAfter } : {};
+      return vllmError(res, current.status, current.message ?? `fake engine failure ${current.status}`, 'InternalServerError', headers);
+    }
+    const model = body?.model ?? settings.models[0];
+    if (!settings.models.includes(model) && !engine.adapters.has(model)) {
+      return vllmError(res, 404, `The model \`${model}\` does not exist.`, 'NotFoundError', {}, 'model');
+    }
+
+    const id = `chatcmpl-${req.headers['x-request-id'] ?? `fake-${++counter}`}`;
+    const created = Math.floor(Date.now() / 1000);
+    const tokenIds = Array.from({ length: settings.chunks }, (_, i) => 1000 + i);
+    const text = (i: number) => TOKENS[i % TOKENS.length];
+    const logprob = (i: number) => ({
+      token: body.return_tokens_as_token_ids ? `token_id:${tokenIds[i]}` : text(i),
+      logprob: -0.1 * (i + 1),
+      bytes: [...Buffer.from(text(i))],
+      top_logprobs: [],
+    });
+    const usage = { prompt_tokens: 7, completion_tokens: settings.chunks, total_tokens: 7 + settings.chunks };
+    const promptTokenIds = body.return_token_ids ? { prompt_token_ids: [1, 2, 3, 4, 5, 6, 7] } : {};
+
+    if (!body.stream) {
+      return json(res, 200, {
+        id,
+        object: 'chat.completion',
+        created,
+        model,
+        choices: [
+          {
+            index: 0,
+            message: { role: 'assistant', content: tokenIds.map((_, i) => text(i)).join(''), tool_calls: [], reasoning: null },
+            logprobs: body.logprobs ? { content: tokenIds.map((_, i) => logprob(i)) } : null,
+            finish_reason: 'stop',
+            stop_reason: null,
+            token_ids: body.return_token_ids ? tokenIds : null,
+          },
+        ],
+        usage,
+        ...promptTokenIds,
+      });
+    }
+
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+    if (current.kind === 'hang-after-headers') return res.flushHeaders();
+    const send = (chunk: object) => res.write(`data: ${JSON.stringify(chunk)}\n\n`);
+    const base = { id, object: 'chat.completion.chunk', created, model };
+    send({ ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], ...promptTokenIds });
+    for (let i = 0; i < settings.chunks; i++) {
+      if (res.destroyed) return;
+      if ('chunks' in current && i === current.chunks) {
+        if (current.kind === 'stall-after') return;
+        // Destroy only once what was written has left, so the client sees a stream broken mid-way.
+        if (current.kind === 'drop-after') return void res.write('', () => res.destroy());
+        send({ error: { message: 'Internal server error', type: 'InternalServerError', param: null, code: 500 } });
+        return void res.end('data: [DONE]\n\n');
+      }
+      if (settings.chunkDelayMs > 0) await delay(settings.chunkDelayMs);
+      if (res.destroyed) return;
+      send({
+        ...base,
+        choices: [{ index: 0, delta: { content: text(i) }, logprobs: body.logprobs ? { content: [logprob(i)] } : null, finish_reason: null, ...(body.return_token_ids ? { token_ids: [tokenIds[i]] } : {}) }],
+      });
+      chunksSent = i + 1;
+    }
+    send({ ...base, choices: [{ index: 0, delta: { content: '' }, logprobs: null, finish_reason: 'stop', stop_reason: null }] });
+    if (body.stream_options?.include_usage) send({ ...base, choices: [], usage });
+    res.end('data: [DONE]\n\n');
+  }
+
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  engine.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return engine;
+}
+
+interface LoraBody {
+  lora_name?: string;
+  lora_path?: string;
+  load_inplace?: boolean;
+}
+
+interface ChatBody {
+  model?: string;
+  stream?: boolean;
+  stream_options?: { include_usage?: boolean };
+  logprobs?: boolean;
+  return_tokens_as_token_ids?: boolean;
+  return_token_ids?: boolean;
+}
+
+function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers }).end(text);
+}
+
+/** vLLM ≥0.10.1 error body: nested, with the integer status as `code`. */
+function vllmError(res: ServerResponse, status: number, message: string, type: string, headers: Record<string, string> = {}, param: string | null = null): void {
+  json(res, status, { error: { message, type, param, code: status } }, headers);
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

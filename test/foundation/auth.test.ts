@@ -1,0 +1,123 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
+import { hashApiKey } from '../../src/auth/keys.js';
+import { createTestApp, createUserWithKey, uniqueName } from '../helpers/app.js';
+import { createTenants, databaseFingerprint, expectOtherTenantRefused } from '../helpers/tenants.js';
+
+let app: App;
+beforeAll(async () => {
+  // One authenticated probe route in each API's path space.
+  app = await createTestApp({}, (a) => {
+    for (const url of ['/v1/probe', '/v1/models/probe', '/traces/probe']) a.get(url, async () => ({ ok: true }));
+  });
+});
+afterAll(async () => {
+  await app.close();
+});
+
+const basic = (key: string) => `Basic ${Buffer.from(`api:${key}`).toString('base64')}`;
+
+describe('API keys', () => {
+  it('are random, prefixed, and stored only as a hash with a display prefix', async () => {
+    const user = await createUserWithKey(app);
+    const other = await app.auth.createKey({ username: user.username });
+    expect(user.key).toMatch(/^ty_[0-9A-Za-z]{40}$/);
+    expect(other.key).not.toBe(user.key);
+    const row = await app.db.selectFrom('api_keys').selectAll().where('id', '=', user.keyId).executeTakeFirstOrThrow();
+    expect(row.key_hash).toBe(hashApiKey(user.key));
+    expect(row.prefix).toBe(user.key.slice(0, 11));
+    expect(JSON.stringify(row)).not.toContain(user.key);
+  });
+
+  it('authenticate with Bearer and with Basic api:<key>, and record when they were last used', async () => {
+    const user = await createUserWithKey(app);
+    const before = await app.db.selectFrom('api_keys').select('last_used_at').where('id', '=', user.keyId).executeTakeFirstOrThrow();
+    expect(before.last_used_at).toBeNull();
+    const bearer = await app.inject({ method: 'GET', url: '/v1/admin/users', headers: user.headers });
+    // A non-admin user key is authenticated (403, not 401) on an admin route.
+    expect(bearer.statusCode).toBe(403);
+    const after = await app.db.selectFrom('api_keys').select('last_used_at').where('id', '=', user.keyId).executeTakeFirstOrThrow();
+    expect(after.last_used_at).toBeInstanceOf(Date);
+    const viaBasic = await app.inject({ method: 'GET', url: '/v1/admin/users', headers: { authorization: basic(user.key) } });
+    expect(viaBasic.statusCode).toBe(403);
+  });
+
+  it('stop working as soon as they are revoked', async () => {
+    const admin = await createUserWithKey(app, { isAdmin: true });
+    const ok = await app.inject({ method: 'GET', url: '/v1/admin/users', headers: admin.headers });
+    expect(ok.statusCode).toBe(200);
+    await app.auth.revokeKey({ keyId: admin.keyId });
+    const refused = await app.inject({ method: 'GET', url: '/v1/admin/users', headers: admin.headers });
+    expect(refused.statusCode).toBe(401);
+    expect(refused.json()).toEqual({ detail: 'Invalid or revoked API key.' });
+  });
+});
+
+describe('401 in the error form of the API called', () => {
+  const missing = 'Missing API key. Send it as "Authorization: Bearer <key>" (or HTTP Basic with the key as the password).';
+
+  it('training API: {"detail": message}', async () => {
+    const response = await app.inject({ method: 'GET', url: '/v1/probe' });
+    expect(response.statusCode).toBe(401);
+    expect(response.headers['www-authenticate']).toBe('Bearer');
+    expect(response.json()).toEqual({ detail: missing });
+  });
+
+  it('inference API: the OpenAI envelope with code invalid_api_key', async () => {
+    const response = await app.inject({ method: 'GET', url: '/v1/models/probe', headers: { authorization: 'Bearer ty_wrong' } });
+    expect(response.statusCode).toBe(401);
+    expect(response.json()).toEqual({
+      error: { message: 'Invalid or revoked API key.', type: 'invalid_request_error', param: null, code: 'invalid_api_key' },
+    });
+  });
+
+  it('tracing API: {"reason": message}', async () => {
+    const response = await app.inject({ method: 'GET', url: '/traces/probe', headers: { authorization: basic('ty_wrong') } });
+    expect(response.statusCode).toBe(401);
+    expect(response.json()).toEqual({ reason: 'Invalid or revoked API key.' });
+  });
+
+  it('a malformed Authorization header counts as missing', async () => {
+    for (const authorization of ['Bearer', 'Token abc', `Basic ${Buffer.from('no-colon').toString('base64')}`]) {
+      const response = await app.inject({ method: 'GET', url: '/v1/admin/users', headers: { authorization } });
+      expect(response.statusCode).toBe(401);
+      expect(response.json()).toEqual({ detail: missing });
+    }
+  });
+});
+
+describe('key kinds', () => {
+  it('a worker key is refused outside /v1/workers', async () => {
+    const worker = await createUserWithKey(app, { kind: 'worker', isAdmin: true });
+    const response = await app.inject({ method: 'GET', url: '/v1/admin/users', headers: worker.headers });
+    expect(response.statusCode).toBe(403);
+    expect(response.json()).toEqual({ detail: 'Worker keys may only call /v1/workers/*.' });
+  });
+});
+
+describe('tenancy', () => {
+  it('a key reaches its own entity and the teams its user belongs to, and nothing else', async () => {
+    const { owner, other } = await createTenants(app);
+    const team = uniqueName('team');
+    await app.auth.createTeam({ name: team });
+    await app.auth.addMember({ team, username: owner.username });
+    const principal = (await app.auth.authenticate(owner.key))!;
+    expect([...principal.entities].sort()).toEqual([owner.entity, team].sort());
+    const otherPrincipal = (await app.auth.authenticate(other.key))!;
+    expect([...otherPrincipal.entities]).toEqual([other.entity]);
+  });
+
+  it('the two-tenant helper detects a route that answers the other tenant', async () => {
+    const { other } = await createTenants(app);
+    // /v1/health answers anyone with 200: the helper must fail on it.
+    await expect(
+      expectOtherTenantRefused(app, { method: 'GET', url: '/v1/health', headers: other.headers }, { status: 404 }),
+    ).rejects.toThrow();
+  });
+
+  it('the database fingerprint changes when anything is written', async () => {
+    const before = await databaseFingerprint(app);
+    await createUserWithKey(app);
+    expect(await databaseFingerprint(app)).not.toEqual(before);
+  });
+});

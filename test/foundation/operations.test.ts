@@ -1,0 +1,84 @@
+import fs from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
+import { generateOpenApi, OPENAPI_PATH } from '../../src/openapi.js';
+import { createTestApp, createUserWithKey } from '../helpers/app.js';
+
+let app: App;
+beforeAll(async () => {
+  app = await createTestApp();
+});
+afterAll(async () => {
+  await app.close();
+});
+
+describe('health', () => {
+  it('GET /v1/health answers ok without a key', async () => {
+    const response = await app.inject({ method: 'GET', url: '/v1/health' });
+    expect(response.statusCode).toBe(200);
+    expect(response.json()).toEqual({ status: 'ok' });
+  });
+
+  it('GET /v1/system-check reports each component with success and duration', async () => {
+    const response = await app.inject({ method: 'GET', url: '/v1/system-check' });
+    const body = response.json();
+    expect(Object.keys(body).sort()).toEqual(['api', 'cpu_queue', 'database', 'gpu_queue']);
+    for (const name of ['api', 'database']) {
+      expect(body[name]).toEqual({ success: true, duration_ms: expect.any(Number) });
+    }
+    expect(response.statusCode).toBe(Object.values(body).every((c) => (c as { success: boolean }).success) ? 200 : 503);
+  });
+
+  it('GET /v1/system-check answers 503 naming the database when it is down', async () => {
+    const broken = await createTestApp();
+    await broken.database.close(); // the database goes away under a running app
+    const response = await broken.inject({ method: 'GET', url: '/v1/system-check' });
+    expect(response.statusCode).toBe(503);
+    const body = response.json();
+    expect(body.api).toEqual({ success: true, duration_ms: expect.any(Number) });
+    expect(body.database).toEqual({ success: false, duration_ms: expect.any(Number), error: expect.any(String) });
+    await broken.close();
+  });
+});
+
+describe('request ids', () => {
+  it('echo a valid x-request-id and generate one when absent or unusable', async () => {
+    const given = await app.inject({ method: 'GET', url: '/v1/health', headers: { 'x-request-id': 'rollout-42.step:7' } });
+    expect(given.headers['x-request-id']).toBe('rollout-42.step:7');
+    const generated = await app.inject({ method: 'GET', url: '/v1/health' });
+    expect(generated.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+    const unusable = await app.inject({ method: 'GET', url: '/v1/health', headers: { 'x-request-id': 'a b\u0000c' } });
+    expect(unusable.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+  });
+});
+
+describe('metrics', () => {
+  it('GET /metrics counts requests by route pattern and status, with a latency histogram', async () => {
+    const admin = await createUserWithKey(app, { isAdmin: true });
+    await app.inject({ method: 'GET', url: '/v1/admin/keys', headers: admin.headers });
+    await app.inject({ method: 'GET', url: '/v1/nowhere/123' });
+    const response = await app.inject({ method: 'GET', url: '/metrics' });
+    expect(response.statusCode).toBe(200);
+    expect(response.headers['content-type']).toContain('text/plain');
+    expect(response.body).toContain('trainyard_http_requests_total{method="GET",route="/v1/admin/keys",status="200"} 1');
+    expect(response.body).toContain('trainyard_http_requests_total{method="GET",route="unmatched",status="404"} 1');
+    expect(response.body).toMatch(/trainyard_http_request_duration_seconds_bucket\{le="0.005",method="GET",route="\/v1\/admin\/keys"\} \d/);
+  });
+});
+
+describe('API documents', () => {
+  it('the committed openapi/openapi.json matches the routes', async () => {
+    expect(fs.readFileSync(OPENAPI_PATH, 'utf8')).toBe(await generateOpenApi());
+  });
+
+  it('/docs serves a browsable UI and the document without a key', async () => {
+    const page = await app.inject({ method: 'GET', url: '/docs/' });
+    expect(page.statusCode).toBe(200);
+    expect(page.body).toContain('swagger-ui');
+    const json = await app.inject({ method: 'GET', url: '/docs/json' });
+    expect(json.statusCode).toBe(200);
+    expect(json.json().paths['/v1/health']).toBeDefined();
+    const asset = await app.inject({ method: 'GET', url: '/docs/static/swagger-ui-bundle.js' });
+    expect(asset.statusCode).toBe(200); // served locally: works offline
+  });
+});

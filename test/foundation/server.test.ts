@@ -1,0 +1,124 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { closeGracefully } from '../../src/server.js';
+import { createTestApp } from '../helpers/app.js';
+import { listen } from '../helpers/listen.js';
+import { onPostgresServer } from '../helpers/database.js';
+
+describe('graceful shutdown', () => {
+  it('lets an in-flight request finish and refuses new connections', async () => {
+    let release!: () => void;
+    const started = new Promise<void>((resolve) => {
+      const app = createTestApp({}, (a) => {
+        a.get('/v1/probe/slow', { config: { auth: 'none' } }, async () => {
+          resolve();
+          await new Promise<void>((r) => (release = r));
+          return { finished: true };
+        });
+      });
+      void app.then(async (built) => {
+        const url = await listen(built);
+        inFlight = fetch(`${url}/v1/probe/slow`).then(async (r) => ({ status: r.status, body: await r.json() }));
+        await started;
+        closing = closeGracefully(built, 10_000);
+        // Give close() a moment to stop the listener, then try a new connection.
+        await new Promise((r) => setTimeout(r, 100));
+        refused = fetch(`${url}/v1/health`).then(
+          () => false,
+          () => true,
+        );
+        setTimeout(() => release(), 300);
+      });
+    });
+    let inFlight!: Promise<{ status: number; body: unknown }>;
+    let closing!: Promise<void>;
+    let refused!: Promise<boolean>;
+    await started;
+    await new Promise((r) => setTimeout(r, 150));
+    expect(await refused).toBe(true);
+    expect(await inFlight).toEqual({ status: 200, body: { finished: true } });
+    await closing;
+  });
+});
+
+/** The real entry point in a child process, as a newcomer runs it. */
+describe.skipIf(onPostgresServer)('the server process on its embedded database', () => {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-proc-'));
+  const children: ChildProcess[] = [];
+  afterAll(() => {
+    for (const child of children) child.kill('SIGKILL');
+    fs.rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  const env = { ...process.env, DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'info', DATABASE_URL: '' };
+
+  function start(script: string, args: string[] = [], extraEnv: Record<string, string> = {}) {
+    const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { env: { ...env, ...extraEnv } });
+    children.push(child);
+    let stdout = '';
+    let stderr = '';
+    child.stdout!.on('data', (d) => (stdout += d));
+    child.stderr!.on('data', (d) => (stderr += d));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    return { child, exited, out: () => stdout, err: () => stderr };
+  }
+
+  async function waitFor(read: () => string, pattern: RegExp, timeoutMs = 45_000): Promise<RegExpMatchArray> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const match = read().match(pattern);
+      if (match) return match;
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${pattern}; output so far:\n${read()}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  it('starts, prints a working admin key once, keeps a second process out, serves the CLI, and stops on SIGTERM', async () => {
+    const server = start('src/main.ts');
+    const [, key, url] = await waitFor(server.out, /\n {4}(ty_\w+)\n[\s\S]*?Try: curl -H "Authorization: Bearer ty_\w+" (http:\/\/127\.0\.0\.1:\d+)\/v1\/system-check/);
+    expect(fs.readFileSync(path.join(dataDir, 'admin-api-key'), 'utf8').trim()).toBe(key);
+    expect(fs.statSync(path.join(dataDir, 'admin-api-key')).mode & 0o777).toBe(0o600);
+
+    const check = await fetch(`${url}/v1/system-check`, { headers: { authorization: `Bearer ${key}` } });
+    const body = (await check.json()) as Record<string, { success: boolean }>;
+    expect(Object.keys(body).sort()).toEqual(['api', 'cpu_queue', 'database', 'gpu_queue']);
+    expect(body.database.success).toBe(true);
+
+    const second = start('src/main.ts');
+    expect(await second.exited).toBe(1);
+    expect(second.err()).toContain(`trainyard: The data directory ${dataDir} is in use by another trainyard process`);
+
+    // The CLI cannot open the held directory, so it goes through the server's admin API.
+    const cli = start('src/cli/main.ts', ['users', 'create', 'carol'], { TRAINYARD_URL: url });
+    expect(await cli.exited).toBe(0);
+    expect(JSON.parse(cli.out())).toMatchObject({ username: 'carol', entity: 'carol', is_admin: false });
+    const keyCli = start('src/cli/main.ts', ['keys', 'create', 'carol', '--kind', 'worker'], { TRAINYARD_URL: url });
+    expect(await keyCli.exited).toBe(0);
+    expect(JSON.parse(keyCli.out())).toMatchObject({ username: 'carol', kind: 'worker', key: expect.stringMatching(/^ty_/) });
+
+    server.child.kill('SIGTERM');
+    expect(await server.exited).toBe(0);
+    expect(fs.existsSync(path.join(dataDir, 'trainyard.lock'))).toBe(false);
+
+    // Restarted on the same directory: no new admin key, the data is still there.
+    const again = start('src/main.ts');
+    await waitFor(again.out, /Server listening at http:\/\/127\.0\.0\.1:\d+/);
+    expect(again.out()).not.toContain('Created user "admin"');
+    again.child.kill('SIGTERM');
+    expect(await again.exited).toBe(0);
+
+    // With no server holding it, the CLI opens the directory itself.
+    const list = start('src/cli/main.ts', ['keys', 'list', '--user', 'carol']);
+    expect(await list.exited).toBe(0);
+    expect(JSON.parse(list.out()).data).toEqual([expect.objectContaining({ username: 'carol', kind: 'worker', last_used_at: null })]);
+  }, 120_000);
+
+  it('refuses to start on an invalid setting, naming it', async () => {
+    const bad = start('src/main.ts', [], { PORT: 'eighty' });
+    expect(await bad.exited).toBe(1);
+    expect(bad.err()).toBe('trainyard: Invalid configuration:\n  PORT="eighty": must be an integer from 0 to 65535\n');
+  });
+});

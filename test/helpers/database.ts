@@ -1,0 +1,39 @@
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import { inject } from 'vitest';
+import { createPglite, createPgPool, pgliteHandle, postgresHandle, type DatabaseHandle } from '../../src/db/index.js';
+import { adminPool, databaseUrl, TEST_DATABASE_URL } from './postgres.js';
+
+export const onPostgresServer = Boolean(TEST_DATABASE_URL);
+
+/**
+ * A fresh, migrated database for one test: PGlite loaded from the run's template dump, or (with
+ * TEST_DATABASE_URL) a server database copied from the run's template and dropped when closed.
+ */
+export async function freshDatabase(): Promise<DatabaseHandle> {
+  if (TEST_DATABASE_URL) {
+    const template = inject('pgTemplate');
+    const name = `${template.replace('tpl', 't')}_${randomBytes(4).toString('hex')}`;
+    const admin = adminPool();
+    try {
+      await admin.query(`create database ${name} template ${template}`);
+    } finally {
+      await admin.end();
+    }
+    const handle = postgresHandle(createPgPool(databaseUrl(name), 5));
+    return {
+      ...handle,
+      async close() {
+        await handle.close();
+        const drop = adminPool();
+        try {
+          await drop.query(`drop database if exists ${name} with (force)`);
+        } finally {
+          await drop.end();
+        }
+      },
+    };
+  }
+  const dump = fs.readFileSync(inject('pgliteTemplate'));
+  return pgliteHandle(await createPglite({ loadDataDir: new Blob([dump]) }));
+}

@@ -1,0 +1,101 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { BackendClient } from '../../src/inference/proxy/client.js';
+import { RequestAbortedError } from '../../src/inference/proxy/errors.js';
+import { startFakeEngine, type FakeEngine, type FakeEngineOptions } from '../fakes/engine.js';
+import { backendFor, chatBody } from './helpers.js';
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  await Promise.all(cleanups.splice(0).map((cleanup) => cleanup()));
+});
+
+async function engine(options: FakeEngineOptions = {}): Promise<FakeEngine> {
+  const started = await startFakeEngine(options);
+  cleanups.push(() => started.close());
+  return started;
+}
+
+function client(replicas: string[]): BackendClient {
+  const created = new BackendClient(backendFor(replicas));
+  cleanups.push(() => created.close());
+  return created;
+}
+
+const adapter = { name: 'acme/agents/agent-001:step3', path: '/ckpt/agent-001/3' };
+const sendWithAdapter = (c: BackendClient, signal?: AbortSignal) =>
+  c.send({ path: '/v1/chat/completions', body: chatBody({ model: adapter.name }), adapter, signal }).then((r) => r.json());
+
+describe('adapter loading', () => {
+  it('loads an adapter once on its replica under 50 concurrent first requests', async () => {
+    const e = await engine({ loadDelayMs: 50 });
+    const c = client([e.url]);
+    const results = await Promise.all(Array.from({ length: 50 }, () => sendWithAdapter(c)));
+    expect(results).toHaveLength(50);
+    expect(e.loads.get(adapter.name)).toBe(1);
+    expect(e.requests.find((r) => r.path === '/v1/load_lora_adapter')?.body).toEqual({ lora_name: adapter.name, lora_path: adapter.path });
+  });
+
+  it('loads an adapter once on every replica that serves it', async () => {
+    const [a, b] = [await engine({ loadDelayMs: 20 }), await engine({ loadDelayMs: 20 })];
+    const c = client([a.url, b.url]);
+    await Promise.all(Array.from({ length: 50 }, () => sendWithAdapter(c)));
+    expect([a.loads.get(adapter.name), b.loads.get(adapter.name)]).toEqual([1, 1]);
+  });
+
+  it('tries the load again after a failed one', async () => {
+    const e = await engine();
+    const c = client([e.url]);
+    await expect(c.send({ path: '/v1/chat/completions', body: chatBody(), adapter: { name: 'x', path: '' } })).rejects.toMatchObject({
+      statusCode: 502,
+      code: 'adapter_load_failed',
+    });
+    expect(c.adapters.isLoaded(c.replicas[0], 'x')).toBe(false);
+  });
+
+  it('treats an adapter the engine already has as loaded', async () => {
+    const e = await engine();
+    e.adapters.set(adapter.name, adapter.path);
+    const c = client([e.url]);
+    await sendWithAdapter(c);
+    expect(e.loads.get(adapter.name)).toBeUndefined();
+    expect(c.adapters.isLoaded(c.replicas[0], adapter.name)).toBe(true);
+  });
+
+  it('skips the load for adapters marked as loaded from the engine model list', async () => {
+    const e = await engine();
+    e.adapters.set(adapter.name, adapter.path);
+    const c = client([e.url]);
+    const served = await c.listModels();
+    c.adapters.markLoaded(c.replicas[0], served.filter((m) => m.parent).map((m) => m.id));
+    await sendWithAdapter(c);
+    expect(e.requests.filter((r) => r.path === '/v1/load_lora_adapter')).toHaveLength(0);
+  });
+
+  it('lets a caller stop waiting without cancelling the shared load', async () => {
+    const e = await engine({ loadDelayMs: 100 });
+    const c = client([e.url]);
+    const controller = new AbortController();
+    const leaving = sendWithAdapter(c, controller.signal);
+    const staying = sendWithAdapter(c);
+    controller.abort();
+    await expect(leaving).rejects.toBeInstanceOf(RequestAbortedError);
+    await staying;
+    expect(e.loads.get(adapter.name)).toBe(1);
+  });
+
+  it('unloads an adapter from every replica and loads it again on next use', async () => {
+    const [a, b] = [await engine(), await engine()];
+    const c = client([a.url, b.url]);
+    await Promise.all([sendWithAdapter(c), sendWithAdapter(c)]);
+    await c.adapters.unload(c.replicas, adapter.name);
+    expect([a.adapters.has(adapter.name), b.adapters.has(adapter.name)]).toEqual([false, false]);
+    await sendWithAdapter(c);
+    expect((a.loads.get(adapter.name) ?? 0) + (b.loads.get(adapter.name) ?? 0)).toBeGreaterThanOrEqual(2);
+  });
+
+  it('treats unloading an adapter the engine does not have as done', async () => {
+    const e = await engine();
+    const c = client([e.url]);
+    await expect(c.adapters.unload(c.replicas, 'never-loaded')).resolves.toBeUndefined();
+  });
+});

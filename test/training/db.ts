@@ -1,0 +1,24 @@
+import type { Kysely } from 'kysely';
+import * as foundation from '../../migrations/0001_foundation.js';
+import * as training from '../../migrations/0002_training.js';
+import { createPglite, pgliteHandle, type DatabaseHandle } from '../../src/db/index.js';
+import type { TrainingDb } from '../../src/training/repository.js';
+
+/**
+ * An in-memory PGlite with the foundation and training migrations applied directly: the training
+ * migration is not registered in migrations/index.ts yet, so migrateToLatest would not run it.
+ */
+export async function openTrainingDb(): Promise<{ handle: DatabaseHandle; db: TrainingDb }> {
+  const handle = pgliteHandle(await createPglite());
+  const raw = handle.db as unknown as Kysely<unknown>;
+  await foundation.up(raw);
+  await training.up(raw);
+  return { handle, db: handle.db as unknown as TrainingDb };
+}
+
+/** A fresh entity, so that tests sharing one database never see each other's rows. */
+export async function createEntity(db: TrainingDb, name = `team-${crypto.randomUUID().slice(0, 8)}`): Promise<string> {
+  const id = crypto.randomUUID();
+  await db.insertInto('entities').values({ id, name, kind: 'team' }).execute();
+  return id;
+}
