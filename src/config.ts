@@ -57,6 +57,9 @@ const EnvSchema = z.object({
 
 export type Env = z.input<typeof EnvSchema>;
 
+/** Every variable the server reads (the README's configuration table lists each). */
+export const CONFIG_VARIABLES = Object.freeze(Object.keys(EnvSchema.shape));
+
 export interface Config {
   readonly port: number;
   readonly host: string;

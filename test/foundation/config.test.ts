@@ -1,6 +1,7 @@
+import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../../src/config.js';
+import { CONFIG_VARIABLES, ConfigError, loadConfig } from '../../src/config.js';
 
 describe('configuration', () => {
   it('uses the documented defaults when nothing is set', () => {
@@ -70,5 +71,12 @@ describe('configuration', () => {
         'BODY_LIMIT_MB="0": must be at least 1',
       ]);
     }
+  });
+
+  it('is documented variable by variable in the README table', () => {
+    const readme = fs.readFileSync('README.md', 'utf8');
+    const section = readme.slice(readme.indexOf('## Configuration'), readme.indexOf('\n## ', readme.indexOf('## Configuration') + 1));
+    const documented = [...section.matchAll(/^\| `([A-Z_]+)` \|/gm)].map((m) => m[1]);
+    expect(documented.sort()).toEqual([...CONFIG_VARIABLES].sort());
   });
 });
