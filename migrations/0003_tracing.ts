@@ -33,8 +33,9 @@ export async function up(db: Kysely<unknown>): Promise<void> {
   await db.schema.createIndex('trace_calls_started_idx').on('trace_calls').columns(['project_id', 'started_at', 'id']).execute();
   await db.schema.createIndex('trace_calls_trace_idx').on('trace_calls').columns(['project_id', 'trace_id']).execute();
   await db.schema.createIndex('trace_calls_parent_idx').on('trace_calls').columns(['project_id', 'parent_id']).execute();
-  // text_pattern_ops serves both exact op names and the `name:*` prefix filter (LIKE 'prefix%').
-  await sql`create index trace_calls_op_idx on trace_calls (project_id, op_name text_pattern_ops)`.execute(db);
+  // text_pattern_ops serves both exact op names and the `name:*` prefix filter (LIKE 'prefix%');
+  // started_at after it serves "the latest calls of this op" without sorting them all.
+  await sql`create index trace_calls_op_idx on trace_calls (project_id, op_name text_pattern_ops, started_at)`.execute(db);
   await db.schema.createIndex('trace_calls_thread_idx').on('trace_calls').columns(['project_id', 'thread_id']).where(sql.ref('thread_id'), 'is not', null).execute();
   await db.schema.createIndex('trace_calls_turn_idx').on('trace_calls').columns(['project_id', 'turn_id']).where(sql.ref('turn_id'), 'is not', null).execute();
   await db.schema.createIndex('trace_calls_input_refs_idx').on('trace_calls').using('gin').column('input_refs').execute();

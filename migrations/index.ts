@@ -2,6 +2,8 @@ import type { Migration } from 'kysely';
 import * as foundation from './0001_foundation.js';
 import * as training from './0002_training.js';
 import * as tracing from './0003_tracing.js';
+import * as inference from './0004_inference.js';
+import * as tracingExtras from './0005_tracing_extras.js';
 
 /**
  * Every migration, in order. Listed here rather than read from the folder so that the same list runs
@@ -11,4 +13,6 @@ export const migrations: Record<string, Migration> = {
   '0001_foundation': foundation,
   '0002_training': training,
   '0003_tracing': tracing,
+  '0004_inference': inference,
+  '0005_tracing_extras': tracingExtras,
 };

@@ -13,6 +13,7 @@ import { migrateToLatest, openDatabase, ping, type Database, type DatabaseHandle
 import { DomainEvents } from './events.js';
 import { SystemChecks } from './health/checks.js';
 import { healthRoutes } from './health/routes.js';
+import { graphqlPlugin } from './graphql/plugin.js';
 import { registerErrorHandlers } from './http/error-handler.js';
 import { registerJsonBodyParser } from './http/json-body.js';
 import { registerMetrics } from './http/metrics.js';
@@ -86,12 +87,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
 
   app.systemChecks.register('api', async () => undefined);
   app.systemChecks.register('database', async () => ping(database.db));
-  // Replaced by the training plugin's real checks; until then they fail rather than claim success.
-  for (const queue of ['cpu_queue', 'gpu_queue']) {
-    app.systemChecks.register(queue, async () => {
-      throw new Error('the training job queue is not installed in this build');
-    });
-  }
+  // cpu_queue and gpu_queue are registered by the training plugin, which owns the job queue.
 
   await app.register(swagger, {
     openapi: {
@@ -109,6 +105,14 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
         },
       },
       security: [{ bearer: [] }],
+      tags: [
+        { name: 'health', description: 'Liveness and component checks.' },
+        { name: 'training', description: 'Models, checkpoints, trajectory logs, RL and SFT jobs and their events (docs/training.md).' },
+        { name: 'workers', description: 'The trainer-worker protocol: worker keys only (docs/workers.md, docs/worker-runtime.md).' },
+        { name: 'inference', description: 'OpenAI-compatible chat completions, models and usage (docs/inference.md).' },
+        { name: 'tracing', description: 'The weave trace-server protocol under /traces (docs/tracing.md).' },
+        { name: 'admin', description: 'Users, teams and API keys; admin keys only.' },
+      ],
     },
     transform: jsonSchemaTransform,
   });
@@ -128,6 +132,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   await app.register(trainingPlugin);
   await app.register(inferencePlugin);
   await app.register(tracingPlugin, { prefix: '/traces' });
+  await app.register(graphqlPlugin);
 
   return app;
 }

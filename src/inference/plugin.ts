@@ -1,4 +1,51 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { principalOf } from '../auth/plugin.js';
+import type { DomainEventMap } from '../events.js';
+import { loadBackendsFile } from './backends/config.js';
+import { BackendRegistry } from './backends/registry.js';
+import { ChatGateway } from './gateway.js';
+import { listModels } from './models.js';
+import { EngineError } from './proxy/errors.js';
+import { ModelRouter } from './router.js';
+import { inferenceRoutes } from './routes.js';
+import { UsageService } from './usage/service.js';
+import { UsageWriter } from './usage/writer.js';
 
 /** The inference API's routes and background work; registered by src/app.ts. */
-export const inferencePlugin: FastifyPluginAsyncZod = async () => {};
+export const inferencePlugin: FastifyPluginAsyncZod = async (app) => {
+  const { config } = app;
+  // A broken backends file stops the server at start, naming the file and field.
+  const backends = config.backendsFile ? await loadBackendsFile(config.backendsFile, config.env) : [];
+  if (backends.length === 0) app.log.info('no inference backend configured (BACKENDS_FILE): chat completions answer 404 until one is');
+
+  const registry = new BackendRegistry(backends, app.log);
+  const router = new ModelRouter(app.db, registry, app.log, { trainableBaseModels: config.trainableBaseModels });
+  const writer = new UsageWriter(app.db, app.log, { flushIntervalMs: config.usageFlushIntervalMs });
+  const gateway = new ChatGateway(router, writer);
+  const usage = new UsageService(app.db, writer);
+
+  const onCheckpointsDeleted = (event: DomainEventMap['checkpoints-deleted'][0]) => router.checkpointsDeleted(event);
+  app.events.on('checkpoints-deleted', onCheckpointsDeleted);
+  registry.start();
+
+  app.addHook('onClose', async () => {
+    app.events.off('checkpoints-deleted', onCheckpointsDeleted);
+    await writer.close();
+    await router.settled();
+    await registry.close();
+  });
+
+  // An engine's Retry-After reaches the client, so that the openai SDKs wait as the engine asked.
+  app.addHook('onError', async (_request, reply, error) => {
+    if (error instanceof EngineError && error.retryAfterMs !== undefined) {
+      reply.header('retry-after', String(Math.max(1, Math.ceil(error.retryAfterMs / 1000))));
+      reply.header('retry-after-ms', String(error.retryAfterMs));
+    }
+  });
+
+  await app.register(inferenceRoutes, {
+    gateway,
+    usage,
+    listModels: (request) => listModels(app.db, registry, principalOf(request)),
+  });
+};

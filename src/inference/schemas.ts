@@ -338,3 +338,29 @@ export type Model = z.infer<typeof Model>;
 
 export const ModelList = z.object({ object: z.literal('list'), data: z.array(Model) });
 export type ModelList = z.infer<typeof ModelList>;
+
+// ---- Errors (documented for OpenAPI; src/http/error-handler.ts renders them) ----
+
+const ErrorObject = z.object({
+  message: z.string(),
+  type: z.string().describe('invalid_request_error, server_error or rate_limit_exceeded'),
+  param: z.string().nullable(),
+  code: z.string().nullable().describe('model_not_found, invalid_api_key, rate_limit_exceeded, upstream_unreachable, ...'),
+});
+
+/** OpenAI's error envelope, which the openai SDKs read. */
+export const ErrorEnvelope = z.object({ error: ErrorObject });
+
+/** FastAPI's 422 detail form, with the OpenAI envelope beside it. */
+export const ValidationErrorBody = z.object({
+  detail: z.array(
+    z.object({
+      type: z.string(),
+      loc: z.array(z.union([z.string(), z.number()])),
+      msg: z.string(),
+      input: z.unknown(),
+      ctx: z.record(z.string(), z.unknown()).optional(),
+    }),
+  ),
+  error: ErrorObject,
+});

@@ -1,4 +1,33 @@
+import multipart from '@fastify/multipart';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { registerTracingBodyParsers } from './http/body.js';
+import { callRoutes } from './routes/calls.js';
+import { completionRoutes } from './routes/completions.js';
+import { costRoutes } from './routes/costs.js';
+import { feedbackRoutes } from './routes/feedback.js';
+import { fileRoutes } from './routes/files.js';
+import { objectRoutes } from './routes/objects.js';
+import { otelRoutes } from './routes/otel.js';
+import { refRoutes } from './routes/refs.js';
+import { serviceRoutes } from './routes/service.js';
+import { tableRoutes } from './routes/tables.js';
+import { threadRoutes } from './routes/threads.js';
+import { v2Routes } from './routes/v2.js';
 
-/** The tracing API's routes and background work; registered by src/app.ts. */
-export const tracingPlugin: FastifyPluginAsyncZod = async () => {};
+/** The tracing API (weave trace-server protocol), mounted by src/app.ts under /traces. */
+export const tracingPlugin: FastifyPluginAsyncZod = async (app) => {
+  registerTracingBodyParsers(app);
+  await app.register(multipart, { limits: { fileSize: app.config.traceFileLimitBytes, files: 1 } });
+  await app.register(serviceRoutes);
+  await app.register(callRoutes);
+  await app.register(objectRoutes);
+  await app.register(tableRoutes);
+  await app.register(fileRoutes);
+  await app.register(refRoutes);
+  await app.register(feedbackRoutes);
+  await app.register(costRoutes);
+  await app.register(threadRoutes);
+  await app.register(v2Routes);
+  await app.register(otelRoutes);
+  await app.register(completionRoutes);
+};

@@ -84,7 +84,45 @@ export interface FileTable {
   created_at: Generated<Date>;
 }
 
+/** Feedback on any ref of the project (reference §2.7); `payload` is the normalised payload. */
+export interface FeedbackTable {
+  project_id: string;
+  id: string;
+  weave_ref: string;
+  wb_user_id: string;
+  creator: string | null;
+  created_at: Timestamp;
+  feedback_type: string;
+  payload: Jsonb;
+  annotation_ref: string | null;
+  runnable_ref: string | null;
+  call_ref: string | null;
+  trigger_ref: string | null;
+  queue_id: string | null;
+}
+
+/**
+ * LLM prices per token (reference §2.8): `default` rows (pricing_level_id 'default', seeded by the
+ * migration) and `project` rows (pricing_level_id = the project id) made with /cost/create.
+ */
+export interface LlmPriceTable {
+  id: string;
+  pricing_level: 'default' | 'project';
+  pricing_level_id: string;
+  provider_id: string;
+  llm_id: string;
+  effective_date: Timestamp;
+  prompt_token_cost: number;
+  completion_token_cost: number;
+  prompt_token_cost_unit: string;
+  completion_token_cost_unit: string;
+  created_by: string;
+  created_at: Generated<Date>;
+}
+
 export interface TracingTables {
+  trace_feedback: FeedbackTable;
+  trace_llm_prices: LlmPriceTable;
   trace_calls: CallTable;
   trace_objects: ObjectVersionTable;
   trace_table_rows: TableRowTable;

@@ -492,3 +492,14 @@ export const FailRequest = z.object({
   retryable: z.boolean().default(false),
 });
 export type FailRequest = z.infer<typeof FailRequest>;
+
+// ---------------------------------------------------------------------------------------------------------
+// Path parameters. Ids are plain strings here: one that is not a UUID names nothing, so it answers 404
+// like any other unknown id rather than a 422 about its format.
+
+export const ModelParams = z.object({ model_id: z.string().describe('Model id (UUID)') });
+export const TrainingJobParams = z.object({ training_job_id: z.string().describe('Training job id (UUID)') });
+export const WorkerJobParams = z.object({ job_id: z.string().describe('Training job id (UUID)') });
+
+export const FailResponse = z.object({ job: TrainingJob });
+export type FailResponse = z.infer<typeof FailResponse>;

@@ -224,7 +224,7 @@ describe('field validation and injection', () => {
 
 describe('calls sort', () => {
   it('orders by started_at then id by default', () => {
-    expect(orderBy().sql).toBe('"trace_calls"."started_at" asc nulls last, "trace_calls"."id" asc');
+    expect(orderBy().sql).toBe('"trace_calls"."started_at" asc, "trace_calls"."id" asc');
   });
 
   it('orders columns with missing values last in either direction', () => {
@@ -238,7 +238,7 @@ describe('calls sort', () => {
   });
 
   it('does not add id twice', () => {
-    expect(orderBy([{ field: 'id', direction: 'desc' }]).sql).toBe('"trace_calls"."id" desc nulls last');
+    expect(orderBy([{ field: 'id', direction: 'desc' }]).sql).toBe('"trace_calls"."id" desc');
   });
 
   it('rejects a bad direction and an unknown field', () => {

@@ -83,7 +83,7 @@ describe('models', () => {
     await insertTrajectoryGroups(db, { model, split: 'val', step: 2, groups: [TrajectoryGroup.parse({})] });
     await recordMetrics(db, { model, split: 'val', step: 2, metrics: { 'val/reward': 1 } });
     const result = await db.transaction().execute((trx) => deleteModel(trx, { model }));
-    expect(result).toEqual({ deleted_checkpoints: 2 });
+    expect(result).toEqual({ deleted_checkpoints: 2, deleted: expect.arrayContaining([expect.objectContaining({ step: 1 }), expect.objectContaining({ step: 2 })]) });
     expect(await findModel(db, { entityIds: [model.entity_id], modelId: model.id })).toBeUndefined();
     expect(await db.selectFrom('trajectory_logs').select('id').where('model_id', '=', model.id).execute()).toEqual([]);
     expect(await db.selectFrom('metric_history').select('id').where('model_id', '=', model.id).execute()).toEqual([]);
@@ -172,13 +172,13 @@ describe('deleteCheckpoints', () => {
   it('deletes the given steps and reports the ones it did not find', async () => {
     const model = await newModel();
     await addCheckpoints(model, [1, 2, 3]);
-    expect(await deleteCheckpoints(db, { model, steps: [1, 3, 9, 3] })).toEqual({ deleted_count: 2, not_found_steps: [9] });
+    expect(await deleteCheckpoints(db, { model, steps: [1, 3, 9, 3] })).toMatchObject({ deleted_count: 2, not_found_steps: [9] });
     expect((await listCheckpoints(db, { model, limit: 20, order: 'asc' }))!.data.map((c) => c.step)).toEqual([2]);
   });
 
   it('does nothing for an empty list', async () => {
     const model = await newModel();
-    expect(await deleteCheckpoints(db, { model, steps: [] })).toEqual({ deleted_count: 0, not_found_steps: [] });
+    expect(await deleteCheckpoints(db, { model, steps: [] })).toEqual({ deleted_count: 0, not_found_steps: [], deleted: [] });
   });
 });
 

@@ -1,4 +1,5 @@
 import { UpstreamError } from '../../errors.js';
+import type { CancelSignal } from './cancel.js';
 import { engineErrorDetails, RequestAbortedError } from './errors.js';
 import type { Replica } from './replica.js';
 
@@ -24,7 +25,7 @@ export class AdapterLoader {
   ) {}
 
   /** Resolves once the adapter is loaded on the replica; the caller's abort stops only its wait. */
-  ensureLoaded(replica: Replica, adapter: AdapterSpec, signal?: AbortSignal): Promise<void> {
+  ensureLoaded(replica: Replica, adapter: AdapterSpec, signal?: CancelSignal): Promise<void> {
     const key = keyOf(replica, adapter.name);
     let load = this.loads.get(key);
     if (!load) {
@@ -92,7 +93,7 @@ function keyOf(replica: Replica, name: string): string {
   return `${replica.url}\n${name}`;
 }
 
-function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+function raceAbort<T>(promise: Promise<T>, signal: CancelSignal): Promise<T> {
   if (signal.aborted) return Promise.reject(new RequestAbortedError());
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(new RequestAbortedError());

@@ -1,9 +1,9 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Readable } from 'node:stream';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { UpstreamError } from '../../errors.js';
 import type { BackendConfig } from '../backends/config.js';
 import { AdapterLoader, type AdapterSpec } from './adapters.js';
+import { Cancel, sleep, type CancelSignal } from './cancel.js';
 import { DEFAULT_BREAKER, type BreakerOptions } from './breaker.js';
 import { EngineError, engineErrorDetails, RequestAbortedError, StreamInterruptedError } from './errors.js';
 import { isConnectError, Replica, retryAfterMs } from './replica.js';
@@ -17,7 +17,7 @@ export interface UpstreamRequest {
   /** Extra headers (x-request-id, ...); content-type and the backend's key are added here. */
   headers?: Record<string, string>;
   /** Aborting it (the client went away) aborts the upstream request at any stage. */
-  signal?: AbortSignal;
+  signal?: CancelSignal;
   /** A LoRA adapter to load on the chosen replica before sending. */
   adapter?: AdapterSpec;
 }
@@ -119,13 +119,11 @@ export class BackendClient {
   }
 
   /** Base and adapter model ids a replica serves, read from its /v1/models. */
-  async listModels(replica: Replica = this.replicas[0]): Promise<{ id: string; root?: string | null; parent?: string | null }[]> {
-    const response = await replica.control({
-      method: 'GET',
-      path: '/v1/models',
-      headers: this.baseHeaders,
-      timeoutMs: this.backend.timeouts.firstByteMs,
-    });
+  async listModels(
+    replica: Replica = this.replicas[0],
+    timeoutMs = this.backend.timeouts.firstByteMs,
+  ): Promise<{ id: string; root?: string | null; parent?: string | null }[]> {
+    const response = await replica.control({ method: 'GET', path: '/v1/models', headers: this.baseHeaders, timeoutMs });
     if (response.status !== 200) {
       const { message } = engineErrorDetails(response.text, response.status);
       throw new UpstreamError(`replica ${replica.url} of backend ${this.backend.name} answered ${response.status} to /v1/models: ${message}`);
@@ -145,7 +143,7 @@ export class BackendClient {
   }
 
   /** Another replica now, or one whose Retry-After ends soon enough to wait for; undefined to give up. */
-  private async pickRetry(failed: Set<Replica>, deadline: number, signal: AbortSignal | undefined): Promise<Replica | undefined> {
+  private async pickRetry(failed: Set<Replica>, deadline: number, signal: CancelSignal | undefined): Promise<Replica | undefined> {
     const now = this.now();
     const fresh = this.leastOutstanding((r) => !failed.has(r) && r.breaker.canPass() && r.notBefore <= now);
     if (fresh) return fresh;
@@ -154,11 +152,7 @@ export class BackendClient {
       if (r.notBefore > now && r.breaker.canPass() && (!soonest || r.notBefore < soonest.notBefore)) soonest = r;
     }
     if (!soonest || soonest.notBefore - now > this.maxRetryWaitMs || soonest.notBefore >= deadline) return undefined;
-    try {
-      await sleep(soonest.notBefore - now, undefined, { signal });
-    } catch {
-      throw new RequestAbortedError();
-    }
+    await sleep(soonest.notBefore - now, signal, () => new RequestAbortedError());
     return soonest;
   }
 
@@ -187,7 +181,7 @@ export class BackendClient {
     }
 
     const timeouts = this.backend.timeouts;
-    const controller = new AbortController();
+    const controller = new Cancel();
     let timedOut: TimeoutKind | undefined;
     const expire = (kind: TimeoutKind) => () => {
       timedOut = kind;
@@ -238,7 +232,7 @@ export class BackendClient {
           ? { ...this.baseHeaders, ...request.headers }
           : { 'content-type': 'application/json', ...this.baseHeaders, ...request.headers },
         body: request.body,
-        signal: controller.signal,
+        signal: controller,
       });
     } catch (error) {
       throw failure(error);

@@ -12,6 +12,9 @@ import { toType } from './values.js';
 
 const col = (name: string) => sql.ref(`${CALLS_TABLE}.${name}`);
 
+/** Columns that are never null on a call that queries can see (started_at is part of callsWhere). */
+const NEVER_NULL = new Set(['id', 'project_id', 'started_at']);
+
 /** `IN` filters: filter field → column. */
 const ID_FILTERS = {
   parent_ids: 'parent_id',
@@ -95,6 +98,8 @@ export function callsOrderBy(sortBy?: readonly SortBy[] | null): RawBuilder<unkn
     }
     const dir = sql.raw(direction);
     const value = resolveCallField(field);
+    // Visible calls always have these: a plain direction lets a backward index scan serve `desc`.
+    if (NEVER_NULL.has(field)) return [sql`${value.sql} ${dir}`];
     const exprs = value.kind === 'typed' ? [value.sql] : [toType(value, 'numeric'), sql`${value.sql} #>> '{}'`];
     return exprs.map((expr) => sql`${expr} ${dir} nulls last`);
   });

@@ -66,18 +66,19 @@ export async function latestCheckpoint(db: TrainingDb, args: { model: StoredMode
   return row && toCheckpoint(row);
 }
 
+/** Deletes checkpoints by step; `deleted` names what went, for the inference router to unload adapters. */
 export async function deleteCheckpoints(
   db: TrainingDb,
   args: { model: StoredModel; steps: readonly number[] },
-): Promise<DeleteCheckpointsResponse> {
+): Promise<DeleteCheckpointsResponse & { deleted: { step: number; uri: string }[] }> {
   const steps = [...new Set(args.steps)];
-  if (steps.length === 0) return { deleted_count: 0, not_found_steps: [] };
+  if (steps.length === 0) return { deleted_count: 0, not_found_steps: [], deleted: [] };
   const deleted = await db
     .deleteFrom('checkpoints')
     .where('model_id', '=', args.model.id)
     .where('step', 'in', steps)
-    .returning('step')
+    .returning(['step', 'uri'])
     .execute();
   const found = new Set(deleted.map((row) => row.step));
-  return { deleted_count: deleted.length, not_found_steps: steps.filter((step) => !found.has(step)) };
+  return { deleted_count: deleted.length, not_found_steps: steps.filter((step) => !found.has(step)), deleted };
 }

@@ -1,13 +1,10 @@
 import { sql, type Kysely, type RawBuilder } from 'kysely';
-import type { AuthTables } from '../../auth/tables.js';
-import type { JsonbValue, TrainingTables } from '../tables.js';
+import type { Database } from '../../db/schema.js';
+import type { JsonbValue } from '../tables.js';
 import type { PageOf } from '../schemas.js';
 
-/**
- * The executor every training repository function takes: the database or a transaction of it. Typed
- * against the tables it uses until src/db/schema.ts composes them into `Database`.
- */
-export type TrainingDb = Kysely<TrainingTables & AuthTables>;
+/** The executor every training repository function takes: the database or a transaction of it. */
+export type TrainingDb = Kysely<Database>;
 
 /** A JSONB parameter; the pg driver would send a JS array as a Postgres array. */
 export function jsonb<T>(value: T): RawBuilder<JsonbValue<T>> {

@@ -113,11 +113,21 @@ export async function currentStep(db: TrainingDb, { model }: { model: StoredMode
  * trajectories and metrics go; queued jobs are canceled and running ones asked to stop. Several statements:
  * run it in a transaction.
  */
-export async function deleteModel(db: TrainingDb, { model }: { model: StoredModel }): Promise<{ deleted_checkpoints: number }> {
+export async function deleteModel(
+  db: TrainingDb,
+  { model }: { model: StoredModel },
+): Promise<{ deleted_checkpoints: number; deleted: { step: number; uri: string }[] }> {
   await db.updateTable('models').set({ deleted_at: new Date() }).where('id', '=', model.id).execute();
-  const deleted = await db.deleteFrom('checkpoints').where('model_id', '=', model.id).executeTakeFirst();
+  const deleted = await db.deleteFrom('checkpoints').where('model_id', '=', model.id).returning(['step', 'uri']).execute();
   await db.deleteFrom('trajectory_logs').where('model_id', '=', model.id).execute();
   await db.deleteFrom('metric_history').where('model_id', '=', model.id).execute();
   await cancelModelJobs(db, { modelId: model.id });
-  return { deleted_checkpoints: Number(deleted.numDeletedRows) };
+  return { deleted_checkpoints: deleted.length, deleted };
+}
+
+/** Entity ids by name, for the names a key reaches (principals carry names; rows carry ids). */
+export async function findEntityIds(db: TrainingDb, args: { names: readonly string[] }): Promise<Map<string, string>> {
+  if (args.names.length === 0) return new Map();
+  const rows = await db.selectFrom('entities').select(['id', 'name']).where('name', 'in', [...args.names]).execute();
+  return new Map(rows.map((row) => [row.name, row.id]));
 }

@@ -12,6 +12,15 @@ export async function touchWorker(db: TrainingDb, args: { workerId: string; apiK
     .execute();
 }
 
+/** Records that the worker holding a job's lease called in (heartbeats carry no worker id). */
+export async function touchWorkerOfJob(db: TrainingDb, args: { jobId: string }): Promise<void> {
+  await db
+    .updateTable('workers')
+    .set({ last_seen_at: sql<Date>`now()` })
+    .where('worker_id', '=', (eb) => eb.selectFrom('training_jobs').select('worker_id').where('id', '=', args.jobId))
+    .execute();
+}
+
 /** Workers seen within the window, most recent first. */
 export async function listActiveWorkers(
   db: TrainingDb,

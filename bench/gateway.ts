@@ -1,0 +1,145 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import readline from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * npm run bench:gateway — the inference gateway against its baselines. A fast fake engine, a bare
+ * pass-through proxy and trainyard each run in a process of their own; the load generator runs in
+ * another. The same load goes (a) straight to the engine, (b) through the bare proxy and (c) through
+ * trainyard, non-streaming and streaming (100 chunks), at concurrency 1 and 64.
+ * Targets (issue 5): trainyard ≥ 50% of the bare proxy's req/s at concurrency 64, and under 1 ms
+ * added p50 at concurrency 1 against direct. DURATION_MS and WARMUP_MS shorten or lengthen each run.
+ */
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+/**
+ * Every process runs compiled JavaScript, as `npm start` does: under tsx each closure pays for a
+ * name-keeping wrapper, which would charge trainyard (and less so the baselines) for the loader.
+ */
+function compile(): string {
+  const outDir = path.join(root, 'dist', 'bench-gateway');
+  fs.mkdirSync(outDir, { recursive: true });
+  const tsconfig = path.join(outDir, 'tsconfig.json');
+  fs.writeFileSync(
+    tsconfig,
+    JSON.stringify({
+      extends: '../../tsconfig.json',
+      compilerOptions: { noEmit: false, rootDir: '../..', outDir: '.', sourceMap: false },
+      include: ['../../src', '../../migrations', '../../bench/lib'],
+    }),
+  );
+  // Type errors elsewhere in the tree do not stop the emit; a failure to emit shows below.
+  spawnSync(process.execPath, [path.join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', tsconfig], { stdio: 'ignore' });
+  return path.join(outDir, 'bench', 'lib');
+}
+
+const libDir = compile();
+const lib = (name: string) => path.join(libDir, name.replace(/\.ts$/, '.js'));
+const durationMs = process.env.DURATION_MS ?? '3000';
+const warmupMs = process.env.WARMUP_MS ?? '1000';
+/** Rounds per scenario, the targets interleaved in each; the median round is reported (the machine may be shared). */
+const rounds = Number(process.env.ROUNDS ?? 3);
+
+interface Result {
+  requests: number;
+  errors: number;
+  rps: number;
+  p50: number;
+  p99: number;
+}
+
+const children: ChildProcess[] = [];
+
+function run(file: string, env: Record<string, string>): ChildProcess {
+  if (!fs.existsSync(file)) throw new Error(`${file} was not compiled`);
+  const child = spawn(process.execPath, [file], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
+  children.push(child);
+  return child;
+}
+
+/** Starts a server process and reads the JSON line it prints when ready. */
+async function start<T>(file: string, env: Record<string, string> = {}): Promise<T> {
+  const child = run(file, env);
+  const lines = readline.createInterface({ input: child.stdout! });
+  for await (const line of lines) {
+    if (line.startsWith('{')) return JSON.parse(line) as T;
+  }
+  throw new Error(`${file} exited before it was ready`);
+}
+
+async function load(target: string, options: { key?: string; concurrency: number; stream: boolean }): Promise<Result> {
+  const child = run(lib('load.ts'), {
+    TARGET: target,
+    KEY: options.key ?? '',
+    CONCURRENCY: String(options.concurrency),
+    STREAM: options.stream ? '1' : '0',
+    DURATION_MS: durationMs,
+    WARMUP_MS: warmupMs,
+  });
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  await new Promise((resolve) => child.once('exit', resolve));
+  return JSON.parse(output.trim().split('\n').at(-1)!) as Result;
+}
+
+/** Each figure's median over the rounds; errors are summed. */
+function median(runs: Result[]): Result {
+  const mid = (values: number[]) => values.sort((a, b) => a - b)[Math.floor(values.length / 2)];
+  return {
+    requests: mid(runs.map((r) => r.requests)),
+    errors: runs.reduce((sum, r) => sum + r.errors, 0),
+    rps: mid(runs.map((r) => r.rps)),
+    p50: mid(runs.map((r) => r.p50)),
+    p99: mid(runs.map((r) => r.p99)),
+  };
+}
+
+const pad = (text: string | number, width: number) => String(text).padStart(width);
+const ms = (value: number) => value.toFixed(2);
+
+try {
+  const engine = await start<{ port: number }>(lib('engine.ts'));
+  const upstream = `http://127.0.0.1:${engine.port}`;
+  const proxy = await start<{ port: number }>(lib('bare-proxy.ts'), { UPSTREAM: upstream });
+  const trainyard = await start<{ port: number; key: string }>(lib('trainyard.ts'), { UPSTREAM: upstream });
+  const targets = {
+    direct: { url: upstream },
+    proxy: { url: `http://127.0.0.1:${proxy.port}` },
+    trainyard: { url: `http://127.0.0.1:${trainyard.port}`, key: trainyard.key },
+  };
+
+  console.log(`gateway benchmark: ${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? 'unknown'}), node ${process.version}, median of ${rounds} interleaved rounds of ${durationMs} ms after ${warmupMs} ms warm-up`);
+  console.log(`${'mode'.padEnd(10)}${pad('conc', 5)}  ${'target'.padEnd(10)}${pad('req/s', 9)}${pad('p50 ms', 9)}${pad('p99 ms', 9)}${pad('errors', 8)}`);
+  const summary: string[] = [];
+  for (const stream of [false, true]) {
+    for (const concurrency of [1, 64]) {
+      const samples: Record<string, Result[]> = { direct: [], proxy: [], trainyard: [] };
+      for (let round = 0; round < rounds; round++) {
+        for (const [name, target] of Object.entries(targets)) {
+          samples[name].push(await load(target.url, { key: 'key' in target ? target.key : undefined, concurrency, stream }));
+        }
+      }
+      const results: Record<string, Result> = {};
+      for (const [name, runs] of Object.entries(samples)) {
+        const result = median(runs);
+        results[name] = result;
+        const mode = stream ? 'stream' : 'json';
+        console.log(`${mode.padEnd(10)}${pad(concurrency, 5)}  ${name.padEnd(10)}${pad(result.rps.toFixed(0), 9)}${pad(ms(result.p50), 9)}${pad(ms(result.p99), 9)}${pad(result.errors, 8)}`);
+      }
+      const { direct, proxy: bare, trainyard: ty } = results;
+      summary.push(
+        `${stream ? 'stream' : 'json'} c=${concurrency}: proxy/direct ${(bare.rps / direct.rps * 100).toFixed(0)}%, ` +
+          `trainyard/proxy ${(ty.rps / bare.rps * 100).toFixed(0)}%, trainyard/direct ${(ty.rps / direct.rps * 100).toFixed(0)}%, ` +
+          `added p50 vs direct ${ms(ty.p50 - direct.p50)} ms (proxy ${ms(bare.p50 - direct.p50)} ms)`,
+      );
+    }
+  }
+  console.log('\nratios');
+  for (const line of summary) console.log(`  ${line}`);
+} finally {
+  for (const child of children) child.kill('SIGTERM');
+}

@@ -1,0 +1,164 @@
+/**
+ * Tracing benchmark (issue 3). Not a test: run by hand, prints figures and ratios.
+ *
+ *   npm run bench:tracing -- [--calls 100000] [--big 1000000] [--runs 50]
+ *
+ * Uses DATABASE_URL's server when set (a scratch database is created beside it and dropped), else an
+ * embedded PGlite in a temporary directory.
+ *   1. Ingest: `--calls` calls through POST /traces/call/upsert_batch on loopback, batches of 500 start+end
+ *      pairs with about 1 KB of inputs each, against a baseline in the same run: the same rows written
+ *      by one multi-row INSERT per batch straight into the database.
+ *   2. Queries: `--big` calls seeded in one project with INSERT ... SELECT generate_series, then p50/p99
+ *      over `--runs` requests of each query through HTTP.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { sql } from 'kysely';
+import pg from 'pg';
+import { request } from 'undici';
+import { buildApp } from '../src/app.js';
+import { loadConfig } from '../src/config.js';
+import { createPgPool, openDatabase, postgresHandle } from '../src/db/index.js';
+
+function arg(name: string, fallback: number): number {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? Number(process.argv[i + 1]) : fallback;
+}
+const CALLS = arg('calls', 100_000);
+const BIG = arg('big', 1_000_000);
+const RUNS = arg('runs', 50);
+const BATCH = 500;
+
+const serverUrl = process.env.DATABASE_URL;
+let scratch: string | undefined;
+let databaseUrl: string | undefined;
+if (serverUrl) {
+  scratch = `trainyard_bench_${process.pid}`;
+  const admin = new pg.Pool({ connectionString: serverUrl, max: 1 });
+  await admin.query(`create database ${scratch}`);
+  await admin.end();
+  const url = new URL(serverUrl);
+  url.pathname = `/${scratch}`;
+  databaseUrl = url.toString();
+}
+const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-bench-'));
+const config = loadConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'silent', BOOTSTRAP_ADMIN: 'false', ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}) });
+const database = databaseUrl ? postgresHandle(createPgPool(databaseUrl, 10)) : await openDatabase(config);
+const app = await buildApp(config, { database });
+await app.listen({ host: '127.0.0.1', port: 0 });
+const address = app.server.address();
+const base = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}/traces`;
+await app.auth.createUser({ username: 'bench' });
+const { key } = await app.auth.createKey({ username: 'bench' });
+const headers = { authorization: `Basic ${Buffer.from(`api:${key}`).toString('base64')}`, 'content-type': 'application/json' };
+
+async function postJson(url: string, body: unknown): Promise<string> {
+  const response = await request(`${base}${url}`, { method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  const text = await response.body.text();
+  if (response.statusCode !== 200) throw new Error(`${url}: ${response.statusCode} ${text.slice(0, 300)}`);
+  return text;
+}
+
+const padding = 'lorem ipsum dolor sit amet '.repeat(36).slice(0, 950);
+function batchItems(project: string, from: number, count: number): unknown[] {
+  const items: unknown[] = [];
+  for (let i = from; i < from + count; i++) {
+    const started = new Date(Date.UTC(2025, 0, 1) + i * 10).toISOString();
+    const ended = new Date(Date.UTC(2025, 0, 1) + i * 10 + 7).toISOString();
+    items.push({ mode: 'start', req: { start: { project_id: project, id: `call-${i}`, trace_id: `trace-${i}`, op_name: `weave:///bench/${project.split('/')[1]}/op/predict:abc`, started_at: started, attributes: { weave: { source: 'bench' } }, inputs: { i, text: padding } } } });
+    items.push({ mode: 'end', req: { end: { project_id: project, id: `call-${i}`, ended_at: ended, output: { ok: true }, summary: {} } } });
+  }
+  return items;
+}
+
+function baselineRows(project: string, from: number, count: number) {
+  const rows = [];
+  for (let i = from; i < from + count; i++) {
+    rows.push({
+      project_id: project,
+      id: `call-${i}`,
+      trace_id: `trace-${i}`,
+      op_name: `weave:///bench/${project.split('/')[1]}/op/predict:abc`,
+      started_at: new Date(Date.UTC(2025, 0, 1) + i * 10).toISOString(),
+      ended_at: new Date(Date.UTC(2025, 0, 1) + i * 10 + 7).toISOString(),
+      attributes: sql`${JSON.stringify({ weave: { source: 'bench' } })}::jsonb`,
+      inputs: sql`${JSON.stringify({ i, text: padding })}::jsonb`,
+      output: sql`${JSON.stringify({ ok: true })}::jsonb`,
+      summary: sql`'{}'::jsonb`,
+      input_refs: [],
+      output_refs: [],
+    });
+  }
+  return rows as never[];
+}
+
+function rate(n: number, ms: number): number {
+  return Math.round((n / ms) * 1000);
+}
+
+console.log(`database: ${databaseUrl ? 'PostgreSQL server' : 'PGlite (embedded)'}; node ${process.version}; ${os.cpus().length} cores`);
+
+// 1. Ingest
+// Both sides build their payloads before the clock starts: the client's JSON is not the server's cost.
+const bodies: string[] = [];
+for (let i = 0; i < CALLS; i += BATCH) bodies.push(JSON.stringify({ batch: batchItems('bench/ingest', i, Math.min(BATCH, CALLS - i)) }));
+let t = performance.now();
+for (const body of bodies) await postJson('/call/upsert_batch', body);
+const httpMs = performance.now() - t;
+bodies.length = 0;
+const baselineBatches: never[][] = [];
+for (let i = 0; i < CALLS; i += BATCH) baselineBatches.push(baselineRows('bench/baseline', i, Math.min(BATCH, CALLS - i)));
+t = performance.now();
+for (const rows of baselineBatches) await app.db.insertInto('trace_calls').values(rows).execute();
+const baseMs = performance.now() - t;
+console.log(`ingest ${CALLS} calls: HTTP upsert_batch ${rate(CALLS, httpMs)} calls/s, baseline INSERT ${rate(CALLS, baseMs)} calls/s, ratio ${((baseMs / httpMs) * 100).toFixed(0)}% (target >= 50%)`);
+
+// 2. Queries on a big project
+const project = 'bench/big';
+t = performance.now();
+const OPS = 20;
+for (let from = 1; from <= BIG; from += 100_000) {
+  const to = Math.min(BIG, from + 99_999);
+  await sql`insert into trace_calls (project_id, id, trace_id, parent_id, op_name, started_at, ended_at, attributes, inputs, output, summary)
+    select ${project}, 'c' || g, 't' || (g / 10), case when g % 10 = 0 then null else 'c' || (g - g % 10) end,
+      'weave:///bench/big/op/op' || (g % ${OPS}) || ':d', timestamptz '2025-01-01' + g * interval '10 ms',
+      timestamptz '2025-01-01' + g * interval '10 ms' + interval '5 ms', '{}'::jsonb,
+      jsonb_build_object('i', g, 'user', 'u' || (g % 1000)), jsonb_build_object('ok', true), '{}'::jsonb
+    from generate_series(${from}::int, ${to}::int) g`.execute(app.db);
+}
+await sql`analyze trace_calls`.execute(app.db);
+console.log(`seeded ${BIG} calls in ${((performance.now() - t) / 1000).toFixed(1)} s`);
+
+async function measure(name: string, indexed: boolean, run: () => Promise<unknown>): Promise<void> {
+  await run();
+  const times: number[] = [];
+  for (let i = 0; i < RUNS; i++) {
+    const start = performance.now();
+    await run();
+    times.push(performance.now() - start);
+  }
+  times.sort((a, b) => a - b);
+  const p = (q: number) => times[Math.min(times.length - 1, Math.floor(q * times.length))].toFixed(1);
+  console.log(`${name.padEnd(34)} p50 ${p(0.5).padStart(7)} ms  p99 ${p(0.99).padStart(7)} ms${indexed ? '  (indexed, target p50 < 20 ms)' : ''}`);
+}
+
+await measure('latest 50 root calls', true, () =>
+  postJson('/calls/stream_query', { project_id: project, filter: { trace_roots_only: true }, sort_by: [{ field: 'started_at', direction: 'desc' }], limit: 50 }),
+);
+await measure('filter by op name (50)', true, () => postJson('/calls/stream_query', { project_id: project, filter: { op_names: ['weave:///bench/big/op/op7:d'] }, limit: 50 }));
+await measure('$eq on inputs.user (50)', false, () =>
+  postJson('/calls/stream_query', { project_id: project, query: { $expr: { $eq: [{ $getField: 'inputs.user' }, { $literal: 'u999' }] } }, limit: 50 }),
+);
+let n = 0;
+await measure('fetch one trace', true, () => postJson('/calls/stream_query', { project_id: project, filter: { trace_ids: [`t${(n += 7919) % (BIG / 10)}`] } }));
+await measure('query_stats (whole project)', false, () => postJson('/calls/query_stats', { project_id: project }));
+await measure('query_stats probe (limit 1)', true, () => postJson('/calls/query_stats', { project_id: project, limit: 1 }));
+
+await app.close();
+if (scratch && serverUrl) {
+  const admin = new pg.Pool({ connectionString: serverUrl, max: 1 });
+  await admin.query(`drop database if exists ${scratch} with (force)`);
+  await admin.end();
+}
+fs.rmSync(dataDir, { recursive: true, force: true });

@@ -1,0 +1,46 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { principalOf } from '../auth/plugin.js';
+import { answerViewerQuery, GraphQLRequestError } from './viewer.js';
+
+const GraphQLBody = z.object({
+  query: z.string().describe('A GraphQL document; only `viewer { username defaultEntity { name } }` is answered.'),
+  variables: z.record(z.string(), z.unknown()).nullish(),
+  operationName: z.string().nullish(),
+});
+
+const GraphQLResponse = z.object({
+  data: z.record(z.string(), z.unknown()).nullable().optional(),
+  errors: z.array(z.object({ message: z.string() })).optional(),
+});
+
+/**
+ * POST /graphql: the W&B app-server query the weave SDKs send at init to find the key's default entity
+ * (reference §4.3). The key's user is the viewer and its own entity the default entity. Any other
+ * operation is answered with a GraphQL error body (HTTP 200, `errors`), as GraphQL servers do.
+ */
+export const graphqlPlugin: FastifyPluginAsyncZod = async (app) => {
+  app.post(
+    '/graphql',
+    {
+      schema: {
+        tags: ['tracing'],
+        summary: 'GraphQL: the viewer query of the weave SDKs',
+        description:
+          'Answers `query { viewer { username defaultEntity { name } } }` (also id, entity, admin) for the key\'s user; anything else is a GraphQL error. ' +
+          'The npm weave SDK sends it to https://<host>/graphql only, so over plain http use weave.init("entity/project").',
+        body: GraphQLBody,
+        response: { 200: GraphQLResponse },
+      },
+    },
+    async (request) => {
+      const principal = principalOf(request);
+      try {
+        return { data: answerViewerQuery(request.body.query, { id: principal.userId, username: principal.username, admin: principal.isAdmin, entity: principal.entity }) };
+      } catch (error) {
+        if (error instanceof GraphQLRequestError) return { data: null, errors: [{ message: error.message }] };
+        throw error;
+      }
+    },
+  );
+};

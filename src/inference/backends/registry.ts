@@ -1,0 +1,152 @@
+import type { Logger } from '../logger.js';
+import { BackendClient, type ClientOptions } from '../proxy/client.js';
+import type { BackendConfig } from './config.js';
+
+/** A base model an engine serves, and the backend that serves it. */
+export interface ServedModel {
+  id: string;
+  /** What the engine reports as the model's root (its weights' path), or the id. */
+  root: string;
+  backend: BackendClient;
+  /** Unix seconds: when this process first saw it served. */
+  created: number;
+}
+
+export interface RegistryOptions {
+  /** How often backends with `models: discover` re-read their replicas' /v1/models. */
+  refreshMs?: number;
+  /** A lookup of an unknown model re-reads the replicas at most this often. */
+  missRefreshMs?: number;
+  client?: ClientOptions;
+}
+
+/** Discovery is off the request path, so it gets a bound of its own rather than the generation timeouts. */
+const DISCOVERY_TIMEOUT_MS = 10_000;
+
+/**
+ * The configured backends and the base models they serve: listed in the backends file, or discovered
+ * from the replicas' /v1/models at start and refreshed. Discovery also tells each backend's adapter
+ * loader which adapters its engines already hold (loaded by another trainyard process, say).
+ */
+export class BackendRegistry {
+  readonly clients: readonly BackendClient[];
+  private served = new Map<string, ServedModel>();
+  private discovering: Promise<void> | undefined;
+  private firstDiscovery: Promise<void> | undefined;
+  private lastDiscoveryAt = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private readonly refreshMs: number;
+  private readonly missRefreshMs: number;
+  private readonly seenAt = new Map<string, number>();
+
+  constructor(
+    backends: readonly BackendConfig[],
+    private readonly log: Logger,
+    options: RegistryOptions = {},
+  ) {
+    this.clients = backends.map((backend) => new BackendClient(backend, options.client));
+    this.refreshMs = options.refreshMs ?? 60_000;
+    this.missRefreshMs = options.missRefreshMs ?? 5_000;
+    this.rebuild(new Map());
+  }
+
+  get configured(): boolean {
+    return this.clients.length > 0;
+  }
+
+  /** Starts discovery in the background; the server does not wait for engines to come up. */
+  start(): void {
+    if (!this.clients.some((client) => client.backend.models === 'discover' || client.backend.runtimeLora)) return;
+    this.firstDiscovery = this.discover();
+    this.timer = setInterval(() => void this.discover(), this.refreshMs);
+    this.timer.unref();
+  }
+
+  /** The served base model of that name, without waiting. */
+  lookup(id: string): ServedModel | undefined {
+    return this.served.get(id);
+  }
+
+  /** The served base model of that name; an unknown name re-reads discovering backends first (throttled). */
+  async find(id: string): Promise<ServedModel | undefined> {
+    const known = this.served.get(id);
+    if (known || !this.discovers()) return known;
+    if (this.firstDiscovery) await this.firstDiscovery;
+    if (!this.served.has(id) && Date.now() - this.lastDiscoveryAt >= this.missRefreshMs) await this.discover();
+    return this.served.get(id);
+  }
+
+  /** Every served base model, after the first discovery has finished. */
+  async list(): Promise<ServedModel[]> {
+    if (this.firstDiscovery) await this.firstDiscovery;
+    return [...this.served.values()];
+  }
+
+  /** Re-reads the replicas' model lists; concurrent callers share one pass. */
+  discover(): Promise<void> {
+    this.discovering ??= this.discoverAll().finally(() => {
+      this.discovering = undefined;
+      this.lastDiscoveryAt = Date.now();
+    });
+    return this.discovering;
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    await this.discovering?.catch(() => undefined);
+    await Promise.all(this.clients.map((client) => client.close()));
+  }
+
+  private discovers(): boolean {
+    return this.clients.some((client) => client.backend.models === 'discover');
+  }
+
+  private async discoverAll(): Promise<void> {
+    const discovered = new Map<BackendClient, Map<string, string>>();
+    await Promise.all(
+      this.clients.map(async (client) => {
+        const bases = new Map<string, string>();
+        let answered = false;
+        await Promise.all(
+          client.replicas.map(async (replica) => {
+            try {
+              const models = await client.listModels(replica, Math.min(DISCOVERY_TIMEOUT_MS, client.backend.timeouts.firstByteMs));
+              answered = true;
+              // vLLM lists runtime-loaded adapters with their base model as `parent`.
+              const adapters = models.filter((m) => m.parent).map((m) => m.id);
+              if (client.backend.runtimeLora) client.adapters.markLoaded(replica, adapters);
+              for (const model of models) if (!model.parent) bases.set(model.id, model.root ?? model.id);
+            } catch (error) {
+              this.log.warn({ err: error, backend: client.backend.name, replica: replica.url }, 'could not read the models of an engine replica');
+            }
+          }),
+        );
+        if (answered) discovered.set(client, bases);
+      }),
+    );
+    this.rebuild(discovered);
+  }
+
+  /** Served models in backends-file order: when two backends serve a name, the first one wins. */
+  private rebuild(discovered: Map<BackendClient, Map<string, string>>): void {
+    const now = Math.floor(Date.now() / 1000);
+    const next = new Map<string, ServedModel>();
+    for (const client of this.clients) {
+      let models: Iterable<[string, string]>;
+      if (client.backend.models !== 'discover') {
+        models = client.backend.models.map((id) => [id, id] as [string, string]);
+      } else {
+        // A backend that did not answer this time keeps what it served before.
+        const fresh = discovered.get(client);
+        models = fresh ?? [...this.served.values()].filter((m) => m.backend === client).map((m) => [m.id, m.root] as [string, string]);
+      }
+      for (const [id, root] of models) {
+        if (next.has(id)) continue;
+        const key = `${client.backend.name}\n${id}`;
+        if (!this.seenAt.has(key)) this.seenAt.set(key, now);
+        next.set(id, { id, root, backend: client, created: this.seenAt.get(key)! });
+      }
+    }
+    this.served = next;
+  }
+}

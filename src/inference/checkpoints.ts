@@ -1,0 +1,84 @@
+import type { Kysely } from 'kysely';
+import type { Database } from '../db/schema.js';
+
+/**
+ * Read-only queries on the training tables (owned by src/training/): the router's view of trained
+ * models and their checkpoints. Always scoped by entity name, which is how clients name models.
+ */
+
+export interface TrainedModel {
+  id: string;
+  entity: string;
+  project: string;
+  name: string;
+  baseModel: string;
+}
+
+export interface StoredCheckpoint {
+  step: number;
+  uri: string;
+}
+
+/** A live model by its `entity/project/name`; the caller has already checked that it reaches `entity`. */
+export async function findTrainedModel(
+  db: Kysely<Database>,
+  args: { entity: string; project: string; name: string },
+): Promise<TrainedModel | undefined> {
+  const row = await db
+    .selectFrom('models as m')
+    .innerJoin('entities as e', 'e.id', 'm.entity_id')
+    .select(['m.id', 'e.name as entity', 'm.project', 'm.name', 'm.base_model'])
+    .where('e.name', '=', args.entity)
+    .where('m.project', '=', args.project)
+    .where('m.name', '=', args.name)
+    .where('m.deleted_at', 'is', null)
+    .executeTakeFirst();
+  return row && { id: row.id, entity: row.entity, project: row.project, name: row.name, baseModel: row.base_model };
+}
+
+/** The checkpoint at `step`, or the latest one when step is 'latest'. */
+export async function findCheckpoint(
+  db: Kysely<Database>,
+  args: { modelId: string; step: number | 'latest' },
+): Promise<StoredCheckpoint | undefined> {
+  let query = db.selectFrom('checkpoints').select(['step', 'uri']).where('model_id', '=', args.modelId);
+  query = args.step === 'latest' ? query.orderBy('step', 'desc').limit(1) : query.where('step', '=', args.step);
+  return query.executeTakeFirst();
+}
+
+export interface ListedCheckpoint {
+  entity: string;
+  project: string;
+  name: string;
+  baseModel: string;
+  modelCreatedAt: Date;
+  /** Null for a model with no checkpoint yet. */
+  step: number | null;
+  checkpointCreatedAt: Date | null;
+}
+
+/** Every live model of the given entities with each of its checkpoints (one row with a null step when it has none). */
+export async function listCheckpoints(db: Kysely<Database>, args: { entities: readonly string[] }): Promise<ListedCheckpoint[]> {
+  if (args.entities.length === 0) return [];
+  const rows = await db
+    .selectFrom('models as m')
+    .innerJoin('entities as e', 'e.id', 'm.entity_id')
+    .leftJoin('checkpoints as c', 'c.model_id', 'm.id')
+    .select(['e.name as entity', 'm.project', 'm.name', 'm.base_model', 'm.created_at', 'c.step', 'c.created_at as checkpoint_created_at'])
+    .where('e.name', 'in', [...args.entities])
+    .where('m.deleted_at', 'is', null)
+    .orderBy('e.name')
+    .orderBy('m.project')
+    .orderBy('m.name')
+    .orderBy('c.step')
+    .execute();
+  return rows.map((row) => ({
+    entity: row.entity,
+    project: row.project,
+    name: row.name,
+    baseModel: row.base_model,
+    modelCreatedAt: row.created_at,
+    step: row.step,
+    checkpointCreatedAt: row.checkpoint_created_at,
+  }));
+}

@@ -1,0 +1,179 @@
+import type { Kysely } from 'kysely';
+import type { Logger } from './logger.js';
+import type { Principal } from '../auth/principal.js';
+import type { Database } from '../db/schema.js';
+import { NotFoundError } from '../errors.js';
+import type { DomainEventMap } from '../events.js';
+import { adapterPathFor } from './backends/config.js';
+import type { BackendRegistry } from './backends/registry.js';
+import { findCheckpoint, findTrainedModel } from './checkpoints.js';
+import { parseModelName, type CheckpointRef } from './model-name.js';
+import type { BackendClient } from './proxy/client.js';
+import type { AdapterSpec } from './proxy/adapters.js';
+
+/** Where a chat completion goes. */
+export interface Route {
+  backend: BackendClient;
+  /** The `model` sent to the engine: the base model's name, or the adapter's. */
+  engineModel: string;
+  baseModel: string;
+  adapter?: AdapterSpec;
+  /** Rollouts of trainable models carry token ids and logprobs for the trainer. */
+  trainable: boolean;
+  /** The trained model the client named, and the checkpoint step serving it (null: none yet, base model). */
+  trained?: { name: string; step: number | null };
+}
+
+export interface RouterOptions {
+  trainableBaseModels: readonly string[];
+  /** How long a resolved checkpoint route is reused (per key and model id). */
+  cacheTtlMs?: number;
+  now?: () => number;
+}
+
+const CACHE_LIMIT = 10_000;
+
+/** The engine-side name of a checkpoint's adapter: readable in engine logs, derivable from a deletion event. */
+export function adapterName(ref: { entity: string; project: string; model: string }, step: number): string {
+  return `${ref.entity}/${ref.project}/${ref.model}:step${step}`;
+}
+
+/**
+ * Model id → backend and adapter. Base models are looked up in memory. Trained checkpoints are read
+ * from the training tables, scoped to the caller's entities, and cached briefly per key so a rollout
+ * loop costs no query per request; a new checkpoint becomes `latest` within the TTL.
+ */
+export class ModelRouter {
+  private readonly cache = new Map<string, { expiresAt: number; route: Promise<Route> }>();
+  private readonly trainableBases: ReadonlySet<string>;
+  private readonly ttlMs: number;
+  private readonly now: () => number;
+  /** Unloads started by deletion events, for tests and shutdown to wait on. */
+  private unloading: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly db: Kysely<Database>,
+    private readonly registry: BackendRegistry,
+    private readonly log: Logger,
+    options: RouterOptions,
+  ) {
+    this.trainableBases = new Set(options.trainableBaseModels);
+    this.ttlMs = options.cacheTtlMs ?? 1_000;
+    this.now = options.now ?? Date.now;
+  }
+
+  /** Resolves a model id for this caller, or throws 404 model_not_found without saying whether another tenant has it. */
+  resolve(principal: Principal, modelId: string): Promise<Route> {
+    const served = this.registry.lookup(modelId);
+    if (served) return Promise.resolve(this.baseRoute(served.backend, modelId));
+
+    const key = `${principal.keyId}\n${modelId}`;
+    const now = this.now();
+    const cached = this.cache.get(key);
+    if (cached && cached.expiresAt > now) return cached.route;
+
+    const route = this.resolveSlow(principal, modelId);
+    if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
+    // Concurrent first requests share one lookup; a failure is not remembered.
+    this.cache.set(key, { expiresAt: now + this.ttlMs, route });
+    route.catch(() => {
+      if (this.cache.get(key)?.route === route) this.cache.delete(key);
+    });
+    return route;
+  }
+
+  /** Training deleted checkpoints (or a whole model): forget routes and unload their adapters from the engines. */
+  checkpointsDeleted(event: DomainEventMap['checkpoints-deleted'][0]): void {
+    this.cache.clear();
+    const names = event.steps.map((step) => adapterName(event, step));
+    const work = Promise.all(
+      this.registry.clients
+        .filter((client) => client.backend.runtimeLora)
+        .map(async (client) => {
+          for (const name of names) {
+            // Only what an engine is known to hold (loaded here, or listed by the engine at discovery).
+            const holders = client.replicas.filter((replica) => client.adapters.isLoaded(replica, name));
+            if (holders.length === 0) continue;
+            try {
+              await client.adapters.unload(holders, name);
+            } catch (error) {
+              this.log.warn({ err: error, adapter: name, backend: client.backend.name }, 'could not unload a deleted checkpoint\'s adapter');
+            }
+          }
+        }),
+    ).then(() => undefined);
+    this.unloading = this.unloading.then(() => work);
+  }
+
+  /** Resolves when the unloads started so far have finished. */
+  settled(): Promise<void> {
+    return this.unloading;
+  }
+
+  private baseRoute(backend: BackendClient, name: string): Route {
+    return { backend, engineModel: name, baseModel: name, trainable: this.trainableBases.has(name) };
+  }
+
+  private async resolveSlow(principal: Principal, modelId: string): Promise<Route> {
+    if (!this.registry.configured) {
+      throw modelNotFound(
+        modelId,
+        `No inference backend is configured, so the model \`${modelId}\` cannot be served. Set BACKENDS_FILE to a JSON or YAML file listing your engines (see docs/inference.md).`,
+      );
+    }
+    const ref = parseModelName(modelId);
+    if (ref.kind === 'invalid') throw modelNotFound(modelId, `${ref.reason}.`);
+    if (ref.kind === 'base') {
+      const served = await this.registry.find(ref.name);
+      if (!served) throw modelNotFound(modelId);
+      return this.baseRoute(served.backend, ref.name);
+    }
+    // Engines may serve base models whose names look like entity/project/name.
+    const servedAsBase = await this.registry.find(modelId);
+    if (servedAsBase) return this.baseRoute(servedAsBase.backend, modelId);
+    return this.checkpointRoute(principal, modelId, ref);
+  }
+
+  private async checkpointRoute(principal: Principal, modelId: string, ref: CheckpointRef): Promise<Route> {
+    if (!principal.entities.has(ref.entity)) throw modelNotFound(modelId);
+    const model = await findTrainedModel(this.db, { entity: ref.entity, project: ref.project, name: ref.model });
+    if (!model) throw modelNotFound(modelId);
+    const name = `${model.entity}/${model.project}/${model.name}`;
+
+    const served = await this.registry.find(model.baseModel);
+    if (!served) {
+      throw modelNotFound(modelId, `The base model \`${model.baseModel}\` of ${name} is not served by any configured backend.`);
+    }
+    const checkpoint = await findCheckpoint(this.db, { modelId: model.id, step: ref.step });
+    if (!checkpoint) {
+      if (ref.step !== 'latest') throw modelNotFound(modelId, `The model ${name} has no checkpoint at step ${ref.step}.`);
+      // No checkpoint yet: the untrained model is its base model.
+      return { ...this.baseRoute(served.backend, model.baseModel), trainable: true, trained: { name, step: null } };
+    }
+    const backend = served.backend;
+    if (!backend.backend.runtimeLora) {
+      throw modelNotFound(
+        modelId,
+        `Backend ${backend.backend.name} cannot load checkpoint adapters: set runtime_lora: true for it in the backends file and start its engines with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True.`,
+      );
+    }
+    const engineModel = adapterName(ref, checkpoint.step);
+    return {
+      backend,
+      engineModel,
+      baseModel: model.baseModel,
+      adapter: { name: engineModel, path: adapterPathFor(backend.backend, checkpoint.uri) },
+      trainable: true,
+      trained: { name, step: checkpoint.step },
+    };
+  }
+}
+
+/** OpenAI's wording; the same for a model that does not exist and one the caller cannot reach. */
+function modelNotFound(modelId: string, message?: string): NotFoundError {
+  return new NotFoundError('model', modelId, {
+    code: 'model_not_found',
+    param: 'model',
+    message: message ?? `The model \`${modelId}\` does not exist or you do not have access to it.`,
+  });
+}

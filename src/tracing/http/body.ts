@@ -1,0 +1,61 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { isLosslessNumber } from 'lossless-json';
+import { parseJsonBody } from '../../http/json-body.js';
+import { parseLossless, type JsonValue, type LosslessJson } from '../json.js';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /**
+     * Parse this route's JSON body losslessly as well: the routes whose values are digested need `1.0`
+     * and `1` kept apart (reference §3.2). The handler reads the lossless tree with `losslessBody()`.
+     */
+    losslessBody?: boolean;
+  }
+  interface FastifyRequest {
+    tracingLosslessBody?: LosslessJson;
+  }
+}
+
+/** The lossless parse of the body, for routes with `config.losslessBody`. */
+export function losslessBody(request: FastifyRequest): LosslessJson {
+  return request.tracingLosslessBody ?? null;
+}
+
+/** Lossless values as plain JSON for schema validation; keys such as `__proto__` stay plain own data. */
+export function losslessToPlain(value: LosslessJson): JsonValue {
+  if (isLosslessNumber(value)) return Number(value.value);
+  if (Array.isArray(value)) return value.map(losslessToPlain);
+  if (value !== null && typeof value === 'object') {
+    const out: Record<string, JsonValue> = {};
+    for (const key of Object.keys(value)) {
+      Object.defineProperty(out, key, { value: losslessToPlain(value[key]), enumerable: true, writable: true, configurable: true });
+    }
+    return out;
+  }
+  return value;
+}
+
+/**
+ * The tracing API's JSON parser (encapsulated in the tracing plugin). Most routes use the app's parser;
+ * digest routes also keep the lossless tree. `application/jsonl` bodies are accepted as JSON, as some
+ * clients send the streaming content type on requests too.
+ */
+export function registerTracingBodyParsers(app: FastifyInstance): void {
+  app.removeContentTypeParser('application/json');
+  const parser = (request: FastifyRequest, body: string | Buffer, done: (err: Error | null, body?: unknown) => void) => {
+    try {
+      const text = typeof body === 'string' ? body : body.toString('utf8');
+      if (!request.routeOptions.config.losslessBody || text.trim() === '') {
+        done(null, parseJsonBody(text));
+        return;
+      }
+      const tree = parseLossless(text);
+      request.tracingLosslessBody = tree;
+      done(null, losslessToPlain(tree));
+    } catch (error) {
+      done(error as Error, undefined);
+    }
+  };
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, parser);
+  app.addContentTypeParser('application/jsonl', { parseAs: 'string' }, parser);
+}

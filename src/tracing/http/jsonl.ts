@@ -1,0 +1,33 @@
+import { Readable } from 'node:stream';
+import type { FastifyReply } from 'fastify';
+
+/**
+ * Sends rows as JSON Lines (reference §1.1) as they come from `batches`: the first batch is read before
+ * the headers go out, so a bad query still answers with a proper error status; later batches are read
+ * only as the client takes the earlier ones (stream back-pressure). An empty result is an empty body.
+ */
+export async function sendJsonLines(reply: FastifyReply, batches: AsyncIterator<readonly unknown[]>): Promise<FastifyReply> {
+  const first = await batches.next();
+  async function* lines(): AsyncGenerator<string> {
+    try {
+      if (first.done) return;
+      if (first.value.length) yield encode(first.value);
+      for (;;) {
+        const next = await batches.next();
+        if (next.done) return;
+        if (next.value.length) yield encode(next.value);
+      }
+    } finally {
+      // Stops the reader (closes a cursor, ends its transaction) when the client goes away early.
+      await batches.return?.();
+    }
+  }
+  reply.type('application/jsonl');
+  return reply.send(Readable.from(lines(), { objectMode: false }));
+}
+
+function encode(rows: readonly unknown[]): string {
+  let out = '';
+  for (const row of rows) out += `${JSON.stringify(row)}\n`;
+  return out;
+}

@@ -1,0 +1,229 @@
+import { sql, type RawBuilder } from 'kysely';
+import { callsOrderBy, callsWhere } from '../query/calls.js';
+import type { CallsFilter, Query, SortBy } from '../query/schema.js';
+import { isoText, jsonbText, toInt, type Executor } from './common.js';
+
+/** trace_calls: one row per call, merged from its start and its end in either order (reference §3.6). */
+
+export interface CallStartWrite {
+  traceId: string;
+  parentId: string | null;
+  opName: string;
+  displayName: string | null;
+  threadId: string | null;
+  turnId: string | null;
+  startedAt: string;
+  attributes: string;
+  inputs: string;
+  inputRefs: string[];
+  otelDump: string | null;
+  wbUserId: string;
+  wbRunId: string | null;
+  wbRunStep: number | null;
+}
+
+export interface CallEndWrite {
+  endedAt: string;
+  exception: string | null;
+  output: string;
+  outputRefs: string[];
+  summary: string;
+  wbRunStepEnd: number | null;
+  displayName: string | null;
+}
+
+/** A call's start, end or both, with JSON payloads already serialised. */
+export interface CallWrite {
+  projectId: string;
+  id: string;
+  start?: CallStartWrite;
+  end?: CallEndWrite;
+}
+
+const START_COLUMNS = ['trace_id', 'parent_id', 'op_name', 'thread_id', 'turn_id', 'started_at', 'attributes', 'inputs', 'input_refs', 'otel_dump', 'wb_run_id', 'wb_run_step'];
+const END_COLUMNS = ['ended_at', 'exception', 'output', 'output_refs', 'summary', 'wb_run_step_end'];
+
+/** Rows per statement: 20 binds a row stays far below PostgreSQL's 65,535 binds per statement. */
+const ROWS_PER_STATEMENT = 1000;
+
+/**
+ * Writes starts and ends as multi-row upserts. Each id appears at most once (the service merges a
+ * batch by id first). A start fills the start columns and an end the end columns, whichever arrives
+ * first; repeats overwrite their own half only. An existing display name wins over the one a start or
+ * end carries, so a /call/update that raced ahead of the start is kept.
+ */
+export async function upsertCalls(db: Executor, calls: readonly CallWrite[]): Promise<void> {
+  for (let i = 0; i < calls.length; i += ROWS_PER_STATEMENT) {
+    const chunk = calls.slice(i, i + ROWS_PER_STATEMENT);
+    await db
+      .insertInto('trace_calls')
+      .values(chunk.map(toRow))
+      .onConflict((oc) =>
+        oc.columns(['project_id', 'id']).doUpdateSet(() => {
+          const set: Record<string, RawBuilder<unknown>> = {};
+          for (const column of START_COLUMNS) set[column] = keepUnless('started_at', column);
+          for (const column of END_COLUMNS) set[column] = keepUnless('ended_at', column);
+          set.display_name = sql`coalesce(trace_calls.display_name, excluded.display_name)`;
+          set.wb_user_id = sql`coalesce(trace_calls.wb_user_id, excluded.wb_user_id)`;
+          return set;
+        }),
+      )
+      .execute();
+  }
+}
+
+/** The incoming value of `column` when the incoming row carries that half of the call, else the stored one. */
+function keepUnless(marker: string, column: string): RawBuilder<unknown> {
+  return sql`case when excluded.${sql.raw(marker)} is not null then excluded.${sql.raw(column)} else trace_calls.${sql.raw(column)} end`;
+}
+
+function toRow(call: CallWrite) {
+  const { start, end } = call;
+  return {
+    project_id: call.projectId,
+    id: call.id,
+    trace_id: start?.traceId ?? null,
+    parent_id: start?.parentId ?? null,
+    op_name: start?.opName ?? null,
+    display_name: start?.displayName ?? end?.displayName ?? null,
+    thread_id: start?.threadId ?? null,
+    turn_id: start?.turnId ?? null,
+    started_at: start?.startedAt ?? null,
+    attributes: jsonbText(start?.attributes ?? null),
+    inputs: jsonbText(start?.inputs ?? null),
+    input_refs: start?.inputRefs ?? [],
+    otel_dump: jsonbText(start?.otelDump ?? null),
+    wb_user_id: start?.wbUserId ?? null,
+    wb_run_id: start?.wbRunId ?? null,
+    wb_run_step: start?.wbRunStep ?? null,
+    ended_at: end?.endedAt ?? null,
+    exception: end?.exception ?? null,
+    output: jsonbText(end?.output ?? null),
+    output_refs: end?.outputRefs ?? [],
+    summary: jsonbText(end?.summary ?? null),
+    wb_run_step_end: end?.wbRunStepEnd ?? null,
+  } as never;
+}
+
+/** Sets the display name, creating the row if the call's start has not arrived yet. */
+export async function setDisplayName(db: Executor, args: { projectId: string; id: string; displayName: string }): Promise<void> {
+  await db
+    .insertInto('trace_calls')
+    .values({ project_id: args.projectId, id: args.id, display_name: args.displayName } as never)
+    .onConflict((oc) => oc.columns(['project_id', 'id']).doUpdateSet({ display_name: args.displayName }))
+    .execute();
+}
+
+/** Soft-deletes the calls and all their descendants (children found by parent_id within the trace). */
+export async function deleteCallsCascade(db: Executor, args: { projectId: string; ids: readonly string[] }): Promise<number> {
+  if (args.ids.length === 0) return 0;
+  const { projectId } = args;
+  const result = await sql`
+    with recursive doomed(id, trace_id) as (
+      select id, trace_id from trace_calls
+      where project_id = ${projectId} and id in (${sql.join(args.ids)}) and deleted_at is null and started_at is not null
+      union
+      select c.id, c.trace_id from trace_calls c join doomed d
+        on c.project_id = ${projectId} and c.parent_id = d.id and c.trace_id = d.trace_id
+      where c.deleted_at is null
+    )
+    update trace_calls set deleted_at = now()
+    where project_id = ${projectId} and id in (select id from doomed) and deleted_at is null`.execute(db);
+  return toInt(result.numAffectedRows);
+}
+
+/** What a calls read selects: the payload columns only when asked for (list queries stay narrow). */
+export interface CallSelection {
+  /** Top-level columns to read; undefined: all. */
+  columns?: ReadonlySet<string>;
+  storageSize?: boolean;
+  totalStorageSize?: boolean;
+}
+
+export interface CallsListArgs {
+  projectId: string;
+  filter?: CallsFilter | null;
+  query?: Query | null;
+  sortBy?: readonly SortBy[] | null;
+  limit?: number | null;
+  offset?: number | null;
+  selection: CallSelection;
+}
+
+/** A row as read: timestamps as ISO text, JSON columns parsed by the driver. */
+export type CallRow = Record<string, unknown>;
+
+const TEXT_COLUMNS = ['id', 'project_id', 'op_name', 'display_name', 'trace_id', 'parent_id', 'thread_id', 'turn_id', 'exception', 'wb_user_id', 'wb_run_id', 'wb_run_step', 'wb_run_step_end'];
+const TIME_COLUMNS = ['started_at', 'ended_at', 'deleted_at'];
+const JSON_COLUMNS = ['attributes', 'inputs', 'output', 'summary', 'otel_dump'];
+const ALWAYS = new Set(['id', 'project_id', 'trace_id', 'op_name', 'started_at']);
+
+const size = (alias: string) =>
+  sql`(coalesce(octet_length(${sql.ref(`${alias}.attributes`)}::text), 0) + coalesce(octet_length(${sql.ref(`${alias}.inputs`)}::text), 0)
+    + coalesce(octet_length(${sql.ref(`${alias}.output`)}::text), 0) + coalesce(octet_length(${sql.ref(`${alias}.summary`)}::text), 0))`;
+
+function selectList(selection: CallSelection): RawBuilder<unknown> {
+  const wanted = (column: string) => !selection.columns || ALWAYS.has(column) || selection.columns.has(column);
+  const items: RawBuilder<unknown>[] = [];
+  for (const column of TEXT_COLUMNS) if (wanted(column)) items.push(sql`trace_calls.${sql.raw(column)}`);
+  for (const column of TIME_COLUMNS) if (wanted(column)) items.push(sql`${isoText(sql.ref(`trace_calls.${column}`))} as ${sql.raw(column)}`);
+  for (const column of JSON_COLUMNS) if (wanted(column)) items.push(sql`trace_calls.${sql.raw(column)}`);
+  items.push(sql`floor(extract(epoch from (trace_calls.ended_at - trace_calls.started_at)) * 1000) as latency_ms`);
+  if (selection.storageSize) items.push(sql`${size('trace_calls')} as storage_size_bytes`);
+  if (selection.totalStorageSize) {
+    items.push(sql`case when trace_calls.parent_id is null then (select sum(${size('t')}) from trace_calls t
+      where t.project_id = trace_calls.project_id and t.trace_id = trace_calls.trace_id and t.deleted_at is null) end as total_storage_size_bytes`);
+  }
+  return sql.join(items);
+}
+
+/** The SELECT of a calls list, ready to run whole, in windows, or through a cursor. */
+export function callsListQuery(args: CallsListArgs, window?: { limit: number; offset: number }): RawBuilder<CallRow> {
+  const where = callsWhere({ projectId: args.projectId, filter: args.filter, query: args.query });
+  const order = callsOrderBy(args.sortBy);
+  const limit = window ? window.limit : args.limit;
+  const offset = window ? window.offset : args.offset;
+  return sql<CallRow>`select ${selectList(args.selection)} from trace_calls where ${where} order by ${order}
+    ${limit != null ? sql`limit ${limit}` : sql``} ${offset ? sql`offset ${offset}` : sql``}`;
+}
+
+/**
+ * One window of a calls list, for reading a long result in steps without a cursor: the inner query
+ * finds the window's ids reading only the sort keys, the outer one reads the payload of those rows only
+ * (OFFSET would otherwise build every skipped row in full).
+ */
+export function callsWindowQuery(args: CallsListArgs, window: { limit: number; offset: number }): RawBuilder<CallRow> {
+  const where = callsWhere({ projectId: args.projectId, filter: args.filter, query: args.query });
+  const order = callsOrderBy(args.sortBy);
+  return sql<CallRow>`select ${selectList(args.selection)} from trace_calls
+    where trace_calls.project_id = ${args.projectId} and trace_calls.id in (
+      select trace_calls.id from trace_calls where ${where} order by ${order} limit ${window.limit} offset ${window.offset})
+    order by ${order}`;
+}
+
+export async function listCalls(db: Executor, args: CallsListArgs): Promise<CallRow[]> {
+  return (await callsListQuery(args).execute(db)).rows;
+}
+
+export async function readCall(db: Executor, args: { projectId: string; id: string; selection: CallSelection }): Promise<CallRow | undefined> {
+  const rows = await listCalls(db, { projectId: args.projectId, filter: { call_ids: [args.id] }, selection: args.selection, limit: 1 });
+  return rows[0];
+}
+
+/** How many calls match; with `limit`, counting stops after limit + 1 (the cheap "any more?" probe). */
+export async function countCalls(
+  db: Executor,
+  args: { projectId: string; filter?: CallsFilter | null; query?: Query | null; limit?: number | null; totalStorageSize?: boolean },
+): Promise<{ count: number; totalStorageSize?: number }> {
+  const where = callsWhere(args);
+  if (args.limit != null) {
+    const { rows } = await sql<{ n: unknown }>`select count(*) as n from (select 1 from trace_calls where ${where} limit ${args.limit + 1}) m`.execute(db);
+    return { count: toInt(rows[0]?.n) };
+  }
+  const storage = args.totalStorageSize
+    ? sql`, (select sum(${size('t')}) from trace_calls t where t.project_id = ${args.projectId} and t.deleted_at is null
+        and t.trace_id in (select trace_id from trace_calls where ${where} and trace_calls.parent_id is null)) as storage`
+    : sql``;
+  const { rows } = await sql<{ n: unknown; storage?: unknown }>`select count(*) as n ${storage} from trace_calls where ${where}`.execute(db);
+  return { count: toInt(rows[0]?.n), totalStorageSize: args.totalStorageSize ? toInt(rows[0]?.storage) : undefined };
+}

@@ -1,0 +1,80 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import type { MultipartFile } from '@fastify/multipart';
+import { z } from 'zod';
+import { InvalidRequestError, PayloadTooLargeError, UnprocessableError } from '../../errors.js';
+import { depsOf, projectFor } from '../http/access.js';
+import { tags } from '../schemas/common.js';
+import { FileContentBody, FileCreateResponse } from '../schemas/files.js';
+import * as files from '../services/files.js';
+
+/**
+ * /file/create (multipart: `project_id`, `file`) and /file/content, with the /files/* aliases the
+ * Python client uses. The upload is held in memory up to config.traceFileLimitBytes (413 beyond).
+ */
+export const fileRoutes: FastifyPluginAsyncZod = async (app) => {
+  const deps = depsOf(app);
+  const limit = app.config.traceFileLimitBytes;
+
+  for (const url of ['/file/create', '/files/create']) {
+    app.post(
+      url,
+      {
+        schema: {
+          tags,
+          summary: url === '/file/create' ? 'Upload a file' : 'Upload a file (alias)',
+          description: `multipart/form-data with fields project_id and file (and optionally expected_digest). At most ${limit} bytes.`,
+          consumes: ['multipart/form-data'],
+          response: { 200: FileCreateResponse },
+        },
+      },
+      async (request) => {
+        if (!request.isMultipart()) {
+          throw new InvalidRequestError('Send the file as multipart/form-data with fields project_id and file.', { code: 'not_multipart' });
+        }
+        const fields: Record<string, string> = {};
+        let upload: { name: string; content: Buffer } | undefined;
+        try {
+          for await (const part of request.parts({ limits: { fileSize: limit, files: 1 } })) {
+            if (part.type === 'file') {
+              upload = { name: part.filename || '<unnamed_file>', content: await (part as MultipartFile).toBuffer() };
+            } else if (typeof part.value === 'string') {
+              fields[part.fieldname] = part.value;
+            }
+          }
+        } catch (error) {
+          if ((error as { code?: string }).code === 'FST_REQ_FILE_TOO_LARGE') {
+            throw new PayloadTooLargeError(`The file is larger than the limit of ${limit} bytes (TRACE_FILE_LIMIT_MB).`);
+          }
+          if ((error as { code?: string }).code === 'FST_FILES_LIMIT') {
+            throw new InvalidRequestError('Send one file per request.', { code: 'too_many_files' });
+          }
+          throw error;
+        }
+        if (fields.project_id === undefined) throw new UnprocessableError('Field required', ['body', 'project_id'], { type: 'missing' });
+        if (!upload) throw new UnprocessableError('Field required', ['body', 'file'], { type: 'missing' });
+        const projectId = projectFor(request, fields.project_id);
+        return files.createFile(deps, { projectId, name: upload.name, content: upload.content, expectedDigest: fields.expected_digest });
+      },
+    );
+  }
+
+  for (const url of ['/file/content', '/files/content']) {
+    app.post(
+      url,
+      {
+        schema: {
+          tags,
+          summary: url === '/file/content' ? 'Read a file' : 'Read a file (alias)',
+          body: FileContentBody,
+          produces: ['application/octet-stream'],
+          response: { 200: z.string().describe('The raw bytes') },
+        },
+      },
+      async (request, reply) => {
+        const projectId = projectFor(request, request.body.project_id);
+        const content = await files.readFile(deps, { projectId, digest: request.body.digest });
+        return reply.type('application/octet-stream').send(content as never);
+      },
+    );
+  }
+};

@@ -1,0 +1,131 @@
+import { z } from 'zod';
+import { CallsFilter, Query } from '../query/schema.js';
+import { AnyJson, DateTime, JsonObject, Limit, Offset, ProjectId, SortBy } from './common.js';
+
+/** Calls (reference §2.2). */
+
+export const StartedCall = z.object({
+  project_id: ProjectId,
+  id: z.string().min(1).nullish(),
+  op_name: z.string().min(1),
+  display_name: z.string().nullish(),
+  trace_id: z.string().min(1).nullish(),
+  parent_id: z.string().nullish(),
+  thread_id: z.string().nullish(),
+  turn_id: z.string().nullish(),
+  started_at: DateTime,
+  attributes: JsonObject,
+  inputs: JsonObject,
+  otel_dump: JsonObject.nullish(),
+  wb_user_id: z.string().nullish(),
+  wb_run_id: z.string().nullish(),
+  wb_run_step: z.number().int().nullish(),
+});
+export type StartedCall = z.infer<typeof StartedCall>;
+
+export const EndedCall = z.object({
+  project_id: ProjectId,
+  id: z.string().min(1),
+  ended_at: DateTime,
+  exception: z.string().nullish(),
+  output: AnyJson.optional(),
+  summary: JsonObject,
+  wb_run_step_end: z.number().int().nullish(),
+  /** Sent by the JS SDK inside every `call/end` of a named call. */
+  display_name: z.string().nullish(),
+});
+export type EndedCall = z.infer<typeof EndedCall>;
+
+export const CallStartBody = z.object({ start: StartedCall });
+export const CallEndBody = z.object({ end: EndedCall });
+export const CallStartResponse = z.object({ id: z.string(), trace_id: z.string() });
+
+export const UpsertItem = z.discriminatedUnion('mode', [
+  z.object({ mode: z.literal('start'), req: CallStartBody }),
+  z.object({ mode: z.literal('end'), req: CallEndBody }),
+]);
+export const UpsertBatchBody = z.object({ batch: z.array(UpsertItem) });
+export const UpsertBatchResponse = z.object({ res: z.array(z.union([CallStartResponse, z.object({})])) });
+
+export const CallSchema = z
+  .object({
+    id: z.string(),
+    project_id: z.string(),
+    op_name: z.string(),
+    display_name: z.string().nullable(),
+    trace_id: z.string(),
+    parent_id: z.string().nullable(),
+    thread_id: z.string().nullable(),
+    turn_id: z.string().nullable(),
+    started_at: z.string(),
+    attributes: JsonObject,
+    inputs: JsonObject,
+    ended_at: z.string().nullable(),
+    exception: z.string().nullable(),
+    output: AnyJson,
+    summary: JsonObject.nullable(),
+    wb_user_id: z.string().nullable(),
+    wb_run_id: z.string().nullable(),
+    wb_run_step: z.number().nullable(),
+    wb_run_step_end: z.number().nullable(),
+    deleted_at: z.string().nullable(),
+    storage_size_bytes: z.number().nullish(),
+    total_storage_size_bytes: z.number().nullish(),
+  })
+  .partial()
+  .describe('A call; `summary.weave` (status, latency_ms, trace_name) is derived on read.');
+
+export const CallReadBody = z.object({
+  project_id: ProjectId,
+  id: z.string(),
+  include_costs: z.boolean().nullish(),
+  include_storage_size: z.boolean().nullish(),
+  include_total_storage_size: z.boolean().nullish(),
+});
+export const CallReadResponse = z.object({ call: CallSchema.nullable() });
+
+export const CallUpdateBody = z.object({
+  project_id: ProjectId,
+  call_id: z.string(),
+  display_name: z.string().nullish(),
+  wb_user_id: z.string().nullish(),
+});
+
+export const CallsDeleteBody = z.object({
+  project_id: ProjectId,
+  call_ids: z.array(z.string()).describe('At most 1000 ids (400 beyond).'),
+  wb_user_id: z.string().nullish(),
+});
+export const CallsDeleteResponse = z.object({ num_deleted: z.number() });
+
+export const CallsQueryBody = z.object({
+  project_id: ProjectId,
+  filter: CallsFilter.nullish(),
+  limit: Limit,
+  offset: Offset,
+  sort_by: z.array(SortBy).nullish(),
+  query: Query.nullish(),
+  include_costs: z.boolean().nullish(),
+  include_feedback: z.boolean().nullish(),
+  include_storage_size: z.boolean().nullish(),
+  include_total_storage_size: z.boolean().nullish(),
+  columns: z.array(z.string()).nullish(),
+  expand_columns: z.array(z.string()).nullish(),
+  return_expanded_column_values: z.boolean().nullish(),
+});
+export type CallsQueryBody = z.infer<typeof CallsQueryBody>;
+export const CallsQueryResponse = z.object({ calls: z.array(CallSchema) });
+
+export const CallsQueryStatsBody = z.object({
+  project_id: ProjectId,
+  filter: CallsFilter.nullish(),
+  query: Query.nullish(),
+  limit: Limit,
+  include_total_storage_size: z.boolean().nullish(),
+  expand_columns: z.array(z.string()).nullish(),
+});
+export const CallsQueryStatsResponse = z.object({
+  count: z.number(),
+  total_storage_size_bytes: z.number().nullish(),
+  has_more: z.boolean().nullish(),
+});

@@ -1,0 +1,46 @@
+import { z } from 'zod';
+import { Query } from '../query/schema.js';
+import { DateTime, Limit, Offset, ProjectId, SortBy } from './common.js';
+
+/** Custom LLM prices (reference §2.8). Costs are per token, e.g. 3e-05. */
+
+export const CostCreateInput = z.object({
+  prompt_token_cost: z.number().min(0),
+  completion_token_cost: z.number().min(0),
+  prompt_token_cost_unit: z.string().min(1).nullish().describe('Default USD.'),
+  completion_token_cost_unit: z.string().min(1).nullish().describe('Default USD.'),
+  effective_date: DateTime.nullish().describe('Default: now.'),
+  provider_id: z.string().min(1).nullish().describe('Default "default".'),
+});
+export type CostCreateInput = z.infer<typeof CostCreateInput>;
+
+export const CostCreateBody = z.object({
+  project_id: ProjectId,
+  costs: z.record(z.string().min(1), CostCreateInput).describe('llm_id → price'),
+  wb_user_id: z.string().nullish().describe('Ignored: set from the key.'),
+});
+export const CostCreateResponse = z.object({ ids: z.array(z.tuple([z.string(), z.string()])).describe('[cost_id, llm_id] pairs') });
+
+export const CostQueryBody = z.object({
+  project_id: ProjectId,
+  fields: z.array(z.string()).nullish(),
+  query: Query.nullish(),
+  sort_by: z.array(SortBy).nullish(),
+  limit: Limit,
+  offset: Offset,
+});
+export const CostQueryOutput = z
+  .object({
+    id: z.string(),
+    llm_id: z.string(),
+    prompt_token_cost: z.number(),
+    completion_token_cost: z.number(),
+    prompt_token_cost_unit: z.string(),
+    completion_token_cost_unit: z.string(),
+    effective_date: z.string(),
+    provider_id: z.string(),
+  })
+  .partial();
+export const CostQueryResponse = z.object({ results: z.array(CostQueryOutput) });
+
+export const CostPurgeBody = z.object({ project_id: ProjectId, query: Query.describe('Ids only: $eq on id, $or of those, or $in on id.') });

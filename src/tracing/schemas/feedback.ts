@@ -1,0 +1,45 @@
+import { z } from 'zod';
+import { Query } from '../query/schema.js';
+import { AnyJson, JsonObject, Limit, Offset, ProjectId, SortBy } from './common.js';
+
+/** Feedback (reference §2.7). */
+
+export const FeedbackCreateBody = z.object({
+  id: z.string().min(1).nullish().describe('Honoured when given; a UUID v7 otherwise.'),
+  project_id: ProjectId,
+  weave_ref: z.string().describe('A weave:/// ref in the same project (the target need not exist yet).'),
+  creator: z.string().nullish(),
+  feedback_type: z.string().min(1).describe('wandb.reaction.1, wandb.note.1, wandb.annotation.<name>, wandb.runnable.<name>, or any custom type'),
+  payload: JsonObject.describe('At most 1 MiB serialised.'),
+  annotation_ref: z.string().nullish(),
+  runnable_ref: z.string().nullish(),
+  call_ref: z.string().nullish(),
+  trigger_ref: z.string().nullish(),
+  queue_id: z.string().nullish(),
+  wb_user_id: z.string().nullish().describe('Ignored: set from the key.'),
+});
+export type FeedbackCreateBody = z.infer<typeof FeedbackCreateBody>;
+
+export const FeedbackCreateResponse = z.object({
+  id: z.string(),
+  created_at: z.string(),
+  wb_user_id: z.string(),
+  payload: JsonObject,
+});
+
+export const FeedbackBatchCreateBody = z.object({ batch: z.array(FeedbackCreateBody) });
+export const FeedbackBatchCreateResponse = z.object({ res: z.array(FeedbackCreateResponse) });
+
+export const FeedbackReplaceBody = FeedbackCreateBody.extend({ feedback_id: z.string().describe('The row to replace.') });
+
+export const FeedbackQueryBody = z.object({
+  project_id: ProjectId,
+  fields: z.array(z.string()).nullish().describe('Columns, `<column>_dump`, `payload.<path>` or `count(*)`; default all columns.'),
+  query: Query.nullish(),
+  sort_by: z.array(SortBy).nullish(),
+  limit: Limit,
+  offset: Offset,
+});
+export const FeedbackQueryResponse = z.object({ result: z.array(z.record(z.string(), AnyJson)) });
+
+export const FeedbackPurgeBody = z.object({ project_id: ProjectId, query: Query.describe('Ids only: $eq on id, $or of those, or $in on id.') });

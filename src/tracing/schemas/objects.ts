@@ -1,0 +1,68 @@
+import { z } from 'zod';
+import { AnyJson, Limit, Offset, ProjectId, SortBy } from './common.js';
+
+/** Objects (reference §2.3). */
+
+export const ObjCreateBody = z.object({
+  obj: z.object({
+    project_id: ProjectId,
+    object_id: z.string().describe('1 to 128 of [A-Za-z0-9_.-]'),
+    val: AnyJson,
+    builtin_object_class: z.string().nullish(),
+    set_base_object_class: z.string().nullish().describe('Deprecated alias of builtin_object_class.'),
+    expected_digest: z.string().nullish().describe('409 when the computed digest differs.'),
+    wb_user_id: z.string().nullish(),
+  }),
+});
+export const ObjCreateResponse = z.object({ digest: z.string(), object_id: z.string() });
+
+export const ObjSchema = z.object({
+  project_id: z.string(),
+  object_id: z.string(),
+  created_at: z.string(),
+  deleted_at: z.string().nullable(),
+  digest: z.string(),
+  version_index: z.number(),
+  is_latest: z.number().describe('1 or 0'),
+  kind: z.enum(['op', 'object']),
+  base_object_class: z.string().nullable(),
+  leaf_object_class: z.string().nullable(),
+  val: AnyJson,
+  wb_user_id: z.string().nullable(),
+  size_bytes: z.number().optional(),
+});
+
+export const ObjReadBody = z.object({
+  project_id: ProjectId,
+  object_id: z.string(),
+  digest: z.string().describe('A digest, "latest" or "v<N>".'),
+  metadata_only: z.boolean().nullish(),
+});
+export const ObjReadResponse = z.object({ obj: ObjSchema });
+
+export const ObjQueryBody = z.object({
+  project_id: ProjectId,
+  filter: z
+    .object({
+      base_object_classes: z.array(z.string()).nullish(),
+      exclude_base_object_classes: z.array(z.string()).nullish(),
+      leaf_object_classes: z.array(z.string()).nullish(),
+      object_ids: z.array(z.string()).nullish(),
+      is_op: z.boolean().nullish(),
+      latest_only: z.boolean().nullish(),
+    })
+    .nullish(),
+  limit: Limit,
+  offset: Offset,
+  sort_by: z.array(SortBy).nullish().describe('object_id or created_at'),
+  metadata_only: z.boolean().nullish(),
+  include_storage_size: z.boolean().nullish(),
+});
+export const ObjQueryResponse = z.object({ objs: z.array(ObjSchema) });
+
+export const ObjDeleteBody = z.object({
+  project_id: ProjectId,
+  object_id: z.string(),
+  digests: z.array(z.string()).nullish().describe('At most 100; none: every version.'),
+});
+export const ObjDeleteResponse = z.object({ num_deleted: z.number() });

@@ -1,0 +1,57 @@
+import { z } from 'zod';
+import { AnyJson, Limit, Offset, ProjectId, SortBy } from './common.js';
+
+/** Tables (reference §2.4). Row values are checked to be objects by the service (400, not 422). */
+
+export const TableCreateBody = z.object({
+  table: z.object({
+    project_id: ProjectId,
+    rows: z.array(AnyJson),
+    expected_digest: z.string().nullish(),
+  }),
+});
+export const TableCreateResponse = z.object({ digest: z.string(), row_digests: z.array(z.string()) });
+
+const Row = AnyJson.describe('a JSON object');
+export const TableUpdateSpec = z.union([
+  z.object({ append: z.object({ row: Row }) }),
+  z.object({ pop: z.object({ index: z.number().int() }) }),
+  z.object({ insert: z.object({ index: z.number().int(), row: Row }) }),
+]);
+export const TableUpdateBody = z.object({
+  project_id: ProjectId,
+  base_digest: z.string(),
+  updates: z.array(TableUpdateSpec),
+});
+export const TableUpdateResponse = z.object({ digest: z.string(), updated_row_digests: z.array(z.string()) });
+
+export const TableQueryBody = z.object({
+  project_id: ProjectId,
+  digest: z.string(),
+  filter: z.object({ row_digests: z.array(z.string()).nullish() }).nullish(),
+  limit: Limit,
+  offset: Offset,
+  sort_by: z.array(SortBy).nullish().describe('Dotted paths into the row value.'),
+});
+export const TableRow = z.object({ digest: z.string(), val: AnyJson, original_index: z.number() });
+export const TableQueryResponse = z.object({ rows: z.array(TableRow) });
+
+export const TableQueryStatsBody = z.object({ project_id: ProjectId, digest: z.string() });
+export const TableQueryStatsResponse = z.object({ count: z.number() });
+
+export const TableQueryStatsBatchBody = z.object({
+  project_id: ProjectId,
+  digests: z.array(z.string()).nullish(),
+  include_storage_size: z.boolean().nullish(),
+});
+export const TableQueryStatsBatchResponse = z.object({
+  tables: z.array(z.object({ digest: z.string(), count: z.number(), storage_size_bytes: z.number().optional() })),
+});
+
+export const TableCreateFromDigestsBody = z.object({
+  project_id: ProjectId,
+  row_digests: z.array(z.string()),
+  expected_digest: z.string().nullish(),
+});
+export const TableCreateFromDigestsResponse = z.object({ digest: z.string() });
+

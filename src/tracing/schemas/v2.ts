@@ -1,0 +1,23 @@
+import { z } from 'zod';
+import { CallEndBody, CallStartBody, StartedCall } from './calls.js';
+import { AnyJson, DateTime, JsonObject } from './common.js';
+
+/** The v2 call routes of newer Python clients (reference §2.12). */
+
+export const V2Params = z.object({ entity: z.string(), project: z.string() });
+
+/** A finished call in one record. */
+export const CompletedCall = StartedCall.extend({
+  id: z.string().min(1),
+  trace_id: z.string().min(1),
+  ended_at: DateTime,
+  exception: z.string().nullish(),
+  output: AnyJson.optional(),
+  summary: JsonObject,
+  wb_run_step_end: z.number().int().nullish(),
+});
+export type CompletedCall = z.infer<typeof CompletedCall>;
+
+export const CallsCompleteBody = z.object({ batch: z.array(CompletedCall) });
+export const V2CallStartBody = CallStartBody;
+export const V2CallEndBody = CallEndBody;

@@ -1,0 +1,302 @@
+import { channel } from 'node:diagnostics_channel';
+import { sql } from 'kysely';
+import { InvalidRequestError } from '../../errors.js';
+import { uuidv7 } from '../ids.js';
+import { extractRefs, isWeaveRef } from '../refs.js';
+import * as repo from '../repositories/calls.js';
+import { mapJsonbErrors, type Executor } from '../repositories/common.js';
+import type { CallsQueryBody, EndedCall, StartedCall } from '../schemas/calls.js';
+import type { TracingDeps } from './deps.js';
+import { addCosts } from './costs.js';
+import { feedbackByCall } from './feedback.js';
+import { expandRefs } from './refs.js';
+
+/** Calls: start/end ingest, reads, queries, streaming, stats, update and delete (reference §2.2, §3.6, §3.7). */
+
+export const MAX_DELETE_IDS = 1000;
+
+/** Rows read per round trip when streaming: a cursor FETCH on a server, a LIMIT/OFFSET window on PGlite. */
+export const STREAM_BATCH_SIZE = 500;
+
+/**
+ * Published once per batch a calls stream reads from the database (`{ rows }`), so that tests and
+ * operators can see that a stream is read in steps rather than whole.
+ */
+export const streamBatchChannel = channel('trainyard:tracing:calls-stream-batch');
+
+export type UpsertItem = { mode: 'start'; start: StartedCall } | { mode: 'end'; end: EndedCall };
+
+/**
+ * Applies a batch of starts and ends in one transaction of multi-row statements: all or nothing.
+ * Items for the same call are merged first (a start and its end become one row).
+ */
+export async function upsertBatch(deps: TracingDeps, args: { userId: string; items: readonly UpsertItem[] }): Promise<{ id: string; trace_id?: string }[]> {
+  const merged = new Map<string, repo.CallWrite>();
+  const results: { id: string; trace_id?: string }[] = [];
+  for (const item of args.items) {
+    if (item.mode === 'start') {
+      const write = startWrite(item.start, args.userId);
+      const key = `${item.start.project_id}\u0000${write.id}`;
+      const existing = merged.get(key);
+      merged.set(key, { ...(existing ?? { projectId: item.start.project_id, id: write.id }), start: write.start });
+      results.push({ id: write.id, trace_id: write.start.traceId });
+    } else {
+      const end = endWrite(item.end);
+      const key = `${item.end.project_id}\u0000${item.end.id}`;
+      const existing = merged.get(key);
+      merged.set(key, { ...(existing ?? { projectId: item.end.project_id, id: item.end.id }), end });
+      results.push({ id: item.end.id });
+    }
+  }
+  const calls = [...merged.values()];
+  await mapJsonbErrors(() => deps.db.transaction().execute((trx) => repo.upsertCalls(trx, calls)));
+  return results;
+}
+
+function startWrite(start: StartedCall, userId: string): { id: string; start: repo.CallStartWrite } {
+  const id = start.id ?? uuidv7();
+  return {
+    id,
+    start: {
+      traceId: start.trace_id ?? uuidv7(),
+      parentId: start.parent_id ?? null,
+      opName: start.op_name,
+      displayName: start.display_name ?? null,
+      threadId: start.thread_id ?? null,
+      turnId: start.turn_id ?? null,
+      startedAt: start.started_at,
+      attributes: JSON.stringify(start.attributes),
+      inputs: JSON.stringify(start.inputs),
+      inputRefs: extractRefs(start.inputs),
+      otelDump: start.otel_dump ? JSON.stringify(start.otel_dump) : null,
+      // Stamped from the key's user: a client-sent wb_user_id is not trusted (reference §1.2).
+      wbUserId: userId,
+      wbRunId: start.wb_run_id ?? null,
+      wbRunStep: start.wb_run_step ?? null,
+    },
+  };
+}
+
+function endWrite(end: EndedCall): repo.CallEndWrite {
+  const output = end.output === undefined ? null : end.output;
+  return {
+    endedAt: end.ended_at,
+    exception: end.exception ?? null,
+    output: JSON.stringify(output),
+    outputRefs: extractRefs(output),
+    summary: JSON.stringify(end.summary),
+    wbRunStepEnd: end.wb_run_step_end ?? null,
+    displayName: end.display_name ?? null,
+  };
+}
+
+export async function updateCall(deps: TracingDeps, args: { projectId: string; id: string; displayName?: string | null }): Promise<void> {
+  if (args.displayName == null) {
+    throw new InvalidRequestError('Nothing to update: send display_name (the only updatable field; "" removes the name).', { code: 'invalid_update' });
+  }
+  const displayName = args.displayName;
+  await mapJsonbErrors(() => repo.setDisplayName(deps.db, { projectId: args.projectId, id: args.id, displayName }));
+}
+
+export async function deleteCalls(deps: TracingDeps, args: { projectId: string; ids: readonly string[] }): Promise<number> {
+  if (args.ids.length > MAX_DELETE_IDS) {
+    throw new InvalidRequestError(`Cannot delete more than ${MAX_DELETE_IDS} calls at once (got ${args.ids.length}); split the request.`, { code: 'too_many_ids' });
+  }
+  return deps.db.transaction().execute((trx) => repo.deleteCallsCascade(trx, args));
+}
+
+export async function readCall(
+  deps: TracingDeps,
+  args: { projectId: string; id: string; storageSize?: boolean; totalStorageSize?: boolean; costs?: boolean },
+): Promise<Record<string, unknown> | null> {
+  const selection = { storageSize: Boolean(args.storageSize), totalStorageSize: Boolean(args.totalStorageSize) };
+  const row = await repo.readCall(deps.db, { projectId: args.projectId, id: args.id, selection });
+  if (!row) return null;
+  const call = toCallSchema(row, selection);
+  if (args.costs) await addCosts(deps, args.projectId, [call]);
+  return call;
+}
+
+export async function queryStats(
+  deps: TracingDeps,
+  args: { projectId: string; filter?: CallsQueryBody['filter']; query?: CallsQueryBody['query']; limit?: number | null; totalStorageSize?: boolean },
+): Promise<{ count: number; has_more?: boolean; total_storage_size_bytes?: number }> {
+  const result = await repo.countCalls(deps.db, args);
+  if (args.limit != null) return { count: Math.min(result.count, args.limit), has_more: result.count > args.limit };
+  return args.totalStorageSize ? { count: result.count, total_storage_size_bytes: result.totalStorageSize } : { count: result.count };
+}
+
+/** A calls query as the repository and the row mapper need it. */
+function listArgs(projectId: string, body: Omit<CallsQueryBody, 'project_id'>): repo.CallsListArgs {
+  let columns: Set<string> | undefined;
+  if (body.columns?.length) {
+    columns = new Set(body.columns.map((c) => c.split('.')[0]));
+    for (const path of body.expand_columns ?? []) columns.add(path.split('.')[0]);
+    // The derived summary.weave needs these (reference §3.7).
+    if (columns.has('summary')) for (const c of ['ended_at', 'exception', 'display_name']) columns.add(c);
+  }
+  return {
+    projectId,
+    filter: body.filter,
+    query: body.query,
+    sortBy: body.sort_by,
+    limit: body.limit,
+    offset: body.offset,
+    selection: { columns, storageSize: Boolean(body.include_storage_size), totalStorageSize: Boolean(body.include_total_storage_size) },
+  };
+}
+
+export async function queryCalls(deps: TracingDeps, projectId: string, body: Omit<CallsQueryBody, 'project_id'>): Promise<Record<string, unknown>[]> {
+  const args = listArgs(projectId, body);
+  const rows = await repo.listCalls(deps.db, args);
+  return finish(deps, projectId, rows, args, body);
+}
+
+async function finish(
+  deps: TracingDeps,
+  projectId: string,
+  rows: repo.CallRow[],
+  args: repo.CallsListArgs,
+  body: Omit<CallsQueryBody, 'project_id'>,
+): Promise<Record<string, unknown>[]> {
+  const calls = rows.map((row) => toCallSchema(row, args.selection));
+  if (body.expand_columns?.length) await expandCallColumns(deps.db, projectId, calls, body.expand_columns);
+  const withSummary = calls.filter((call) => call.summary !== null && typeof call.summary === 'object');
+  if (body.include_costs && withSummary.length) await addCosts(deps, projectId, withSummary);
+  if (body.include_feedback && withSummary.length) {
+    // summary.weave.feedback: the feedback whose weave_ref is the call's ref (reference §3.6).
+    const byCall = await feedbackByCall(deps, projectId, withSummary.map((call) => call.id as string));
+    for (const call of withSummary) {
+      const summary = call.summary as Record<string, unknown>;
+      summary.weave = { ...(summary.weave as object), feedback: byCall.get(call.id as string) ?? [] };
+    }
+  }
+  return calls;
+}
+
+/**
+ * The calls of a query in batches, read as the consumer asks for them: through a server-side cursor on
+ * PostgreSQL (one transaction holds it), and in LIMIT/OFFSET windows on PGlite, whose single connection
+ * must not be held for as long as a slow client reads.
+ */
+export async function* streamCalls(deps: TracingDeps, projectId: string, body: Omit<CallsQueryBody, 'project_id'>): AsyncGenerator<Record<string, unknown>[]> {
+  const args = listArgs(projectId, body);
+  const query = repo.callsListQuery(args); // compiles (and validates) the query before anything is read
+  if (deps.kind === 'postgres') {
+    const trx = await deps.db.startTransaction().execute();
+    let done = false;
+    try {
+      await sql`declare calls_stream no scroll cursor for ${query}`.execute(trx);
+      for (;;) {
+        const { rows } = await sql<repo.CallRow>`fetch forward ${sql.raw(String(STREAM_BATCH_SIZE))} from calls_stream`.execute(trx);
+        streamBatchChannel.publish({ rows: rows.length });
+        if (rows.length === 0) break;
+        yield await finish(deps, projectId, rows, args, body);
+        if (rows.length < STREAM_BATCH_SIZE) break;
+      }
+      done = true;
+    } finally {
+      if (done) await trx.commit().execute();
+      else await trx.rollback().execute();
+    }
+    return;
+  }
+  const start = body.offset ?? 0;
+  const end = body.limit == null ? Infinity : start + body.limit;
+  for (let offset = start; offset < end; offset += STREAM_BATCH_SIZE) {
+    const limit = Math.min(STREAM_BATCH_SIZE, end - offset);
+    const { rows } = await repo.callsWindowQuery(args, { limit, offset }).execute(deps.db);
+    streamBatchChannel.publish({ rows: rows.length });
+    if (rows.length > 0) yield await finish(deps, projectId, rows, args, body);
+    if (rows.length < limit) return;
+  }
+}
+
+/** A stored row as the clients' CallSchema, with the derived `summary.weave` (reference §3.6). */
+export function toCallSchema(row: repo.CallRow, selection: repo.CallSelection): Record<string, unknown> {
+  const has = (column: string) => column in row;
+  const displayName = has('display_name') && row.display_name !== '' ? (row.display_name as string | null) : null;
+  const opName = row.op_name as string;
+  const call: Record<string, unknown> = {
+    id: row.id,
+    project_id: row.project_id,
+    op_name: opName,
+    display_name: displayName,
+    trace_id: row.trace_id,
+    parent_id: row.parent_id ?? null,
+    thread_id: row.thread_id ?? null,
+    turn_id: row.turn_id ?? null,
+    started_at: row.started_at,
+    attributes: (row.attributes as object | null) ?? {},
+    inputs: (row.inputs as object | null) ?? {},
+    ended_at: row.ended_at ?? null,
+    exception: row.exception ?? null,
+    output: row.output ?? null,
+    summary: null,
+    wb_user_id: row.wb_user_id ?? null,
+    wb_run_id: row.wb_run_id ?? null,
+    wb_run_step: row.wb_run_step ?? null,
+    wb_run_step_end: row.wb_run_step_end ?? null,
+    deleted_at: row.deleted_at ?? null,
+  };
+  if (row.otel_dump) call.attributes = { ...(call.attributes as object), otel_span: row.otel_dump };
+  if (!selection.columns || selection.columns.has('summary')) {
+    const stored = (row.summary as Record<string, unknown> | null) ?? {};
+    const weave: Record<string, unknown> = { status: status(row), trace_name: displayName ?? traceName(opName) };
+    if (row.ended_at != null && row.latency_ms != null) weave.latency_ms = Number(row.latency_ms);
+    call.summary = { ...stored, weave: { ...(isObject(stored.weave) ? stored.weave : {}), ...weave } };
+  }
+  if (selection.storageSize) call.storage_size_bytes = row.storage_size_bytes == null ? null : Number(row.storage_size_bytes);
+  if (selection.totalStorageSize) call.total_storage_size_bytes = row.total_storage_size_bytes == null ? null : Number(row.total_storage_size_bytes);
+  return call;
+}
+
+const isObject = (value: unknown): value is Record<string, unknown> => value !== null && typeof value === 'object' && !Array.isArray(value);
+
+function status(row: repo.CallRow): string {
+  if (row.exception != null) return 'error';
+  const counts = isObject(row.summary) ? row.summary.status_counts : undefined;
+  if (isObject(counts) && typeof counts.error === 'number' && counts.error > 0) return 'descendant_error';
+  if (row.ended_at == null) return 'running';
+  return 'success';
+}
+
+/** `weave:///e/p/op/<name>:<digest>` names its op; anything else is the op name itself. */
+function traceName(opName: string): string {
+  return /^weave:\/\/\/[^/]+\/[^/]+\/op\/([^/:]+):/.exec(opName)?.[1] ?? opName;
+}
+
+/**
+ * expand_columns: a ref at one of the dotted paths is replaced by the referenced value, with the ref
+ * kept under `_ref`; shorter paths first, so longer ones walk through expanded values (reference §3.7).
+ */
+async function expandCallColumns(db: Executor, projectId: string, calls: Record<string, unknown>[], paths: readonly string[]): Promise<void> {
+  const ordered = [...paths].sort((a, b) => a.split('.').length - b.split('.').length);
+  for (const path of ordered) {
+    const segments = path.split('.');
+    const sites: { parent: Record<string, unknown> | unknown[]; key: string | number; ref: string }[] = [];
+    for (const call of calls) {
+      let parent: unknown = call;
+      for (let i = 0; i < segments.length - 1 && parent !== undefined; i++) parent = child(parent, segments[i]);
+      const last = segments[segments.length - 1];
+      const value = child(parent, last);
+      if (isWeaveRef(value) && parent !== null && typeof parent === 'object') {
+        sites.push({ parent: parent as Record<string, unknown>, key: Array.isArray(parent) ? Number(last) : last, ref: value });
+      }
+    }
+    if (sites.length === 0) continue;
+    const values = await expandRefs(db, projectId, sites.map((s) => s.ref));
+    for (const site of sites) {
+      const value = values.get(site.ref);
+      if (value === undefined) continue;
+      const expanded = isObject(value) ? { ...value, _ref: site.ref } : value;
+      (site.parent as Record<string | number, unknown>)[site.key] = expanded;
+    }
+  }
+}
+
+function child(value: unknown, segment: string): unknown {
+  if (Array.isArray(value)) return /^\d+$/.test(segment) ? value[Number(segment)] : undefined;
+  if (isObject(value)) return Object.hasOwn(value, segment) ? value[segment] : undefined;
+  return undefined;
+}

@@ -1,0 +1,64 @@
+import { InvalidRequestError } from '../../errors.js';
+import type { OtlpTraceRequest } from '../otel/model.js';
+import { spanToCall, SpanRejected } from '../otel/mapping.js';
+import { upsertBatch, type UpsertItem } from './calls.js';
+import type { TracingDeps } from './deps.js';
+
+/** OpenTelemetry ingest (reference §2.11, §6): every span of an OTLP export becomes one finished call. */
+
+/** The decompressed body limit of an OTLP export. */
+export const MAX_OTLP_BYTES = 20 * 1024 * 1024;
+
+const MAX_REASONS = 5;
+
+export interface OtelExportResult {
+  accepted: number;
+  rejectedSpans: number;
+  errorMessage: string;
+}
+
+/**
+ * The project of each resource: the `project_id` header (or the JSON request's `project_id`) for all,
+ * else the resource's `wandb.entity` and `wandb.project` attributes.
+ */
+export function resourceProjects(request: OtlpTraceRequest, given: string | undefined): string[] {
+  return request.resourceSpans.map((rs, i) => {
+    if (given) return given;
+    const attr = (key: string) => rs.resource.attributes.find((kv) => kv.key === key)?.value;
+    const entity = attr('wandb.entity');
+    const project = attr('wandb.project');
+    if (typeof entity === 'string' && entity && typeof project === 'string' && project) return `${entity}/${project}`;
+    throw new InvalidRequestError(
+      `No project for resource_spans[${i}]: send a project_id header ("entity/project") or the resource attributes wandb.entity and wandb.project.`,
+      { code: 'missing_project' },
+    );
+  });
+}
+
+/**
+ * Stores the spans as calls in one transaction (the calls upsert of /call/upsert_batch). Malformed
+ * spans are left out and counted; the rest are stored. `projects[i]` is resource i's project, already
+ * checked for access.
+ */
+export async function exportSpans(deps: TracingDeps, args: { userId: string; request: OtlpTraceRequest; projects: readonly string[] }): Promise<OtelExportResult> {
+  const items: UpsertItem[] = [];
+  const reasons: string[] = [];
+  let rejected = 0;
+  args.request.resourceSpans.forEach((resource, i) => {
+    for (const scopeSpans of resource.scopeSpans) {
+      for (const span of scopeSpans.spans) {
+        try {
+          const { start, end } = spanToCall(args.projects[i], span, resource, scopeSpans.scope);
+          items.push({ mode: 'start', start }, { mode: 'end', end });
+        } catch (error) {
+          if (!(error instanceof SpanRejected)) throw error;
+          rejected++;
+          if (reasons.length < MAX_REASONS) reasons.push(`span ${span.spanId || '(no id)'} ${JSON.stringify(span.name)}: ${error.message}`);
+        }
+      }
+    }
+  });
+  if (items.length > 0) await upsertBatch(deps, { userId: args.userId, items });
+  const more = rejected > reasons.length ? `; and ${rejected - reasons.length} more` : '';
+  return { accepted: items.length / 2, rejectedSpans: rejected, errorMessage: rejected ? `${rejected} span(s) rejected: ${reasons.join('; ')}${more}` : '' };
+}

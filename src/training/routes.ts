@@ -1,0 +1,240 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { principalOf } from '../auth/plugin.js';
+import {
+  BaseModelList,
+  CheckpointListQuery,
+  CheckpointPage,
+  CreateSFTTrainingJob,
+  CreateTrainingJob,
+  DeleteCheckpointsRequest,
+  DeleteCheckpointsResponse,
+  DeleteModelResponse,
+  EventListQuery,
+  LogRequest,
+  LogResponse,
+  MetricHistory,
+  MetricHistoryQuery,
+  Model,
+  ModelCreate,
+  ModelListQuery,
+  ModelParams,
+  Page,
+  TrainingJob,
+  TrainingJobCreated,
+  TrainingJobEventPage,
+  TrainingJobListQuery,
+  TrainingJobPage,
+  TrainingJobParams,
+} from './schemas.js';
+import type { TrainingService } from './service.js';
+
+/**
+ * The users' side of the training API under /v1/preview (reference §3; summaries are the seed's operation
+ * names). Handlers call one service function each; errors are `{"detail": ...}`, validation FastAPI 422.
+ */
+export const previewRoutes: FastifyPluginAsyncZod<{ service: TrainingService }> = async (app, { service }) => {
+  const tags = ['training'];
+
+  app.post(
+    '/v1/preview/models',
+    {
+      schema: {
+        tags,
+        summary: 'Create Model',
+        description:
+          'Registers a trainable model. A null entity means the key\'s own. The same (entity, project, name) again returns the existing model with `return_existing`, else 409. `base_model` must be one of GET /v1/preview/base-models when that list is not empty (422).',
+        body: ModelCreate,
+        response: { 200: Model },
+      },
+    },
+    async (request) => service.createModel(principalOf(request), request.body),
+  );
+
+  app.get(
+    '/v1/preview/models',
+    {
+      schema: {
+        tags,
+        summary: 'List Models',
+        description: 'Models the key reaches, oldest first, optionally of one entity and project; `after` is a model id from an earlier page.',
+        querystring: ModelListQuery,
+        response: { 200: Page(Model) },
+      },
+    },
+    async (request) => service.listModels(principalOf(request), request.query),
+  );
+
+  app.get(
+    '/v1/preview/base-models',
+    {
+      schema: {
+        tags,
+        summary: 'List Base Models',
+        description: 'The base models this server trains (TRAINABLE_BASE_MODELS); an empty list means any base model is accepted.',
+        response: { 200: BaseModelList },
+      },
+    },
+    async () => service.baseModels(),
+  );
+
+  app.get(
+    '/v1/preview/models/:model_id',
+    { schema: { tags, summary: 'Get Model', params: ModelParams, response: { 200: Model } } },
+    async (request) => service.getModel(principalOf(request), request.params.model_id),
+  );
+
+  app.delete(
+    '/v1/preview/models/:model_id',
+    {
+      schema: {
+        tags,
+        summary: 'Delete Model',
+        description: 'Deletes the model, its checkpoints, logged trajectories and metrics; cancels its queued jobs and asks its running ones to stop.',
+        params: ModelParams,
+        response: { 200: DeleteModelResponse },
+      },
+    },
+    async (request) => service.deleteModel(principalOf(request), request.params.model_id),
+  );
+
+  app.get(
+    '/v1/preview/models/:model_id/checkpoints',
+    {
+      schema: {
+        tags,
+        summary: 'List Model Checkpoints',
+        description:
+          'Checkpoints by step (`order`, default asc). `after` is a checkpoint id of this model (unknown: 422). Past the end: empty `data`, `has_more` false, ids "". `limit=1&order=desc` gives the latest step.',
+        params: ModelParams,
+        querystring: CheckpointListQuery,
+        response: { 200: CheckpointPage },
+      },
+    },
+    async (request) => service.listCheckpoints(principalOf(request), request.params.model_id, request.query),
+  );
+
+  app.delete(
+    '/v1/preview/models/:model_id/checkpoints',
+    {
+      schema: {
+        tags,
+        summary: 'Delete Model Checkpoints',
+        description: 'Deletes the checkpoints at the given steps (a JSON body on DELETE, as the ART client sends it).',
+        params: ModelParams,
+        body: DeleteCheckpointsRequest,
+        response: { 200: DeleteCheckpointsResponse },
+      },
+    },
+    async (request) => service.deleteCheckpoints(principalOf(request), request.params.model_id, request.body),
+  );
+
+  app.post(
+    '/v1/preview/models/:model_id/log',
+    {
+      schema: {
+        tags,
+        summary: 'Log',
+        description:
+          'Stores the trajectory groups and computes ART\'s metrics (`{split}/reward`, `{split}/reward_std_dev`, `{split}/exception_rate`, metric means, `data/*`) at the model\'s current step, merged into that step\'s checkpoint metrics.',
+        params: ModelParams,
+        body: LogRequest,
+        response: { 200: LogResponse },
+      },
+    },
+    async (request) => service.log(principalOf(request), request.params.model_id, request.body),
+  );
+
+  app.get(
+    '/v1/preview/models/:model_id/metrics',
+    {
+      schema: {
+        tags,
+        summary: 'Get Model Metric History',
+        description: 'The metrics of every log call, oldest step first, optionally of one split.',
+        params: ModelParams,
+        querystring: MetricHistoryQuery,
+        response: { 200: MetricHistory },
+      },
+    },
+    async (request) => service.metricHistory(principalOf(request), request.params.model_id, request.query.split),
+  );
+
+  app.post(
+    '/v1/preview/training-jobs',
+    {
+      schema: {
+        tags,
+        summary: 'Create Rl Training Job',
+        description: 'Queues one RL training step on the inline trajectory groups; progress is read from the job\'s events.',
+        body: CreateTrainingJob,
+        response: { 200: TrainingJobCreated },
+      },
+    },
+    async (request) => service.createRlJob(principalOf(request), request.body),
+  );
+
+  app.post(
+    '/v1/preview/sft-training-jobs',
+    {
+      schema: {
+        tags,
+        summary: 'Create Sft Training Job',
+        description:
+          '`training_data_url` (alias `training_folder_url`): a tracing ref of a dataset object or table (weave:///entity/project/object/name:digest, weave:///entity/project/table/digest) or the digest of a JSONL file stored with /traces/file/create; http(s) URLs only when SFT_ALLOW_HTTP_URLS is on. Rows are resolved and copied into the job now: one that does not resolve is a 422.',
+        body: CreateSFTTrainingJob,
+        response: { 200: TrainingJobCreated },
+      },
+    },
+    async (request) => service.createSftJob(principalOf(request), request.body),
+  );
+
+  app.get(
+    '/v1/preview/training-jobs',
+    {
+      schema: {
+        tags,
+        summary: 'List Training Jobs',
+        description: 'Jobs the key reaches, newest first, optionally of one model or status; `after` is a job id from an earlier page.',
+        querystring: TrainingJobListQuery,
+        response: { 200: TrainingJobPage },
+      },
+    },
+    async (request) => service.listJobs(principalOf(request), request.query),
+  );
+
+  app.get(
+    '/v1/preview/training-jobs/:training_job_id',
+    { schema: { tags, summary: 'Get Training Job', params: TrainingJobParams, response: { 200: TrainingJob } } },
+    async (request) => service.getJob(principalOf(request), request.params.training_job_id),
+  );
+
+  app.post(
+    '/v1/preview/training-jobs/:training_job_id/cancel',
+    {
+      schema: {
+        tags,
+        summary: 'Cancel Training Job',
+        description: 'QUEUED: CANCELED at once. RUNNING: `cancel_requested`, CANCELED when the worker reports or its lease lapses. A finished job is returned unchanged.',
+        params: TrainingJobParams,
+        response: { 200: TrainingJob },
+      },
+    },
+    async (request) => service.cancelJob(principalOf(request), request.params.training_job_id),
+  );
+
+  app.get(
+    '/v1/preview/training-jobs/:training_job_id/events',
+    {
+      schema: {
+        tags,
+        summary: 'Get Training Job Events',
+        description:
+          'Events in append order: training_started {num_sequences}, gradient_step {numbers}, then training_ended or training_failed {error_message}. `after` returns events strictly after that event; an unknown `after` starts from the beginning.',
+        params: TrainingJobParams,
+        querystring: EventListQuery,
+        response: { 200: TrainingJobEventPage },
+      },
+    },
+    async (request) => service.listEvents(principalOf(request), request.params.training_job_id, request.query),
+  );
+};

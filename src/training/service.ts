@@ -1,0 +1,311 @@
+import type { Principal } from '../auth/principal.js';
+import type { Config } from '../config.js';
+import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../errors.js';
+import type { DomainEvents } from '../events.js';
+import type { JobSignal } from './job-signal.js';
+import { computeLogMetrics } from './metrics.js';
+import * as repo from './repository.js';
+import type {
+  Checkpoint,
+  CheckpointListQuery,
+  CheckpointPage,
+  CreateSFTTrainingJob,
+  CreateTrainingJob,
+  DeleteCheckpointsRequest,
+  DeleteCheckpointsResponse,
+  DeleteModelResponse,
+  EventListQuery,
+  LogRequest,
+  LogResponse,
+  MetricHistory,
+  Model,
+  ModelCreate,
+  ModelListQuery,
+  PageOf,
+  TrainingJob,
+  TrainingJobEvent,
+  TrainingJobListQuery,
+} from './schemas.js';
+import type { SftDataResolver } from './sft-data.js';
+
+export interface TrainingServiceDeps {
+  db: repo.TrainingDb;
+  config: Config;
+  events: DomainEvents;
+  signal: JobSignal;
+  sftData: SftDataResolver;
+}
+
+/** What the API shows of a model (the entity id stays inside). */
+function modelJson(model: repo.StoredModel): Model {
+  const { entity_id: _entityId, ...shown } = model;
+  return shown;
+}
+
+/** What the API shows of a job: the documented fields, nothing of the lease. */
+export function jobJson(job: repo.StoredJob): TrainingJob {
+  return {
+    id: job.id,
+    model_id: job.model_id,
+    kind: job.kind,
+    status: job.status,
+    created_at: job.created_at,
+    training_start: job.training_start,
+    training_end: job.training_end,
+    error_message: job.error_message,
+    attempt: job.attempt,
+    base_step: job.base_step,
+    target_step: job.target_step,
+    cancel_requested: job.cancel_requested,
+  };
+}
+
+function mapPage<T, U>(page: PageOf<T>, map: (item: T) => U): PageOf<U> {
+  return { ...page, data: page.data.map(map) };
+}
+
+/**
+ * The users' side of the training API (reference §3, issue 4): models, checkpoints, trajectory logs, jobs
+ * and their events. Every call is scoped to the entities the caller's key reaches; another entity's
+ * model or job answers 404, a named entity the key cannot reach 403.
+ */
+export class TrainingService {
+  private readonly db: repo.TrainingDb;
+  private readonly scopes = new WeakMap<Principal, Promise<Map<string, string>>>();
+
+  constructor(private readonly deps: TrainingServiceDeps) {
+    this.db = deps.db;
+  }
+
+  // -------------------------------------------------------------------------------------------------------
+  // Scope
+
+  /** Entity name -> id for every entity the key reaches, cached per principal (auth caches principals). */
+  private entityIds(principal: Principal): Promise<Map<string, string>> {
+    let ids = this.scopes.get(principal);
+    if (!ids) {
+      ids = repo.findEntityIds(this.db, { names: [...principal.entities] });
+      ids.catch(() => this.scopes.delete(principal));
+      this.scopes.set(principal, ids);
+    }
+    return ids;
+  }
+
+  private async scope(principal: Principal): Promise<repo.EntityScope> {
+    return { entityIds: [...(await this.entityIds(principal)).values()] };
+  }
+
+  /** The id of an entity the key reaches, or 403 naming it. */
+  private async reachableEntity(principal: Principal, entity: string, param: string): Promise<string> {
+    const id = (await this.entityIds(principal)).get(entity);
+    if (id === undefined) throw new ForbiddenError(`This API key cannot reach entity ${entity}.`, { param });
+    return id;
+  }
+
+  /**
+   * A live model the caller reaches, or 404. Takes the scope rather than the principal so that inside a
+   * transaction it runs one query on the transaction (PGlite has one connection: a second query on the
+   * pool would wait for the transaction forever).
+   */
+  private async model(scope: repo.EntityScope, modelId: string, db: repo.TrainingDb = this.db): Promise<repo.StoredModel> {
+    const model = await repo.findModel(db, { ...scope, modelId });
+    if (!model) throw new NotFoundError('model', modelId);
+    return model;
+  }
+
+  private async job(principal: Principal, jobId: string): Promise<repo.StoredJob> {
+    const job = await repo.findJob(this.db, { ...(await this.scope(principal)), jobId });
+    if (!job) throw new NotFoundError('training job', jobId);
+    return job;
+  }
+
+  // -------------------------------------------------------------------------------------------------------
+  // Models
+
+  baseModels(): string[] {
+    return [...this.deps.config.trainableBaseModels];
+  }
+
+  /** Registers a model; the same name again answers the existing one with `return_existing`, else 409. */
+  async createModel(principal: Principal, body: ModelCreate): Promise<Model> {
+    const entity = body.entity ?? principal.entity;
+    const entityId = await this.reachableEntity(principal, entity, 'entity');
+    const allowed = this.deps.config.trainableBaseModels;
+    if (allowed.length > 0 && !allowed.includes(body.base_model)) {
+      throw new UnprocessableError(
+        `Value error, ${body.base_model} is not a trainable base model on this server; use one of: ${allowed.join(', ')}`,
+        ['body', 'base_model'],
+        { input: body.base_model, ctx: { allowed: [...allowed] } },
+      );
+    }
+    const args = { entityId, project: body.project, name: body.name, baseModel: body.base_model };
+    const created = await repo.createModel(this.db, args);
+    if (created) return modelJson(created);
+    const existing = await repo.findModelByName(this.db, { ...(await this.scope(principal)), ...args });
+    if (existing && body.return_existing) return modelJson(existing);
+    throw new ConflictError(
+      `Model ${entity}/${body.project}/${body.name} already exists. Send "return_existing": true to get it.`,
+      { param: 'name' },
+    );
+  }
+
+  async getModel(principal: Principal, modelId: string): Promise<Model> {
+    return modelJson(await this.model(await this.scope(principal), modelId));
+  }
+
+  async listModels(principal: Principal, query: ModelListQuery): Promise<PageOf<Model>> {
+    const entityId = query.entity === undefined ? undefined : await this.reachableEntity(principal, query.entity, 'entity');
+    const page = await repo.listModels(this.db, { ...(await this.scope(principal)), ...query, entityId });
+    if (!page) throw new UnprocessableError('Value error, after is not the id of a model this key can see', ['query', 'after'], { input: query.after });
+    return mapPage(page, modelJson);
+  }
+
+  /**
+   * Deletes a model with its checkpoints, logged trajectories and metrics; its queued jobs are canceled and
+   * running ones asked to stop. The inference router hears of the checkpoints to unload their adapters.
+   */
+  async deleteModel(principal: Principal, modelId: string): Promise<DeleteModelResponse> {
+    const scope = await this.scope(principal);
+    const { model, result } = await this.db.transaction().execute(async (trx) => {
+      const model = await this.model(scope, modelId, trx);
+      return { model, result: await repo.deleteModel(trx, { model }) };
+    });
+    this.checkpointsDeleted(model, result.deleted);
+    this.deps.signal.notify();
+    // There is no separate tracking run to delete: the model row is the run.
+    return { model_id: model.id, deleted_checkpoints: result.deleted_checkpoints, deleted_run: true };
+  }
+
+  private checkpointsDeleted(model: repo.StoredModel, deleted: readonly { step: number; uri: string }[]): void {
+    if (deleted.length === 0) return;
+    this.deps.events.emit('checkpoints-deleted', {
+      entity: model.entity,
+      project: model.project,
+      model: model.name,
+      steps: deleted.map((c) => c.step),
+      uris: deleted.map((c) => c.uri),
+    });
+  }
+
+  // -------------------------------------------------------------------------------------------------------
+  // Checkpoints
+
+  async listCheckpoints(principal: Principal, modelId: string, query: CheckpointListQuery): Promise<CheckpointPage> {
+    const model = await this.model(await this.scope(principal), modelId);
+    const page = await repo.listCheckpoints(this.db, { model, ...query });
+    if (!page) {
+      throw new UnprocessableError(`Value error, after is not the id of a checkpoint of model ${model.id}`, ['query', 'after'], {
+        input: query.after,
+      });
+    }
+    // Exactly the seed's item fields: id, step, metrics.
+    return mapPage(page, ({ id, step, metrics }): Checkpoint => ({ id, step, metrics }));
+  }
+
+  async deleteCheckpoints(principal: Principal, modelId: string, body: DeleteCheckpointsRequest): Promise<DeleteCheckpointsResponse> {
+    const model = await this.model(await this.scope(principal), modelId);
+    const result = await repo.deleteCheckpoints(this.db, { model, steps: body.steps });
+    this.checkpointsDeleted(model, result.deleted);
+    return { deleted_count: result.deleted_count, not_found_steps: result.not_found_steps };
+  }
+
+  // -------------------------------------------------------------------------------------------------------
+  // Logs and metrics
+
+  /**
+   * Stores every group and records ART's metrics (reference §7) at the model's current step, merged into
+   * that step's checkpoint. One transaction: a failed call stores nothing.
+   */
+  async log(principal: Principal, modelId: string, body: LogRequest): Promise<LogResponse> {
+    const metrics = computeLogMetrics(body.split, body.trajectory_groups);
+    const scope = await this.scope(principal);
+    return this.db.transaction().execute(async (trx) => {
+      const model = await this.model(scope, modelId, trx);
+      const step = await repo.currentStep(trx, { model });
+      await repo.insertTrajectoryGroups(trx, { model, split: body.split, step, groups: body.trajectory_groups });
+      await repo.recordMetrics(trx, { model, split: body.split, step, metrics });
+      return { step, metrics };
+    });
+  }
+
+  async metricHistory(principal: Principal, modelId: string, split: string | undefined): Promise<MetricHistory> {
+    const model = await this.model(await this.scope(principal), modelId);
+    return { object: 'list', data: await repo.listMetricHistory(this.db, { model, split }) };
+  }
+
+  // -------------------------------------------------------------------------------------------------------
+  // Jobs
+
+  /** An RL job: the inline groups become the job's inputs, one per group. */
+  async createRlJob(principal: Principal, body: CreateTrainingJob): Promise<{ id: string }> {
+    return this.createJob(principal, {
+      modelId: body.model_id,
+      kind: 'rl',
+      config: { experimental_config: body.experimental_config ?? {} },
+      inputs: body.trajectory_groups,
+    });
+  }
+
+  /**
+   * An SFT job: the training data is resolved and copied into the job now, so that a reference that does
+   * not resolve is the caller's 422 today rather than a failed job later, and later edits of the dataset
+   * do not change what this job trains on.
+   */
+  async createSftJob(principal: Principal, body: CreateSFTTrainingJob): Promise<{ id: string }> {
+    await this.model(await this.scope(principal), body.model_id); // 404 before any fetch of the data
+    const rows = await this.deps.sftData.resolve(principal, body.training_data_url);
+    return this.createJob(principal, {
+      modelId: body.model_id,
+      kind: 'sft',
+      config: {
+        training_data_url: body.training_data_url,
+        sft_config: body.config ?? {},
+        experimental_config: body.experimental_config ?? {},
+      },
+      inputs: rows,
+    });
+  }
+
+  private async createJob(
+    principal: Principal,
+    args: { modelId: string; kind: 'rl' | 'sft'; config: Record<string, unknown>; inputs: readonly unknown[] },
+  ): Promise<{ id: string }> {
+    const scope = await this.scope(principal);
+    const job = await this.db.transaction().execute(async (trx) => {
+      const model = await this.model(scope, args.modelId, trx);
+      return repo.createJob(trx, { model, kind: args.kind, config: args.config, inputs: args.inputs, maxAttempts: this.deps.config.jobMaxAttempts });
+    });
+    this.deps.signal.notify();
+    return { id: job.id };
+  }
+
+  async getJob(principal: Principal, jobId: string): Promise<TrainingJob> {
+    return jobJson(await this.job(principal, jobId));
+  }
+
+  async listJobs(principal: Principal, query: TrainingJobListQuery): Promise<PageOf<TrainingJob>> {
+    const page = await repo.listJobs(this.db, {
+      ...(await this.scope(principal)),
+      modelId: query.model_id,
+      status: query.status,
+      after: query.after,
+      limit: query.limit,
+    });
+    if (!page) throw new UnprocessableError('Value error, after is not the id of a training job this key can see', ['query', 'after'], { input: query.after });
+    return mapPage(page, jobJson);
+  }
+
+  /** QUEUED ends CANCELED now; RUNNING is asked to stop (the worker hears it on its next heartbeat). */
+  async cancelJob(principal: Principal, jobId: string): Promise<TrainingJob> {
+    const scope = await this.scope(principal);
+    const job = await this.db.transaction().execute((trx) => repo.cancelJob(trx, { ...scope, jobId }));
+    if (!job) throw new NotFoundError('training job', jobId);
+    this.deps.signal.notify();
+    return jobJson(job);
+  }
+
+  async listEvents(principal: Principal, jobId: string, query: EventListQuery): Promise<PageOf<TrainingJobEvent>> {
+    const job = await this.job(principal, jobId);
+    return repo.listEvents(this.db, { job, ...query });
+  }
+}

@@ -1,0 +1,109 @@
+import { request } from 'undici';
+import type { Principal } from '../auth/principal.js';
+import { AppError, ForbiddenError, UnprocessableError } from '../errors.js';
+import { SFTRow } from './schemas.js';
+
+/**
+ * Resolves an SFT job's `training_data_url` into its rows at job creation (issue 4): a tracing-API ref of a
+ * dataset object or table, or the digest of a JSONL file stored through the tracing API, read by the
+ * tracing area's resolver; or, only when SFT_ALLOW_HTTP_URLS is on, an http(s) URL fetched here (off by
+ * default: a server that fetches URLs its users name can be pointed at its own network).
+ * Every failure is the caller's 422 on `training_data_url`, except a project the key cannot reach (403).
+ */
+
+export type ResolveTracingRows = (args: { entities: ReadonlySet<string>; url: string }) => Promise<unknown[]>;
+
+const LOC = ['body', 'training_data_url'];
+const HTTP_TIMEOUT_MS = 30_000;
+
+function unresolvable(url: string, why: string): UnprocessableError {
+  return new UnprocessableError(`Value error, training_data_url ${url} cannot be used: ${why}`, LOC, { input: url, ctx: { error: why } });
+}
+
+/** Splits JSON Lines text into values; blank lines are skipped. */
+export function parseJsonLines(text: string, url: string): unknown[] {
+  const rows: unknown[] = [];
+  const lines = text.split('\n');
+  for (const [index, line] of lines.entries()) {
+    if (line.trim() === '') continue;
+    try {
+      rows.push(JSON.parse(line));
+    } catch {
+      throw unresolvable(url, `line ${index + 1} is not valid JSON`);
+    }
+  }
+  return rows;
+}
+
+export class SftDataResolver {
+  constructor(
+    private readonly options: {
+      resolveTracingRows: ResolveTracingRows;
+      allowHttpUrls: boolean;
+      /** The most an http(s) download may be, in bytes (the request body limit). */
+      maxHttpBytes: number;
+    },
+  ) {}
+
+  /** The rows to train on, each checked to be a chat transcript (`messages`, optionally `tools`). */
+  async resolve(principal: Principal, url: string): Promise<unknown[]> {
+    const rows = /^https?:\/\//i.test(url) ? await this.fetchHttp(url) : await this.fromTracing(principal, url);
+    if (rows.length === 0) throw unresolvable(url, 'it has no rows');
+    for (const [index, row] of rows.entries()) {
+      const parsed = SFTRow.safeParse(row);
+      if (!parsed.success) {
+        const issue = parsed.error.issues[0];
+        const where = issue.path.length ? ` at ${issue.path.join('.')}` : '';
+        throw unresolvable(url, `row ${index} is not a training row (${issue.message}${where}); each row needs "messages", a list of chat messages`);
+      }
+    }
+    return rows;
+  }
+
+  private async fromTracing(principal: Principal, url: string): Promise<unknown[]> {
+    try {
+      return await this.options.resolveTracingRows({ entities: principal.entities, url });
+    } catch (error) {
+      if (error instanceof ForbiddenError) throw error;
+      if (error instanceof AppError && error.statusCode < 500) throw unresolvable(url, error.message);
+      throw error;
+    }
+  }
+
+  private async fetchHttp(url: string): Promise<unknown[]> {
+    if (!this.options.allowHttpUrls) {
+      throw unresolvable(
+        url,
+        'http(s) URLs are disabled on this server (SFT_ALLOW_HTTP_URLS=false, as fetching user-named URLs is a server-side request forgery risk); store the data through the tracing API and send its ref, or ask the operator to set SFT_ALLOW_HTTP_URLS=true',
+      );
+    }
+    const abort = AbortSignal.timeout(HTTP_TIMEOUT_MS);
+    let response: Awaited<ReturnType<typeof request>>;
+    try {
+      // undici follows no redirects by default, so a URL cannot bounce the request elsewhere.
+      response = await request(url, { method: 'GET', signal: abort });
+    } catch (error) {
+      throw unresolvable(url, `the download failed (${error instanceof Error ? error.message : String(error)})`);
+    }
+    if (response.statusCode < 200 || response.statusCode >= 300) {
+      await response.body.dump();
+      throw unresolvable(url, `the server answered HTTP ${response.statusCode}`);
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    try {
+      for await (const chunk of response.body) {
+        size += (chunk as Buffer).length;
+        if (size > this.options.maxHttpBytes) {
+          response.body.destroy();
+          throw unresolvable(url, `it is larger than the limit of ${this.options.maxHttpBytes} bytes`);
+        }
+        chunks.push(chunk as Buffer);
+      }
+    } catch (error) {
+      if (error instanceof UnprocessableError) throw error;
+      throw unresolvable(url, `the download failed (${error instanceof Error ? error.message : String(error)})`);
+    }
+    return parseJsonLines(Buffer.concat(chunks).toString('utf8'), url);
+  }
+}

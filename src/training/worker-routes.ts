@@ -1,0 +1,138 @@
+import { Readable } from 'node:stream';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { principalOf } from '../auth/plugin.js';
+import {
+  ClaimRequest,
+  ClaimResponse,
+  CompleteRequest,
+  CompleteResponse,
+  FailRequest,
+  FailResponse,
+  HeartbeatRequest,
+  HeartbeatResponse,
+  PostEventsRequest,
+  PostEventsResponse,
+  WorkerJobParams,
+} from './schemas.js';
+import type { WorkerService } from './worker-service.js';
+
+const ErrorDetail = z.object({ detail: z.string() });
+
+/**
+ * The trainer-worker protocol under /v1/workers (worker keys only; docs/workers.md). Every call that
+ * carries a lease token answers 409 `{"detail": ...}` when the token is not the job's current lease.
+ */
+export const workerRoutes: FastifyPluginAsyncZod<{ workers: WorkerService }> = async (app, { workers }) => {
+  const tags = ['workers'];
+  const config = { auth: 'worker' as const };
+
+  app.post(
+    '/v1/workers/claim',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Claim a training job',
+        description:
+          'Takes the oldest queued job that may run (a model\'s jobs run one at a time, in creation order), optionally only of some kinds or base models, and leases it (WORKER_LEASE_SECONDS, default 60 s; renew with heartbeats). Waits up to `wait_seconds` (at most 30) for one. 204 when none came. `target_step` is the latest checkpoint\'s step + 1; `base_checkpoint` is null when training starts from the base model.',
+        body: ClaimRequest,
+        response: { 200: ClaimResponse, 204: z.null().describe('No job is queued for this worker.') },
+      },
+    },
+    async (request, reply) => {
+      // A worker that hung up must not be handed a job it will never run.
+      const gone = new AbortController();
+      reply.raw.once('close', () => gone.abort());
+      const claim = await workers.claim(principalOf(request), request.body, gone.signal);
+      if (!claim) return reply.status(204).send(null);
+      return claim;
+    },
+  );
+
+  app.get(
+    '/v1/workers/jobs/:job_id/inputs',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Stream a job\'s inputs',
+        description: 'JSON Lines (application/x-ndjson): one trajectory group per line for RL, one training row {messages, tools?} per line for SFT, in the order sent. Streamed as read.',
+        params: WorkerJobParams,
+        response: { 200: z.unknown().describe('JSON Lines (application/x-ndjson), one input per line'), 404: ErrorDetail },
+      },
+    },
+    async (request, reply) => {
+      await workers.requireJob(request.params.job_id);
+      reply.type('application/x-ndjson; charset=utf-8');
+      return reply.send(Readable.from(workers.inputLines(request.params.job_id)));
+    },
+  );
+
+  app.post(
+    '/v1/workers/jobs/:job_id/heartbeat',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Renew a lease',
+        description: 'Extends the lease; `cancel_requested` true means the user canceled the job: stop, then call fail (the job ends CANCELED).',
+        params: WorkerJobParams,
+        body: HeartbeatRequest,
+        response: { 200: HeartbeatResponse, 409: ErrorDetail },
+      },
+    },
+    async (request) => workers.heartbeat(request.params.job_id, request.body.lease_token),
+  );
+
+  app.post(
+    '/v1/workers/jobs/:job_id/events',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Post training events',
+        description:
+          '`training_started {num_sequences}` first and once per attempt, then `gradient_step` events whose data values are finite numbers. A batch that breaks a rule is refused whole (422).',
+        params: WorkerJobParams,
+        body: PostEventsRequest,
+        response: { 200: PostEventsResponse, 409: ErrorDetail },
+      },
+    },
+    async (request) => workers.postEvents(request.params.job_id, request.body),
+  );
+
+  app.post(
+    '/v1/workers/jobs/:job_id/complete',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Complete a job with its checkpoint',
+        description:
+          'In one transaction: the checkpoint at `target_step`, the `training_ended` event, COMPLETED and `training_end`. The same call with the same token again returns the same result. 409 for a stale token, or when the job was canceled (no checkpoint is registered then).',
+        params: WorkerJobParams,
+        body: CompleteRequest,
+        response: { 200: CompleteResponse, 409: ErrorDetail },
+      },
+    },
+    async (request) => workers.complete(request.params.job_id, request.body),
+  );
+
+  app.post(
+    '/v1/workers/jobs/:job_id/fail',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Report a failed attempt',
+        description:
+          '`retryable` with attempts left (JOB_MAX_ATTEMPTS): QUEUED again with attempt + 1. Otherwise FAILED with a `training_failed` event; CANCELED when a cancel was asked for.',
+        params: WorkerJobParams,
+        body: FailRequest,
+        response: { 200: FailResponse, 409: ErrorDetail },
+      },
+    },
+    async (request) => workers.fail(request.params.job_id, request.body),
+  );
+};

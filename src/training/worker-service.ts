@@ -1,0 +1,192 @@
+import type { Principal } from '../auth/principal.js';
+import type { Config } from '../config.js';
+import { ConflictError, NotFoundError, UnprocessableError } from '../errors.js';
+import type { JobSignal } from './job-signal.js';
+import { checkWorkerEvents } from './protocol.js';
+import * as repo from './repository.js';
+import type {
+  ClaimRequest,
+  ClaimResponse,
+  CompleteRequest,
+  CompleteResponse,
+  FailRequest,
+  FailResponse,
+  HeartbeatResponse,
+  PostEventsRequest,
+  PostEventsResponse,
+} from './schemas.js';
+import { jobJson } from './service.js';
+
+/** How often a waiting claim looks at the database for jobs queued by other processes. */
+const CLAIM_POLL_MS = 1_000;
+/** Inputs read per query while streaming: a group can be megabytes, so pages stay small. */
+const INPUT_PAGE_ROWS = 32;
+
+export interface WorkerServiceDeps {
+  db: repo.TrainingDb;
+  config: Config;
+  signal: JobSignal;
+}
+
+function staleLease(jobId: string): ConflictError {
+  return new ConflictError(
+    `The lease token is not the current lease of training job ${jobId}: the lease expired, the job was requeued or reclaimed, or it already ended. Stop working on this job.`,
+    { code: 'stale_lease', param: 'lease_token' },
+  );
+}
+
+/**
+ * The trainer-worker protocol (docs/workers.md): claim with a lease, read inputs, heartbeat, post events,
+ * complete or fail. A stale or wrong lease token is a 409 and changes nothing. Worker keys serve every
+ * entity: a worker is the operator's machine, not a tenant's.
+ */
+export class WorkerService {
+  private readonly db: repo.TrainingDb;
+
+  constructor(private readonly deps: WorkerServiceDeps) {
+    this.db = deps.db;
+  }
+
+  /**
+   * Claims the oldest job that may run, waiting up to `wait_seconds` for one: woken at once by a job queued
+   * in this process, polling the database for other processes' jobs. Undefined when none came (204), when
+   * the app is closing, or when the caller went away.
+   */
+  async claim(principal: Principal, body: ClaimRequest, abort?: AbortSignal): Promise<ClaimResponse | undefined> {
+    const { signal, config } = this.deps;
+    await repo.touchWorker(this.db, { workerId: body.worker_id, apiKeyId: principal.keyId });
+    const deadline = Date.now() + body.wait_seconds * 1000;
+    for (;;) {
+      if (signal.isClosed || abort?.aborted) return undefined;
+      const seen = signal.version;
+      const claim = await this.db.transaction().execute((trx) =>
+        repo.claimJob(trx, { workerId: body.worker_id, kinds: body.kinds, baseModels: body.base_models, leaseSeconds: config.workerLeaseSeconds }),
+      );
+      if (claim) return this.claimJson(claim);
+      const left = deadline - Date.now();
+      if (left <= 0) return undefined;
+      await signal.wait(Math.min(left, CLAIM_POLL_MS), seen, abort);
+    }
+  }
+
+  private claimJson(claim: repo.Claim): ClaimResponse {
+    const { job, base_checkpoint: base } = claim;
+    return {
+      job: {
+        id: job.id,
+        kind: job.kind,
+        attempt: job.attempt,
+        model: claim.model,
+        base_checkpoint: base ? { id: base.id, step: base.step, uri: base.uri } : null,
+        target_step: job.target_step as number,
+        config: job.config,
+        num_inputs: job.num_inputs,
+        inputs_url: `/v1/workers/jobs/${job.id}/inputs`,
+      },
+      lease: { token: claim.lease_token, expires_at: job.lease_expires_at as string },
+    };
+  }
+
+  /** 404 unless the job exists; inputs are readable by any worker key, in any state. */
+  async requireJob(jobId: string): Promise<repo.StoredJob> {
+    const job = await repo.findJobForWorker(this.db, { jobId });
+    if (!job) throw new NotFoundError('training job', jobId);
+    return job;
+  }
+
+  /** The job's inputs as JSON Lines, read a page at a time so that a large job is never held in memory. */
+  async *inputLines(jobId: string): AsyncGenerator<string> {
+    let afterSeq = -1;
+    for (;;) {
+      const page = await repo.readJobInputs(this.db, { jobId, afterSeq, limit: INPUT_PAGE_ROWS });
+      if (page.length === 0) return;
+      yield page.map((row) => `${row.json}\n`).join('');
+      afterSeq = page[page.length - 1].seq;
+      if (page.length < INPUT_PAGE_ROWS) return;
+    }
+  }
+
+  async heartbeat(jobId: string, leaseToken: string): Promise<HeartbeatResponse> {
+    const renewed = await repo.heartbeat(this.db, { jobId, leaseToken, leaseSeconds: this.deps.config.workerLeaseSeconds });
+    if (!renewed) throw staleLease(jobId);
+    await repo.touchWorkerOfJob(this.db, { jobId });
+    return renewed;
+  }
+
+  /**
+   * Appends a batch of events in one transaction: `training_started` first and once per attempt, then
+   * `gradient_step` events (their data was checked to be finite numbers by the schema). A batch that breaks
+   * the order is refused whole.
+   */
+  async postEvents(jobId: string, body: PostEventsRequest): Promise<PostEventsResponse> {
+    // Errors are thrown after the transaction: a throw inside would only roll back what was not written.
+    const outcome = await this.db.transaction().execute(async (trx) => {
+      const job = await repo.findLeasedJob(trx, { jobId, leaseToken: body.lease_token });
+      if (!job) return { kind: 'stale' as const };
+      const problem = checkWorkerEvents(body.events, await repo.attemptStarted(trx, { job }));
+      if (problem) return { kind: 'refused' as const, ...problem };
+      return { kind: 'appended' as const, ids: await repo.appendWorkerEvents(trx, { job, events: body.events }) };
+    });
+    if (outcome.kind === 'stale') throw staleLease(jobId);
+    if (outcome.kind === 'refused') {
+      throw new UnprocessableError(`Value error, ${outcome.message}`, ['body', 'events', outcome.index, 'type'], {
+        input: body.events[outcome.index].type,
+      });
+    }
+    return { ids: outcome.ids };
+  }
+
+  /**
+   * Registers the checkpoint at the job's target step, its `training_ended` event, COMPLETED and
+   * `training_end` in one transaction. The same call again with the same token answers the same result.
+   * A job whose cancel was asked for ends CANCELED without a checkpoint: 409.
+   */
+  async complete(jobId: string, body: CompleteRequest): Promise<CompleteResponse> {
+    const result = await this.db.transaction().execute((trx) =>
+      repo.completeJob(trx, { jobId, leaseToken: body.lease_token, uri: body.checkpoint.uri, metrics: body.checkpoint.metrics }),
+    );
+    if (result.outcome === 'stale') throw staleLease(jobId);
+    this.deps.signal.notify(); // the model's next job may run now
+    if (result.outcome === 'canceled') {
+      throw new ConflictError(`Training job ${jobId} was canceled; no checkpoint was registered.`, { code: 'job_canceled' });
+    }
+    const { id, step, uri, metrics } = result.checkpoint;
+    return { job: jobJson(result.job), checkpoint: { id, step, uri, metrics } };
+  }
+
+  /** Ends the attempt: requeued when retryable with attempts left, else FAILED (or CANCELED if asked). */
+  async fail(jobId: string, body: FailRequest): Promise<FailResponse> {
+    const job = await this.db.transaction().execute((trx) =>
+      repo.failJob(trx, { jobId, leaseToken: body.lease_token, errorMessage: body.error_message, retryable: body.retryable }),
+    );
+    if (!job) throw staleLease(jobId);
+    this.deps.signal.notify();
+    return { job: jobJson(job) };
+  }
+
+  /** Requeues or fails the attempts whose lease lapsed; safe in every process at once (SKIP LOCKED). */
+  async sweepExpiredLeases(): Promise<repo.StoredJob[]> {
+    const ended = await this.db.transaction().execute((trx) => repo.sweepExpiredLeases(trx, { limit: 100 }));
+    if (ended.length > 0) this.deps.signal.notify();
+    return ended;
+  }
+
+  /** `cpu_queue` of the system check: the queue table answers; shows how many jobs wait. */
+  async queueCheck(): Promise<{ depth: number; running: number }> {
+    const counts = await repo.countJobsByStatus(this.db);
+    return { depth: counts.QUEUED ?? 0, running: counts.RUNNING ?? 0 };
+  }
+
+  /** `gpu_queue` of the system check: passes when a trainer worker called in recently. */
+  async workersCheck(): Promise<{ workers_seen: number; running: number }> {
+    const seenWithin = this.deps.config.workerSeenSeconds;
+    const workers = await repo.listActiveWorkers(this.db, { seenWithinSeconds: seenWithin });
+    const counts = await repo.countJobsByStatus(this.db);
+    if (workers.length === 0) {
+      throw new Error(
+        `no trainer worker has called in within the last ${seenWithin} s (WORKER_SEEN_SECONDS): start one with a worker key (docs/workers.md)`,
+      );
+    }
+    return { workers_seen: workers.length, running: counts.RUNNING ?? 0 };
+  }
+}

@@ -1,0 +1,236 @@
+import fs from 'node:fs';
+import { pipeline } from 'node:stream/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Agent, request, type Dispatcher } from 'undici';
+import type { z } from 'zod';
+import {
+  ClaimResponse,
+  CompleteResponse,
+  HeartbeatResponse,
+  type ClaimRequest,
+  type WorkerEvent,
+} from '../training/schemas.js';
+
+/**
+ * The worker side of the trainer-worker protocol (docs/training.md, "Worker protocol"). Transient failures
+ * (network errors, 408, 429, 5xx) are retried with capped exponential backoff; a 409 means this worker's
+ * lease on the job is gone and surfaces as LeaseLostError, never retried.
+ */
+
+/** The server no longer honours this lease (swept after a missed heartbeat, or the job was reclaimed). */
+export class LeaseLostError extends Error {
+  override name = 'LeaseLostError';
+  constructor(readonly jobId: string) {
+    super(`the lease on job ${jobId} is no longer valid (409)`);
+  }
+}
+
+/** A response that retrying will not change: a 4xx other than 408/409/429, or a body of the wrong shape. */
+export class ProtocolError extends Error {
+  override name = 'ProtocolError';
+  constructor(
+    message: string,
+    readonly status: number,
+  ) {
+    super(message);
+  }
+}
+
+export interface Backoff {
+  /** First delay; doubles per attempt up to maxDelayMs, with full jitter. */
+  baseDelayMs: number;
+  maxDelayMs: number;
+  /** Give up (rethrowing the last error) once this much time has passed; Infinity to retry until aborted. */
+  maxElapsedMs: number;
+}
+
+export const DEFAULT_BACKOFF: Backoff = { baseDelayMs: 500, maxDelayMs: 15_000, maxElapsedMs: 120_000 };
+
+interface Logger {
+  warn(object: object, message: string): void;
+}
+
+export interface WorkerClientOptions {
+  serverUrl: string;
+  key: string;
+  logger: Logger;
+  backoff?: Partial<Backoff>;
+  /** How long an ordinary call may wait for response headers. */
+  requestTimeoutMs?: number;
+}
+
+class TransientError extends Error {
+  override name = 'TransientError';
+  constructor(
+    message: string,
+    readonly retryAfterMs?: number,
+  ) {
+    super(message);
+  }
+}
+
+export class WorkerClient {
+  private readonly dispatcher: Dispatcher;
+  private readonly backoff: Backoff;
+  private readonly requestTimeoutMs: number;
+
+  constructor(private readonly options: WorkerClientOptions) {
+    this.dispatcher = new Agent({ keepAliveTimeout: 30_000, connect: { timeout: 10_000 } });
+    this.backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
+    this.requestTimeoutMs = options.requestTimeoutMs ?? 60_000;
+  }
+
+  /**
+   * Long-polls for a job; undefined when none came within `wait_seconds`. Retries until `signal` aborts,
+   * because a worker that outlives a server restart should simply carry on.
+   */
+  async claim(body: ClaimRequest, signal?: AbortSignal): Promise<ClaimResponse | undefined> {
+    return this.retrying('claim', { ...this.backoff, maxElapsedMs: Infinity }, signal, async () => {
+      const response = await this.call('POST', '/v1/workers/claim', body, {
+        signal,
+        timeoutMs: (body.wait_seconds ?? 0) * 1000 + this.requestTimeoutMs,
+      });
+      if (response.statusCode === 204) {
+        await response.body.dump();
+        return undefined;
+      }
+      return this.parse(response, ClaimResponse, 'claim');
+    });
+  }
+
+  /** Streams the job's inputs (JSON Lines) into `file`, from the start again after a transient failure. */
+  async downloadInputs(job: { id: string; inputs_url: string }, file: string, signal?: AbortSignal): Promise<void> {
+    const url = /^https?:\/\//.test(job.inputs_url) ? job.inputs_url : `${this.options.serverUrl}${job.inputs_url}`;
+    await this.retrying(`inputs of ${job.id}`, this.backoff, signal, async () => {
+      const response = await this.send('GET', url, undefined, { signal, timeoutMs: this.requestTimeoutMs });
+      await this.expectOk(response, job.id);
+      try {
+        await pipeline(response.body, fs.createWriteStream(file), { signal });
+      } catch (error) {
+        if (signal?.aborted) throw error;
+        throw new TransientError(`inputs download broke off: ${(error as Error).message}`);
+      }
+    });
+  }
+
+  async heartbeat(jobId: string, leaseToken: string, signal?: AbortSignal): Promise<HeartbeatResponse> {
+    return this.jobCall(jobId, 'heartbeat', { lease_token: leaseToken }, HeartbeatResponse, signal);
+  }
+
+  async postEvents(jobId: string, leaseToken: string, events: readonly WorkerEvent[], signal?: AbortSignal): Promise<void> {
+    await this.jobCall(jobId, 'events', { lease_token: leaseToken, events }, undefined, signal);
+  }
+
+  /** Idempotent with the same token (the server returns the first result), so retrying it is safe. */
+  async complete(
+    jobId: string,
+    leaseToken: string,
+    checkpoint: { uri: string; metrics: Record<string, number> },
+    signal?: AbortSignal,
+  ): Promise<CompleteResponse> {
+    return this.jobCall(jobId, 'complete', { lease_token: leaseToken, checkpoint }, CompleteResponse, signal);
+  }
+
+  async fail(jobId: string, leaseToken: string, errorMessage: string, retryable: boolean, signal?: AbortSignal): Promise<void> {
+    await this.jobCall(jobId, 'fail', { lease_token: leaseToken, error_message: errorMessage, retryable }, undefined, signal);
+  }
+
+  async close(): Promise<void> {
+    await this.dispatcher.close();
+  }
+
+  private async jobCall<S extends z.ZodType>(
+    jobId: string,
+    action: string,
+    body: unknown,
+    schema: S | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<z.output<S>> {
+    return this.retrying(`${action} of ${jobId}`, this.backoff, signal, async () => {
+      const response = await this.call('POST', `/v1/workers/jobs/${encodeURIComponent(jobId)}/${action}`, body, {
+        signal,
+        timeoutMs: this.requestTimeoutMs,
+      });
+      if (schema) return this.parse(response, schema, action, jobId);
+      await this.expectOk(response, jobId);
+      await response.body.dump();
+      return undefined as z.output<S>;
+    });
+  }
+
+  private call(method: 'GET' | 'POST', path: string, body: unknown, options: { signal?: AbortSignal; timeoutMs: number }) {
+    return this.send(method, `${this.options.serverUrl}${path}`, body, options);
+  }
+
+  private async send(
+    method: 'GET' | 'POST',
+    url: string,
+    body: unknown,
+    options: { signal?: AbortSignal; timeoutMs: number },
+  ): Promise<Dispatcher.ResponseData> {
+    try {
+      return await request(url, {
+        method,
+        dispatcher: this.dispatcher,
+        signal: options.signal,
+        headersTimeout: options.timeoutMs,
+        bodyTimeout: this.requestTimeoutMs,
+        headers: {
+          authorization: `Bearer ${this.options.key}`,
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    } catch (error) {
+      if (options.signal?.aborted) throw error;
+      throw new TransientError(`${method} ${url}: ${(error as Error).message}`);
+    }
+  }
+
+  private async parse<S extends z.ZodType>(
+    response: Dispatcher.ResponseData,
+    schema: S,
+    action: string,
+    jobId?: string,
+  ): Promise<z.output<S>> {
+    await this.expectOk(response, jobId);
+    const parsed = schema.safeParse(await response.body.json());
+    if (!parsed.success) throw new ProtocolError(`unexpected ${action} response: ${parsed.error.message}`, response.statusCode);
+    return parsed.data;
+  }
+
+  /** Returns for 2xx; otherwise consumes the body and throws the error that says what to do next. */
+  private async expectOk(response: Dispatcher.ResponseData, jobId?: string): Promise<void> {
+    const status = response.statusCode;
+    if (status >= 200 && status < 300) return;
+    const text = await response.body.text().catch(() => '');
+    if (status === 409 && jobId !== undefined) throw new LeaseLostError(jobId);
+    if (status === 408 || status === 429 || status >= 500) {
+      throw new TransientError(`HTTP ${status}: ${text.slice(0, 500)}`, retryAfterMs(response.headers['retry-after']));
+    }
+    throw new ProtocolError(`HTTP ${status}: ${text.slice(0, 500)}`, status);
+  }
+
+  private async retrying<T>(what: string, backoff: Backoff, signal: AbortSignal | undefined, attempt: () => Promise<T>): Promise<T> {
+    const started = Date.now();
+    for (let n = 0; ; n++) {
+      try {
+        return await attempt();
+      } catch (error) {
+        if (!(error instanceof TransientError) || signal?.aborted) throw error;
+        const jittered = Math.random() * Math.min(backoff.maxDelayMs, backoff.baseDelayMs * 2 ** n);
+        const delay = Math.max(jittered, error.retryAfterMs ?? 0);
+        if (Date.now() - started + delay > backoff.maxElapsedMs) throw new Error(`${what}: gave up after ${n + 1} tries: ${error.message}`);
+        this.options.logger.warn({ err: error.message, retry_in_ms: Math.round(delay) }, `${what} failed; retrying`);
+        await sleep(delay, undefined, { signal });
+      }
+    }
+  }
+}
+
+function retryAfterMs(header: string | string[] | undefined): number | undefined {
+  const value = Array.isArray(header) ? header[0] : header;
+  if (value === undefined) return undefined;
+  const seconds = Number(value);
+  return Number.isFinite(seconds) && seconds >= 0 ? Math.min(seconds * 1000, 60_000) : undefined;
+}

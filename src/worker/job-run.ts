@@ -1,0 +1,267 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Logger } from 'pino';
+import type { ClaimResponse } from '../training/schemas.js';
+import { LeaseLostError, type WorkerClient } from './client.js';
+import { EventBatcher } from './event-batcher.js';
+import { buildJobSpec, jobPaths, prepareJobDirs, removeJobFiles, writeJobSpec } from './job-files.js';
+import { EventOrder, parseTrainerLine } from './trainer-output.js';
+import { TrainerProcess, type TrainerExit } from './trainer-process.js';
+
+/** Exit status a trainer uses to say "retrying will not help" (bad config, unusable inputs). */
+export const PERMANENT_FAILURE_EXIT_CODE = 3;
+
+/** The message a canceled job is failed with; the server ends it CANCELED whatever the message. */
+export const CANCELED_MESSAGE = 'training job was canceled';
+
+/** Characters of the trainer's stderr carried in a failure message (the server takes up to 10,000). */
+const STDERR_TAIL_CHARS = 4000;
+
+export interface JobRunSettings {
+  command: readonly string[];
+  workDir: string;
+  outputDir: string;
+  workerId: string;
+  cancelGraceMs: number;
+  /** Undefined: a third of the lease, between 0.5 s and 20 s. */
+  heartbeatMs: number | undefined;
+  eventWindowMs: number;
+  trainerEnv: Readonly<Record<string, string | undefined>>;
+}
+
+/** How an attempt ended, from this worker's side. */
+export type JobOutcome =
+  | { status: 'completed'; checkpointId: string; step: number }
+  | { status: 'failed'; retryable: boolean; message: string }
+  | { status: 'canceled' }
+  | { status: 'interrupted' }
+  /**
+   * Nothing could be reported: the lease was lost (swept, reclaimed, or the job canceled under us), or the
+   * server stayed away past the retries (its lease sweep then ends the attempt).
+   */
+  | { status: 'unreported'; reason: string };
+
+type StopReason = 'cancel' | 'lease_lost' | 'interrupt';
+
+/**
+ * One claimed attempt, from inputs to report: download the inputs, write the spec, run the trainer,
+ * forward its events, heartbeat throughout, then complete or fail. A heartbeat that answers
+ * `cancel_requested`, a lost lease (409) or the worker shutting down stops the trainer (SIGTERM, then
+ * SIGKILL after the grace period) and decides how the attempt is reported.
+ */
+export class JobRun {
+  readonly jobId: string;
+  private readonly leaseToken: string;
+  private readonly log: Logger;
+  private stopReason: StopReason | undefined;
+  private leaseLost = false;
+  private readonly stopping = new AbortController();
+  private leaseExpiresAt: string;
+
+  constructor(
+    private readonly claim: ClaimResponse,
+    private readonly client: WorkerClient,
+    private readonly settings: JobRunSettings,
+    logger: Logger,
+  ) {
+    this.jobId = claim.job.id;
+    this.leaseToken = claim.lease.token;
+    this.leaseExpiresAt = claim.lease.expires_at;
+    this.log = logger.child({ job_id: claim.job.id, attempt: claim.job.attempt });
+  }
+
+  /** The worker is shutting down and the drain period is over: stop the trainer, fail as retryable. */
+  interrupt(): void {
+    this.stop('interrupt');
+  }
+
+  async run(): Promise<JobOutcome> {
+    const { job } = this.claim;
+    const paths = jobPaths(this.settings, job);
+    const heartbeats = new AbortController();
+    const heartbeatLoop = this.heartbeatLoop(heartbeats.signal);
+    this.log.info({ model: `${job.model.entity}/${job.model.project}/${job.model.name}`, target_step: job.target_step }, 'job claimed');
+    try {
+      await prepareJobDirs(paths);
+      try {
+        await this.client.downloadInputs(job, paths.inputs, this.stopping.signal);
+      } catch (error) {
+        if (error instanceof LeaseLostError) this.stop('lease_lost');
+        if (this.stopReason) return await this.report(undefined, undefined);
+        return await this.reportFailure(`could not download the job's inputs: ${(error as Error).message}`, true);
+      }
+      await writeJobSpec(paths, buildJobSpec(job, paths, this.settings.workerId));
+      if (this.stopReason) return await this.report(undefined, undefined);
+      return await this.runTrainer(paths.spec);
+    } catch (error) {
+      // The worker's own trouble (a full disk, a work dir it may not write): another worker may do better.
+      this.log.error({ err: (error as Error).message }, 'job run failed in the worker');
+      if (this.leaseLost) return unreported('lease lost');
+      return await this.reportFailure(`worker ${this.settings.workerId} failed to run the job: ${(error as Error).message}`, true);
+    } finally {
+      heartbeats.abort();
+      await heartbeatLoop;
+      await removeJobFiles(paths).catch((error: Error) => this.log.warn({ err: error.message }, 'could not remove job files'));
+    }
+  }
+
+  private async runTrainer(specPath: string): Promise<JobOutcome> {
+    const order = new EventOrder(this.claim.job.num_inputs);
+    const batcher = new EventBatcher({
+      windowMs: this.settings.eventWindowMs,
+      send: (events) => this.client.postEvents(this.jobId, this.leaseToken, events),
+      onError: (error, events) => {
+        if (error instanceof LeaseLostError) this.stop('lease_lost');
+        else this.log.warn({ err: (error as Error).message, dropped_events: events.length }, 'events could not be posted; dropped');
+      },
+    });
+    let checkpoint: { uri: string; metrics: Record<string, number> } | undefined;
+    const trainerLog = this.log.child({ source: 'trainer' });
+
+    const trainer = new TrainerProcess({
+      command: this.settings.command,
+      specPath,
+      env: this.settings.trainerEnv,
+      onStdoutLine: (line) => {
+        const parsed = parseTrainerLine(line);
+        if (parsed.kind === 'other') {
+          if (parsed.problem) trainerLog.warn({ line, problem: parsed.problem }, 'trainer line ignored');
+          else trainerLog.info({ stream: 'stdout' }, line);
+          return;
+        }
+        if (parsed.dropped.length) trainerLog.warn({ dropped: parsed.dropped }, 'values that are not finite numbers were dropped');
+        if (parsed.kind === 'checkpoint') {
+          checkpoint = parsed.checkpoint;
+          return;
+        }
+        const { events, note } = order.admit(parsed.event);
+        if (note) trainerLog.warn(note);
+        if (events.length && !this.leaseLost) batcher.push(...events);
+      },
+      onStderrLine: (line) => trainerLog.info({ stream: 'stderr' }, line),
+    });
+    this.log.info({ pid: trainer.pid, command: this.settings.command }, 'trainer started');
+
+    const stopped = new Promise<'stopped'>((resolve) => {
+      if (this.stopping.signal.aborted) resolve('stopped');
+      this.stopping.signal.addEventListener('abort', () => resolve('stopped'), { once: true });
+    });
+    let exit = await Promise.race([trainer.exited, stopped]);
+    if (exit === 'stopped') {
+      this.log.info({ reason: this.stopReason, grace_ms: this.settings.cancelGraceMs }, 'stopping the trainer');
+      exit = await trainer.terminate(this.settings.cancelGraceMs);
+    }
+    this.log.info({ code: exit.code, signal: exit.signal }, 'trainer exited');
+
+    if (this.leaseLost) batcher.discard();
+    else await batcher.flush();
+    return this.report(exit, { checkpoint, stderrTail: trainer.stderrTail(STDERR_TAIL_CHARS) });
+  }
+
+  /** Decides and sends the report of the attempt. `exit` is undefined when the trainer never ran. */
+  private async report(
+    exit: TrainerExit | undefined,
+    output: { checkpoint: { uri: string; metrics: Record<string, number> } | undefined; stderrTail: string } | undefined,
+  ): Promise<JobOutcome> {
+    if (this.leaseLost) {
+      this.log.warn('lease lost; the job is no longer ours and nothing is reported');
+      return unreported('lease lost');
+    }
+    if (this.stopReason === 'cancel') {
+      const sent = await this.send(() => this.client.fail(this.jobId, this.leaseToken, CANCELED_MESSAGE, false));
+      this.log.info('job canceled');
+      return sent.ok ? { status: 'canceled' } : unreported(sent.reason);
+    }
+    if (this.stopReason === 'interrupt') {
+      const message = `worker ${this.settings.workerId} shut down before the job finished`;
+      const sent = await this.send(() => this.client.fail(this.jobId, this.leaseToken, message, true));
+      this.log.info('job interrupted; failed as retryable');
+      return sent.ok ? { status: 'interrupted' } : unreported(sent.reason);
+    }
+    if (!exit || !output) return this.reportFailure('the job was stopped before its trainer ran', true);
+
+    const tail = output.stderrTail.trimEnd();
+    const withTail = (message: string) => (tail ? `${message}; stderr tail:\n${tail}` : message);
+    if (exit.spawnError) return this.reportFailure(`could not start the trainer command: ${exit.spawnError.message}`, true);
+    if (exit.code === 0) {
+      if (!output.checkpoint) {
+        return this.reportFailure(withTail('trainer command exited 0 without reporting a checkpoint'), false);
+      }
+      const checkpoint = output.checkpoint;
+      const sent = await this.send(() => this.client.complete(this.jobId, this.leaseToken, checkpoint));
+      if (!sent.ok) return unreported(sent.reason);
+      const registered = sent.value.checkpoint;
+      this.log.info({ checkpoint_id: registered.id, step: registered.step, uri: checkpoint.uri }, 'job completed');
+      return { status: 'completed', checkpointId: registered.id, step: registered.step };
+    }
+    if (exit.code === PERMANENT_FAILURE_EXIT_CODE) {
+      return this.reportFailure(withTail(`trainer command exited with code ${exit.code} (permanent failure)`), false);
+    }
+    const how = exit.code === null ? `was killed by ${exit.signal}` : `exited with code ${exit.code}`;
+    return this.reportFailure(withTail(`trainer command ${how}`), true);
+  }
+
+  private async reportFailure(message: string, retryable: boolean): Promise<JobOutcome> {
+    const sent = await this.send(() => this.client.fail(this.jobId, this.leaseToken, message, retryable));
+    if (!sent.ok) return unreported(sent.reason);
+    this.log.warn({ retryable, error_message: message }, 'job failed');
+    return { status: 'failed', retryable, message };
+  }
+
+  /**
+   * A report call. Not ok when it could not be made: the lease is gone (409; a job canceled while its
+   * trainer was finishing answers complete this way too), or the server stayed away past the retries, in
+   * which case the server's lease sweep ends the attempt as a retryable failure.
+   */
+  private async send<T>(call: () => Promise<T>): Promise<{ ok: true; value: T } | { ok: false; reason: string }> {
+    try {
+      return { ok: true, value: await call() };
+    } catch (error) {
+      const reason = (error as Error).message;
+      if (error instanceof LeaseLostError) {
+        this.stop('lease_lost');
+        this.log.warn({ err: reason }, 'lease lost while reporting the job');
+      } else {
+        this.log.error({ err: reason }, 'could not report the job; its lease will lapse');
+      }
+      return { ok: false, reason };
+    }
+  }
+
+  private stop(reason: StopReason): void {
+    if (reason === 'lease_lost') this.leaseLost = true;
+    if (this.stopReason) return;
+    this.stopReason = reason;
+    this.stopping.abort();
+  }
+
+  /** Renews the lease until the attempt is reported; reads `cancel_requested` on the way. */
+  private async heartbeatLoop(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted && !this.leaseLost) {
+      try {
+        await sleep(this.heartbeatInterval(), undefined, { signal });
+        const beat = await this.client.heartbeat(this.jobId, this.leaseToken, signal);
+        this.leaseExpiresAt = beat.expires_at;
+        if (beat.cancel_requested && !this.stopReason) {
+          this.log.info('cancel requested');
+          this.stop('cancel');
+        }
+      } catch (error) {
+        if (signal.aborted) return;
+        if (error instanceof LeaseLostError) this.stop('lease_lost');
+        else this.log.warn({ err: (error as Error).message }, 'heartbeat failed');
+      }
+    }
+  }
+
+  private heartbeatInterval(): number {
+    if (this.settings.heartbeatMs !== undefined) return this.settings.heartbeatMs;
+    // A third of what is left of the lease, so that two heartbeats may fail before it lapses; capped so that
+    // a worker clock running behind the server's cannot stretch it past the lease.
+    const left = Date.parse(this.leaseExpiresAt) - Date.now();
+    return Math.min(20_000, Math.max(500, left / 3));
+  }
+}
+
+function unreported(reason: string): JobOutcome {
+  return { status: 'unreported', reason };
+}

@@ -1,0 +1,95 @@
+import type { WorkerEvent } from '../training/schemas.js';
+
+/**
+ * The trainer command's stdout contract: one JSON object per line.
+ *
+ *   {"type":"training_started","data":{"num_sequences":N, ...}}
+ *   {"type":"gradient_step","data":{"loss":0.12, ...}}        numbers only
+ *   {"type":"checkpoint","uri":"...","metrics":{...}}         the last one wins
+ *
+ * Anything else (progress bars, prints, JSON of other types) is `other`: logged by the worker, never
+ * forwarded. Values the server would refuse are dropped here with a note, so that one sloppy metric does
+ * not cost the whole batch a 422.
+ */
+export type TrainerLine =
+  | { kind: 'event'; event: WorkerEvent; dropped: string[] }
+  | { kind: 'checkpoint'; checkpoint: { uri: string; metrics: Record<string, number> }; dropped: string[] }
+  | { kind: 'other'; line: string; problem?: string };
+
+export function parseTrainerLine(raw: string): TrainerLine {
+  const line = raw.trim();
+  const other = (problem?: string): TrainerLine => ({ kind: 'other', line: raw, ...(problem ? { problem } : {}) });
+  if (!line.startsWith('{')) return other();
+  let value: unknown;
+  try {
+    value = JSON.parse(line);
+  } catch {
+    return other();
+  }
+  if (!isObject(value) || typeof value.type !== 'string') return other();
+
+  switch (value.type) {
+    case 'training_started': {
+      const data = isObject(value.data) ? value.data : {};
+      const n = data.num_sequences;
+      if (typeof n !== 'number' || !Number.isInteger(n) || n < 0) {
+        return other('training_started needs data.num_sequences, a non-negative integer');
+      }
+      return { kind: 'event', event: { type: 'training_started', data: { ...data, num_sequences: n } }, dropped: [] };
+    }
+    case 'gradient_step': {
+      if (!isObject(value.data)) return other('gradient_step needs a data object of numbers');
+      const { numbers, dropped } = finiteNumbers(value.data);
+      return { kind: 'event', event: { type: 'gradient_step', data: numbers }, dropped };
+    }
+    case 'checkpoint': {
+      if (typeof value.uri !== 'string' || value.uri === '') return other('checkpoint needs uri, a non-empty string');
+      const { numbers, dropped } = isObject(value.metrics) ? finiteNumbers(value.metrics) : { numbers: {}, dropped: [] };
+      return { kind: 'checkpoint', checkpoint: { uri: value.uri, metrics: numbers }, dropped };
+    }
+    default:
+      return other();
+  }
+}
+
+function finiteNumbers(data: Record<string, unknown>): { numbers: Record<string, number>; dropped: string[] } {
+  const numbers: Record<string, number> = {};
+  const dropped: string[] = [];
+  for (const [key, item] of Object.entries(data)) {
+    if (typeof item === 'number' && Number.isFinite(item)) numbers[key] = item;
+    else dropped.push(key);
+  }
+  return { numbers, dropped };
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/**
+ * The server's order rule for one attempt (src/training/protocol.ts): `training_started` first and once.
+ * A trainer that skips it gets one made up from the job's input count before its first gradient step (the
+ * ART client waits for it); a repeated one is dropped.
+ */
+export class EventOrder {
+  private started = false;
+
+  constructor(private readonly numInputs: number) {}
+
+  /** The events to post for one the trainer printed, and a note when something was changed. */
+  admit(event: WorkerEvent): { events: WorkerEvent[]; note?: string } {
+    if (event.type === 'training_started') {
+      if (this.started) return { events: [], note: 'training_started was already sent for this attempt; dropped' };
+      this.started = true;
+      return { events: [event] };
+    }
+    if (!this.started) {
+      this.started = true;
+      return {
+        events: [{ type: 'training_started', data: { num_sequences: this.numInputs } }, event],
+        note: `${event.type} before training_started; sent training_started {num_sequences: ${this.numInputs}} first`,
+      };
+    }
+    return { events: [event] };
+  }
+}

@@ -1,0 +1,130 @@
+import fs from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Logger } from 'pino';
+import { ProtocolError, WorkerClient } from './client.js';
+import { JobRun, type JobOutcome } from './job-run.js';
+import type { WorkerOptions } from './options.js';
+
+export type WorkerSettings = Pick<
+  WorkerOptions,
+  | 'serverUrl'
+  | 'key'
+  | 'command'
+  | 'kinds'
+  | 'baseModels'
+  | 'concurrency'
+  | 'workDir'
+  | 'outputDir'
+  | 'workerId'
+  | 'cancelGraceMs'
+  | 'drainMs'
+  | 'heartbeatMs'
+  | 'eventWindowMs'
+  | 'pollSeconds'
+  | 'trainerEnv'
+>;
+
+/**
+ * The trainer worker: `concurrency` slots, each claiming a job (long-poll), running it to its report and
+ * claiming again. `drain()` stops claiming and lets running jobs finish for `drainMs`, then interrupts
+ * them (their trainers are stopped and the attempts failed as retryable, so another worker takes them).
+ */
+export class Worker {
+  private readonly client: WorkerClient;
+  private readonly claims = new AbortController();
+  private readonly running = new Set<JobRun>();
+  private draining = false;
+  private drainTimer: NodeJS.Timeout | undefined;
+  private fatal: Error | undefined;
+
+  constructor(
+    private readonly settings: WorkerSettings,
+    private readonly logger: Logger,
+    private readonly onJobEnd?: (jobId: string, outcome: JobOutcome) => void,
+  ) {
+    this.client = new WorkerClient({ serverUrl: settings.serverUrl, key: settings.key, logger });
+  }
+
+  /** Runs until drained; rejects when the server refuses this worker (a bad key, say). */
+  async run(): Promise<void> {
+    await fs.mkdir(this.settings.workDir, { recursive: true });
+    await fs.mkdir(this.settings.outputDir, { recursive: true });
+    this.logger.info(
+      { worker_id: this.settings.workerId, server: this.settings.serverUrl, concurrency: this.settings.concurrency, kinds: this.settings.kinds, base_models: this.settings.baseModels },
+      'worker started',
+    );
+    try {
+      await Promise.all(Array.from({ length: this.settings.concurrency }, () => this.slot()));
+    } finally {
+      clearTimeout(this.drainTimer);
+      await this.client.close();
+    }
+    if (this.fatal) throw this.fatal;
+    this.logger.info('worker stopped');
+  }
+
+  /** Stop claiming; running jobs get `drainMs` to finish before they are interrupted. Safe to call twice. */
+  drain(): void {
+    if (this.draining) return;
+    this.draining = true;
+    this.claims.abort();
+    this.logger.info({ running: this.running.size, drain_ms: this.settings.drainMs }, 'draining: no new claims');
+    if (this.running.size > 0) this.drainTimer = setTimeout(() => this.interruptAll(), this.settings.drainMs);
+  }
+
+  /** Stop claiming and interrupt running jobs now (a second SIGTERM). */
+  stopNow(): void {
+    this.drain();
+    this.interruptAll();
+  }
+
+  get runningJobs(): number {
+    return this.running.size;
+  }
+
+  private interruptAll(): void {
+    if (this.running.size > 0) this.logger.warn({ running: this.running.size }, 'interrupting running jobs');
+    for (const job of this.running) job.interrupt();
+  }
+
+  private async slot(): Promise<void> {
+    while (!this.draining) {
+      let claim;
+      try {
+        claim = await this.client.claim(
+          {
+            worker_id: this.settings.workerId,
+            kinds: this.settings.kinds ? [...this.settings.kinds] : undefined,
+            base_models: this.settings.baseModels ? [...this.settings.baseModels] : undefined,
+            wait_seconds: this.settings.pollSeconds,
+          },
+          this.claims.signal,
+        );
+      } catch (error) {
+        if (this.draining) return;
+        // Not transient (those are retried inside): the key is wrong or revoked, or the server speaks another protocol.
+        this.fatal = error instanceof ProtocolError ? new Error(`the server refused the claim: ${error.message}`) : (error as Error);
+        this.logger.error({ err: this.fatal.message }, 'cannot claim jobs; stopping');
+        this.drain();
+        return;
+      }
+      if (!claim) {
+        if (this.settings.pollSeconds < 1) await sleep(1000, undefined, { signal: this.claims.signal }).catch(() => {});
+        continue;
+      }
+      const job = new JobRun(claim, this.client, this.settings, this.logger);
+      // A claim answered just as draining began: start it only to hand it back at once.
+      if (this.draining) job.interrupt();
+      this.running.add(job);
+      try {
+        const outcome = await job.run();
+        this.onJobEnd?.(job.jobId, outcome);
+      } catch (error) {
+        this.logger.error({ job_id: job.jobId, err: (error as Error).message }, 'job run crashed');
+      } finally {
+        this.running.delete(job);
+        if (this.draining && this.running.size === 0) clearTimeout(this.drainTimer);
+      }
+    }
+  }
+}

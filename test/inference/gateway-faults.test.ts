@@ -1,0 +1,291 @@
+import { sql } from 'kysely';
+import { request as undiciRequest } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
+import { buildApp } from '../../src/app.js';
+import { createUserWithKey, testConfig, type TestUser } from '../helpers/app.js';
+import { freshDatabase } from '../helpers/database.js';
+import { listen } from '../helpers/listen.js';
+import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
+import { backendEntry, chat, createGatewayApp, sseData, writeBackendsFile } from './gateway-helpers.js';
+import { deadUrl, waitFor } from './helpers.js';
+
+let healthy: FakeEngine;
+let slow: FakeEngine;
+let app: App;
+let url: string;
+let user: TestUser;
+
+beforeAll(async () => {
+  healthy = await startFakeEngine({ chunks: 4 });
+  slow = await startFakeEngine({ models: ['fake/slow-model'], chunks: 50, chunkDelayMs: 20 });
+  const dead = await deadUrl(() => startFakeEngine());
+  const alsoDead = await deadUrl(() => startFakeEngine());
+  app = await createGatewayApp([
+    // One replica refuses connections; the other serves.
+    backendEntry('pair', [dead, healthy.url]),
+    backendEntry('gone', [dead, alsoDead], { models: ['fake/gone-model'] }),
+    backendEntry('slow', [slow.url], { models: ['fake/slow-model'], timeouts: { first_byte_ms: 300 } }),
+  ]);
+  url = await listen(app);
+  user = await createUserWithKey(app);
+});
+afterAll(async () => {
+  await app.close();
+  await Promise.all([healthy.close(), slow.close()]);
+});
+
+const post = (body: unknown, headers: Record<string, string> = {}) =>
+  app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { ...user.headers, ...headers }, payload: body as object });
+
+/** The usage row of one request, once the background writer has written it. */
+async function usageRow(requestId: string): Promise<Record<string, unknown>> {
+  let row: Record<string, unknown> | undefined;
+  for (let i = 0; i < 100 && !row; i++) {
+    row = await app.db.selectFrom('usage_records').selectAll().where('request_id', '=', requestId).executeTakeFirst();
+    if (!row) await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  if (!row) throw new Error(`no usage row for ${requestId}`);
+  return row;
+}
+
+describe('replica faults', () => {
+  it('serves from another replica when one is down', async () => {
+    for (let i = 0; i < 4; i++) {
+      const response = await post(chat('fake/base-model'));
+      expect(response.statusCode, response.body).toBe(200);
+    }
+  });
+
+  it('answers 503 in the OpenAI envelope when every replica is down', async () => {
+    const response = await post(chat('fake/gone-model'));
+    expect(response.statusCode).toBe(503);
+    expect(response.json()).toEqual({
+      error: { message: expect.stringMatching(/^could not connect to replica http:\/\/127\.0\.0\.1:\d+ of backend gone/), type: 'server_error', param: null, code: 'upstream_unreachable' },
+    });
+  });
+
+  it('answers an engine 500 as 502 upstream_error', async () => {
+    healthy.setBehaviour({ kind: 'status', status: 500, message: 'Internal server error' }, 1);
+    const response = await post(chat('fake/base-model'));
+    expect(response.statusCode).toBe(502);
+    expect(response.json().error).toMatchObject({ type: 'server_error', code: 'upstream_error', param: null });
+  });
+
+  it('keeps an engine 4xx status and message', async () => {
+    healthy.setBehaviour({ kind: 'status', status: 400, message: "'max_tokens' is too large: 9999." }, 1);
+    const response = await post(chat('fake/base-model'));
+    expect(response.statusCode).toBe(400);
+    expect(response.json()).toEqual({ error: { message: "'max_tokens' is too large: 9999.", type: 'invalid_request_error', param: null, code: 'invalid_request' } });
+  });
+
+  it('answers a hang with 504 upstream_timeout after the time-to-first-byte timeout', async () => {
+    slow.setBehaviour({ kind: 'hang' }, 1);
+    const started = Date.now();
+    const response = await post(chat('fake/slow-model'));
+    expect(response.statusCode).toBe(504);
+    expect(response.json().error).toMatchObject({ code: 'upstream_timeout', type: 'server_error', message: expect.stringContaining('first byte timeout of 300 ms') });
+    expect(Date.now() - started).toBeLessThan(3_000);
+    await waitFor(() => slow.disconnects.length > 0);
+  });
+
+  it('answers a stream that sends headers but no token with a JSON 504, not a stream', async () => {
+    slow.setBehaviour({ kind: 'hang-after-headers' }, 1);
+    const response = await post(chat('fake/slow-model', { stream: true }));
+    expect(response.statusCode).toBe(504);
+    expect(response.headers['content-type']).toMatch(/application\/json/);
+    expect(response.json().error.code).toBe('upstream_timeout');
+  });
+});
+
+describe('mid-stream failures', () => {
+  it('become an error event followed by [DONE]', async () => {
+    healthy.setBehaviour({ kind: 'drop-after', chunks: 2 }, 1);
+    const response = await post(chat('fake/base-model', { stream: true }));
+    expect(response.statusCode).toBe(200);
+    const data = sseData(response.body);
+    expect(data.at(-1)).toBe('[DONE]');
+    expect(JSON.parse(data.at(-2)!)).toEqual({
+      error: { message: expect.stringContaining('broke off mid-response'), type: 'server_error', param: null, code: 'upstream_error' },
+    });
+    expect(data.slice(0, -2).map((d) => JSON.parse(d).choices[0].delta.content)).toEqual(['', 'Hello', ' from']);
+  });
+
+  it('pass an engine\'s own error event through, with [DONE]', async () => {
+    healthy.setBehaviour({ kind: 'error-event-after', chunks: 1 }, 1);
+    const response = await post(chat('fake/base-model', { stream: true }));
+    const data = sseData(response.body);
+    expect(JSON.parse(data.at(-2)!)).toMatchObject({ error: { message: 'Internal server error', code: 500 } });
+    expect(data.at(-1)).toBe('[DONE]');
+    expect(data.filter((d) => d === '[DONE]')).toHaveLength(1);
+  });
+
+  it('sends chunks as the engine does, not at the end', async () => {
+    const response = await undiciRequest(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { ...user.headers, 'content-type': 'application/json' },
+      body: JSON.stringify(chat('fake/slow-model', { stream: true })),
+    });
+    expect(response.headers['content-type']).toBe('text/event-stream');
+    expect(response.headers['content-encoding']).toBeUndefined();
+    const arrivals: number[] = [];
+    for await (const _chunk of response.body) arrivals.push(Date.now());
+    // 50 chunks 20 ms apart arrive over about a second, in many reads.
+    expect(arrivals.length).toBeGreaterThan(20);
+    expect(arrivals.at(-1)! - arrivals[0]).toBeGreaterThan(500);
+  });
+});
+
+describe('usage records', () => {
+  it('records a success with the engine\'s token counts', async () => {
+    const response = await post(chat('fake/base-model'), { 'x-request-id': 'usage-ok-1' });
+    expect(response.statusCode).toBe(200);
+    expect(await usageRow('usage-ok-1')).toMatchObject({
+      entity: user.entity,
+      project: 'inference',
+      api_key_id: user.keyId,
+      model: 'fake/base-model',
+      base_model: 'fake/base-model',
+      backend: 'pair',
+      stream: false,
+      prompt_tokens: 7,
+      completion_tokens: 4,
+      cached_tokens: 0,
+      estimated: false,
+      outcome: 'success',
+      status: 200,
+      error_code: null,
+      latency_ms: expect.any(Number),
+      time_to_first_token_ms: expect.any(Number),
+    });
+  });
+
+  it('records a streamed success from the usage chunk the client did not see', async () => {
+    const response = await post(chat('fake/base-model', { stream: true }), { 'x-request-id': 'usage-stream-1' });
+    expect(response.body).not.toContain('"usage"');
+    expect(await usageRow('usage-stream-1')).toMatchObject({ stream: true, prompt_tokens: 7, completion_tokens: 4, outcome: 'success', estimated: false });
+  });
+
+  it('records a failure with its status and code', async () => {
+    healthy.setBehaviour({ kind: 'status', status: 500 }, 1);
+    await post(chat('fake/base-model'), { 'x-request-id': 'usage-fail-1' });
+    expect(await usageRow('usage-fail-1')).toMatchObject({ outcome: 'error', status: 502, error_code: 'upstream_error', prompt_tokens: 0 });
+  });
+
+  it('records a client that left mid-stream, with the tokens relayed so far, and aborts the engine', async () => {
+    const before = slow.disconnects.length;
+    const controller = new AbortController();
+    const response = await undiciRequest(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { ...user.headers, 'content-type': 'application/json', 'x-request-id': 'usage-gone-1' },
+      body: JSON.stringify(chat('fake/slow-model', { stream: true })),
+      signal: controller.signal,
+    });
+    let seen = '';
+    try {
+      for await (const chunk of response.body) {
+        seen += chunk.toString();
+        if ((seen.match(/"content":"[^"]+"/g) ?? []).length >= 3) controller.abort();
+      }
+    } catch {
+      // aborted
+    }
+    await waitFor(() => slow.disconnects.length > before);
+    const row = await usageRow('usage-gone-1');
+    expect(row).toMatchObject({ outcome: 'client_disconnected', status: 499, estimated: true, stream: true });
+    expect(row.completion_tokens).toBeGreaterThanOrEqual(3);
+    expect(row.completion_tokens).toBeLessThan(50);
+  });
+
+  it('records a client that left before the first token, and aborts the engine request', async () => {
+    slow.options.latencyMs = 2_000;
+    try {
+      const before = slow.disconnects.length;
+      const controller = new AbortController();
+      const pending = undiciRequest(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { ...user.headers, 'content-type': 'application/json', 'x-request-id': 'usage-gone-2' },
+        body: JSON.stringify(chat('fake/slow-model')),
+        signal: controller.signal,
+      }).catch(() => undefined);
+      await waitFor(() => slow.chatRequests().some((r) => r.headers['x-request-id'] === 'usage-gone-2'));
+      controller.abort();
+      await pending;
+      await waitFor(() => slow.disconnects.length > before);
+      expect(slow.disconnects.at(-1)!.chunksSent).toBe(0);
+      expect(await usageRow('usage-gone-2')).toMatchObject({ outcome: 'client_disconnected', status: 499, completion_tokens: 0 });
+    } finally {
+      slow.options.latencyMs = 0;
+    }
+  });
+
+  it('attributes usage to the Compat-Project or OpenAI-Project header, and refuses a project the key cannot reach', async () => {
+    await post(chat('fake/base-model'), { 'compat-project': `${user.entity}/rollouts`, 'x-request-id': 'usage-proj-1' });
+    expect(await usageRow('usage-proj-1')).toMatchObject({ entity: user.entity, project: 'rollouts' });
+    await post(chat('fake/base-model'), { 'openai-project': `${user.entity}/evals`, 'x-request-id': 'usage-proj-2' });
+    expect(await usageRow('usage-proj-2')).toMatchObject({ entity: user.entity, project: 'evals' });
+
+    const refused = await post(chat('fake/base-model'), { 'compat-project': 'someone-else/secret' });
+    expect(refused.statusCode).toBe(403);
+    expect(refused.json()).toEqual({
+      error: { message: 'This API key cannot reach project someone-else/secret.', type: 'invalid_request_error', param: 'Compat-Project', code: 'forbidden' },
+    });
+  });
+
+  it('sums a project\'s usage per model and per day', async () => {
+    const project = `${user.entity}/sums`;
+    for (const model of ['fake/base-model', 'fake/base-model', 'fake/slow-model']) {
+      expect((await post(chat(model), { 'compat-project': project })).statusCode).toBe(200);
+    }
+    const get = (query: string) => app.inject({ method: 'GET', url: `/v1/usage?${query}`, headers: user.headers });
+    const byModel = await get(`project=${project}&group_by=model`);
+    expect(byModel.statusCode).toBe(200);
+    expect(byModel.json()).toEqual({
+      object: 'list',
+      project,
+      from: null,
+      to: null,
+      group_by: 'model',
+      data: [
+        { model: 'fake/base-model', requests: 2, errors: 0, prompt_tokens: 14, completion_tokens: 8, cached_tokens: 0, total_tokens: 22 },
+        { model: 'fake/slow-model', requests: 1, errors: 0, prompt_tokens: 7, completion_tokens: 50, cached_tokens: 0, total_tokens: 57 },
+      ],
+    });
+    const today = new Date().toISOString().slice(0, 10);
+    const byDay = await get(`project=${project}&group_by=day&from=${today}`);
+    expect(byDay.json().data).toEqual([{ day: today, requests: 3, errors: 0, prompt_tokens: 21, completion_tokens: 58, cached_tokens: 0, total_tokens: 79 }]);
+    const total = await get(`project=${project}&to=2000-01-01`);
+    expect(total.json()).toMatchObject({ to: '2000-01-01T00:00:00.000Z', data: [] });
+
+    const refused = await get('project=someone-else/secret');
+    expect(refused.statusCode).toBe(403);
+    const bad = await get('from=yesterday');
+    expect(bad.statusCode).toBe(422);
+    expect(bad.json().detail[0].loc).toEqual(['query', 'from']);
+  });
+});
+
+describe('shutdown', () => {
+  it('writes buffered usage before the database closes', async () => {
+    const database = await freshDatabase();
+    let rowsAtClose = -1;
+    const close = database.close.bind(database);
+    database.close = async () => {
+      const result = await sql<{ n: number }>`select count(*)::int as n from usage_records`.execute(database.db);
+      rowsAtClose = Number(result.rows[0].n);
+      await close();
+    };
+    const local = await buildApp(
+      testConfig({ BACKENDS_FILE: writeBackendsFile([backendEntry('pair', [healthy.url])]), USAGE_FLUSH_INTERVAL_MS: '60000' }),
+      { database },
+    );
+    await local.ready();
+    const someone = await createUserWithKey(local);
+    for (let i = 0; i < 3; i++) {
+      const response = await local.inject({ method: 'POST', url: '/v1/chat/completions', headers: someone.headers, payload: chat('fake/base-model') });
+      expect(response.statusCode).toBe(200);
+    }
+    await local.close();
+    expect(rowsAtClose).toBe(3);
+  });
+});

@@ -1,0 +1,208 @@
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
+import type { TestUser } from '../helpers/app.js';
+import { createTenants, expectOtherTenantRefused } from '../helpers/tenants.js';
+import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
+import { addCheckpoint, backendEntry, chat, createGatewayApp, createTrainedModel, sseData } from './gateway-helpers.js';
+import { waitFor } from './helpers.js';
+
+let engine: FakeEngine;
+let discovered: FakeEngine;
+let app: App;
+let owner: TestUser;
+let other: TestUser;
+let agent: { id: string; uri(step: number): string };
+
+beforeAll(async () => {
+  engine = await startFakeEngine({ models: ['fake/base-model', 'fake/trainable-base'], loadDelayMs: 50 });
+  discovered = await startFakeEngine({ models: ['fake/discovered'] });
+  app = await createGatewayApp(
+    [
+      backendEntry('main', [engine.url], {
+        models: ['fake/base-model', 'fake/trainable-base'],
+        adapter_paths: [{ prefix: 's3://ckpts/', path: '/mnt/ckpts/' }],
+      }),
+      backendEntry('found', [discovered.url], { models: 'discover' }),
+    ],
+    { TRAINABLE_BASE_MODELS: 'fake/trainable-base' },
+  );
+  ({ owner, other } = await createTenants(app));
+  agent = await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'agent', steps: [1, 2] });
+});
+afterAll(async () => {
+  await app.close();
+  await Promise.all([engine.close(), discovered.close()]);
+});
+
+const post = (user: TestUser, body: unknown) =>
+  app.inject({ method: 'POST', url: '/v1/chat/completions', headers: user.headers, payload: body as object });
+const lastBody = (e: FakeEngine = engine) => e.chatRequests().at(-1)!.body as Record<string, unknown>;
+
+describe('base models', () => {
+  it('are served as the engine serves them, with nothing forced', async () => {
+    const response = await post(owner, chat('fake/base-model'));
+    expect(response.statusCode).toBe(200);
+    expect(response.json().model).toBe('fake/base-model');
+    expect(lastBody()).toEqual({ model: 'fake/base-model', messages: [{ role: 'user', content: 'Hi' }] });
+  });
+
+  it('carry logprobs and token ids when they are trainable', async () => {
+    const response = await post(owner, chat('fake/trainable-base'));
+    expect(response.statusCode).toBe(200);
+    expect(lastBody()).toMatchObject({ model: 'fake/trainable-base', logprobs: true, return_tokens_as_token_ids: true });
+    expect(response.json().choices[0].logprobs.content[0].token).toBe('token_id:1000');
+  });
+
+  it('are discovered from the replicas of a backend that lists none', async () => {
+    const response = await post(owner, chat('fake/discovered'));
+    expect(response.statusCode).toBe(200);
+    expect(lastBody(discovered).model).toBe('fake/discovered');
+  });
+});
+
+describe('trained checkpoints', () => {
+  const forms = (e: () => string) => [
+    [() => `${e()}/proj/agent:step1`, 1],
+    [() => `${e()}/proj/agent:step2`, 2],
+    [() => `${e()}/proj/agent`, 2],
+    [() => `${e()}/proj/agent:latest`, 2],
+    [() => `wandb-artifact:///${e()}/proj/agent:step1`, 1],
+    [() => `wandb-artifact:///${e()}/proj/agent`, 2],
+    [() => `wandb-artifact://${e()}/proj/agent:step2`, 2],
+    [() => `wandb-artifact://${e()}/proj/agent`, 2],
+  ] as const;
+
+  it.each(forms(() => owner.entity).map(([id, step], i) => [i, id, step] as const))('form %i routes to its checkpoint\'s adapter', async (_i, id, step) => {
+    const modelId = id();
+    const response = await post(owner, chat(modelId));
+    expect(response.statusCode, response.body).toBe(200);
+    expect(response.json().model).toBe(modelId);
+    const adapter = `${owner.entity}/proj/agent:step${step}`;
+    expect(lastBody()).toMatchObject({ model: adapter, logprobs: true, return_tokens_as_token_ids: true });
+    // The URI prefix is rewritten to the path the engine reads.
+    expect(engine.adapters.get(adapter)).toBe(`/mnt/ckpts/agent/${step}`);
+  });
+
+  it('keeps the client\'s id in every streamed chunk', async () => {
+    const modelId = `wandb-artifact:///${owner.entity}/proj/agent`;
+    const response = await post(owner, chat(modelId, { stream: true }));
+    const chunks = sseData(response.body).filter((d) => d !== '[DONE]').map((d) => JSON.parse(d));
+    expect(chunks.length).toBeGreaterThan(2);
+    for (const chunk of chunks) expect(chunk.model).toBe(modelId);
+    expect(chunks[1].choices[0].logprobs.content[0].token).toBe('token_id:1000');
+  });
+
+  it('resolves no step to the latest checkpoint as new ones arrive', async () => {
+    const moving = await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'moving', steps: [1] });
+    expect((await post(owner, chat(`${owner.entity}/proj/moving`))).statusCode).toBe(200);
+    expect(lastBody().model).toBe(`${owner.entity}/proj/moving:step1`);
+    await addCheckpoint(app, moving.id, 7, moving.uri(7));
+    // Routes are cached briefly per key; a new key of the same user sees the new checkpoint at once.
+    const { key } = await app.auth.createKey({ username: owner.username });
+    const response = await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${key}` }, payload: chat(`${owner.entity}/proj/moving`) });
+    expect(response.statusCode).toBe(200);
+    expect(lastBody().model).toBe(`${owner.entity}/proj/moving:step7`);
+  });
+
+  it('serves a trained model with no checkpoint yet by its base model, as a rollout', async () => {
+    await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'fresh' });
+    const response = await post(owner, chat(`wandb-artifact:///${owner.entity}/proj/fresh`));
+    expect(response.statusCode).toBe(200);
+    expect(response.json().model).toBe(`wandb-artifact:///${owner.entity}/proj/fresh`);
+    expect(lastBody()).toMatchObject({ model: 'fake/base-model', logprobs: true, return_tokens_as_token_ids: true });
+  });
+
+  it('leaves logprobs fields the client set', async () => {
+    await post(owner, chat(`${owner.entity}/proj/agent`, { logprobs: false }));
+    expect(lastBody()).toMatchObject({ logprobs: false, return_tokens_as_token_ids: true });
+  });
+
+  it('answers 404 for a step that does not exist', async () => {
+    const response = await post(owner, chat(`${owner.entity}/proj/agent:step99`));
+    expect(response.statusCode).toBe(404);
+    expect(response.json().error).toEqual({
+      message: `The model ${owner.entity}/proj/agent has no checkpoint at step 99.`,
+      type: 'invalid_request_error',
+      param: 'model',
+      code: 'model_not_found',
+    });
+  });
+
+  it('answers another tenant 404 without saying the model exists', async () => {
+    // Settle background writes first: buffered usage rows, and the key's last-used stamp.
+    await app.inject({ method: 'GET', url: '/v1/usage', headers: other.headers });
+    await app.inject({ method: 'GET', url: '/v1/usage', headers: other.headers });
+    for (const modelId of [`${owner.entity}/proj/agent:step1`, `wandb-artifact:///${owner.entity}/proj/agent`, `${owner.entity}/proj/nothing-here`]) {
+      await expectOtherTenantRefused(
+        app,
+        { method: 'POST', url: '/v1/chat/completions', headers: other.headers, payload: chat(modelId) },
+        {
+          status: 404,
+          body: {
+            error: {
+              message: `The model \`${modelId}\` does not exist or you do not have access to it.`,
+              type: 'invalid_request_error',
+              param: 'model',
+              code: 'model_not_found',
+            },
+          },
+          secrets: ['s3://', 'fake/base-model', 'step2'],
+        },
+      );
+    }
+  });
+
+  it('loads an adapter once under 50 concurrent first requests', async () => {
+    await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'burst', steps: [5] });
+    const responses = await Promise.all(Array.from({ length: 50 }, () => post(owner, chat(`${owner.entity}/proj/burst`))));
+    expect(responses.map((r) => r.statusCode)).toEqual(Array(50).fill(200));
+    expect(engine.loads.get(`${owner.entity}/proj/burst:step5`)).toBe(1);
+  });
+
+  it('loads again an adapter the engine lost (a restart)', async () => {
+    const name = `${owner.entity}/proj/agent:step1`;
+    await post(owner, chat(name));
+    const loads = engine.loads.get(name)!;
+    engine.adapters.delete(name);
+    const response = await post(owner, chat(name));
+    expect(response.statusCode).toBe(200);
+    expect(engine.loads.get(name)).toBe(loads + 1);
+  });
+
+  it('unloads the adapters of deleted checkpoints from the engines', async () => {
+    const doomed = await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'doomed', steps: [1, 2] });
+    for (const step of [1, 2]) expect((await post(owner, chat(`${owner.entity}/proj/doomed:step${step}`))).statusCode).toBe(200);
+    await sql`delete from checkpoints where model_id = ${doomed.id}`.execute(app.db);
+    app.events.emit('checkpoints-deleted', { entity: owner.entity, project: 'proj', model: 'doomed', steps: [1, 2], uris: [doomed.uri(1), doomed.uri(2)] });
+    await waitFor(() => engine.unloads.get(`${owner.entity}/proj/doomed:step2`) === 1);
+    expect(engine.unloads.get(`${owner.entity}/proj/doomed:step1`)).toBe(1);
+    expect((await post(owner, chat(`${owner.entity}/proj/doomed:step1`))).statusCode).toBe(404);
+    // With no checkpoint left, the model is its base model again.
+    expect((await post(owner, chat(`${owner.entity}/proj/doomed`))).statusCode).toBe(200);
+    expect(lastBody().model).toBe('fake/base-model');
+  });
+});
+
+describe('the model list', () => {
+  it('holds the served base models and the caller\'s trained models and checkpoints, rooted at their base', async () => {
+    const response = await app.inject({ method: 'GET', url: '/v1/models', headers: owner.headers });
+    expect(response.statusCode).toBe(200);
+    const body = response.json();
+    expect(body.object).toBe('list');
+    const byId = new Map(body.data.map((m: { id: string }) => [m.id, m]));
+    for (const id of ['fake/base-model', 'fake/trainable-base', 'fake/discovered']) {
+      expect(byId.get(id)).toEqual({ id, object: 'model', created: expect.any(Number), owned_by: expect.any(String), root: id });
+    }
+    for (const id of [`${owner.entity}/proj/agent`, `${owner.entity}/proj/agent:step1`, `${owner.entity}/proj/agent:step2`, `${owner.entity}/proj/fresh`]) {
+      expect(byId.get(id)).toEqual({ id, object: 'model', created: expect.any(Number), owned_by: owner.entity, root: 'fake/base-model' });
+    }
+    expect(byId.has(`${owner.entity}/proj/fresh:step1`)).toBe(false);
+  });
+
+  it('shows another tenant none of them', async () => {
+    const response = await app.inject({ method: 'GET', url: '/v1/models', headers: other.headers });
+    expect(response.body).not.toContain(owner.entity);
+    expect(response.json().data.map((m: { id: string }) => m.id).sort()).toEqual(['fake/base-model', 'fake/discovered', 'fake/trainable-base']);
+  });
+});

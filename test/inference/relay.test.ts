@@ -1,0 +1,117 @@
+import { describe, expect, it } from 'vitest';
+import { StreamInterruptedError } from '../../src/inference/proxy/errors.js';
+import { Cancel } from '../../src/inference/proxy/cancel.js';
+import { modelRewriter, readUsage } from '../../src/inference/rewrite.js';
+import { relayStream, type RelayOutcome } from '../../src/inference/stream.js';
+
+const chunk = (content: string, extra = '') =>
+  `data: {"id":"c-1","object":"chat.completion.chunk","created":1,"model":"team/p/agent:step3","choices":[{"index":0,"delta":{"content":${JSON.stringify(content)}},"logprobs":null,"finish_reason":null}]${extra}}\n\n`;
+const role = 'data: {"id":"c-1","object":"chat.completion.chunk","created":1,"model":"team/p/agent:step3","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n';
+const usage = 'data: {"id":"c-1","object":"chat.completion.chunk","created":1,"model":"team/p/agent:step3","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}\n\n';
+const done = 'data: [DONE]\n\n';
+
+async function* from(parts: (string | Error)[]): AsyncGenerator<Buffer> {
+  for (const part of parts) {
+    if (part instanceof Error) throw part;
+    yield Buffer.from(part);
+  }
+}
+
+async function relay(parts: (string | Error)[], options: { clientWantsUsage?: boolean; rewrite?: boolean } = {}) {
+  let outcome: RelayOutcome | undefined;
+  const pieces: Buffer[] = [];
+  const upstream = parts.map((p) => (typeof p === 'string' ? p : p));
+  const stream = relayStream(from(upstream), {
+    clientWantsUsage: options.clientWantsUsage ?? false,
+    rewriteModel: options.rewrite ? { from: 'team/p/agent:step3', to: 'wandb-artifact:///team/p/agent' } : undefined,
+    signal: new Cancel(),
+    onEnd: (o) => (outcome = o),
+  });
+  const writes: (Buffer | string)[] = [];
+  for await (const piece of stream) {
+    writes.push(piece);
+    pieces.push(Buffer.from(piece));
+  }
+  return { text: Buffer.concat(pieces).toString(), outcome: outcome!, writes };
+}
+
+describe('relayStream', () => {
+  it('passes whole events through unchanged and strips the usage chunk the client did not ask for', async () => {
+    const { text, outcome } = await relay([role, chunk('Hel'), chunk('lo'), usage, done]);
+    expect(text).toBe(role + chunk('Hel') + chunk('lo') + done);
+    expect(outcome).toEqual({ usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 }, contentChunks: 2, disconnected: false, error: undefined });
+  });
+
+  it('keeps the usage chunk when the client asked for it', async () => {
+    const { text } = await relay([role + chunk('a') + usage + done], { clientWantsUsage: true });
+    expect(text).toBe(role + chunk('a') + usage + done);
+  });
+
+  it('reassembles events split across chunks, also inside a multi-byte character', async () => {
+    const whole = role + chunk('héllo ✓') + done;
+    const bytes = Buffer.from(whole);
+    const cut = bytes.indexOf(Buffer.from('✓')) + 1;
+    const parts = [bytes.subarray(0, 10), bytes.subarray(10, cut), bytes.subarray(cut)].map((b) => b.toString('latin1'));
+    async function* raw(): AsyncGenerator<Buffer> {
+      for (const p of parts) yield Buffer.from(p, 'latin1');
+    }
+    const pieces: Buffer[] = [];
+    for await (const piece of relayStream(raw(), { clientWantsUsage: false, signal: new Cancel(), onEnd: () => undefined })) pieces.push(Buffer.from(piece));
+    expect(Buffer.concat(pieces).toString()).toBe(whole);
+  });
+
+  it('reads CRLF-framed events', async () => {
+    const { text } = await relay([role.replace(/\n/g, '\r\n'), chunk('x').replace(/\n/g, '\r\n'), 'data: [DONE]\r\n\r\n']);
+    expect(text).toBe(role + chunk('x') + done);
+  });
+
+  it('writes the client\'s model id into every chunk', async () => {
+    const { text } = await relay([role, chunk('a'), usage, done], { rewrite: true, clientWantsUsage: true });
+    expect(text).not.toContain('agent:step3');
+    expect(text.match(/"model":"wandb-artifact:\/\/\/team\/p\/agent"/g)).toHaveLength(3);
+  });
+
+  it('adds [DONE] when the engine ended without it', async () => {
+    const { text } = await relay([role, chunk('a')]);
+    expect(text.endsWith(chunk('a') + done)).toBe(true);
+  });
+
+  it('turns a failure after the first byte into an error event and [DONE]', async () => {
+    const { text, outcome } = await relay([role, chunk('a'), new StreamInterruptedError('replica broke off', { timeout: false })]);
+    expect(text).toBe(`${role}${chunk('a')}data: {"error":{"message":"replica broke off","type":"server_error","param":null,"code":"upstream_error"}}\n\n${done}`);
+    expect(outcome).toMatchObject({ error: { status: 502, code: 'upstream_error' }, contentChunks: 1, usage: undefined });
+  });
+
+  it('notes an engine\'s own error event', async () => {
+    const error = 'data: {"error":{"message":"Internal server error","type":"InternalServerError","param":null,"code":500}}\n\n';
+    const { text, outcome } = await relay([role, error, done]);
+    expect(text).toBe(role + error + done);
+    expect(outcome.error).toEqual({ status: 200, code: 'engine_error' });
+  });
+});
+
+describe('completion text helpers', () => {
+  it('read the top-level usage, not one inside a string', () => {
+    const body = JSON.stringify({ id: 'x', model: 'm', choices: [{ message: { content: '"usage":{"prompt_tokens":1}' } }], usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10, prompt_tokens_details: { cached_tokens: 4 } } });
+    expect(readUsage(body)).toEqual({ prompt_tokens: 7, completion_tokens: 3, total_tokens: 10, prompt_tokens_details: { cached_tokens: 4 } });
+    expect(readUsage('{"usage": null}')).toBeUndefined();
+    expect(readUsage('{"choices":[]}')).toBeUndefined();
+  });
+
+  it('rewrite the first model field only, compact or spaced', () => {
+    const rewrite = modelRewriter('a/b:step1', 'a/b');
+    expect(rewrite('{"model":"a/b:step1","x":{"model":"a/b:step1"}}')).toBe('{"model":"a/b","x":{"model":"a/b:step1"}}');
+    expect(rewrite('{"model": "a/b:step1"}')).toBe('{"model":"a/b"}');
+    expect(rewrite('{"model":"other"}')).toBe('{"model":"other"}');
+  });
+});
+
+describe('relayStream before its first read', () => {
+  it('reports a disconnect when destroyed unread', async () => {
+    let outcome: RelayOutcome | undefined;
+    const stream = relayStream(from([role, done]), { clientWantsUsage: false, signal: new Cancel(), onEnd: (o) => (outcome = o) });
+    stream.destroy();
+    await new Promise((resolve) => stream.once('close', resolve));
+    expect(outcome).toMatchObject({ disconnected: true, contentChunks: 0 });
+  });
+});

@@ -1,0 +1,239 @@
+import { gzipSync } from 'node:zlib';
+import { context as otelContext, diag, DiagLogLevel, SpanStatusCode, trace as otelTrace, type DiagLogger } from '@opentelemetry/api';
+import { OTLPTraceExporter as HttpExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { OTLPTraceExporter as ProtoExporter } from '@opentelemetry/exporter-trace-otlp-proto';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { BasicTracerProvider, SimpleSpanProcessor, type SpanExporter } from '@opentelemetry/sdk-trace-base';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
+import { decodeTraceResponse } from '../../src/tracing/otel/protobuf.js';
+import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
+import { listen } from '../helpers/listen.js';
+import { basicAuth, post } from './helpers.js';
+
+let app: App;
+let user: TestUser;
+let base: string;
+const warnings: string[] = [];
+
+beforeAll(async () => {
+  app = await createTestApp();
+  user = await createUserWithKey(app);
+  base = `${await listen(app)}/traces`;
+  const capture = (...args: unknown[]) => warnings.push(args.map(String).join(' '));
+  const logger: DiagLogger = { error: capture, warn: capture, info: () => {}, debug: () => {}, verbose: () => {} };
+  diag.setLogger(logger, DiagLogLevel.WARN);
+});
+afterAll(async () => {
+  diag.disable();
+  await app.close();
+});
+
+/** Runs `emit` with a tracer whose spans go through `exporter`, then flushes and shuts down. */
+async function trace(exporter: SpanExporter, resource: Record<string, string>, emit: (tracer: ReturnType<BasicTracerProvider['getTracer']>) => void) {
+  const provider = new BasicTracerProvider({ resource: resourceFromAttributes({ 'service.name': 'otel-test', ...resource }), spanProcessors: [new SimpleSpanProcessor(exporter)] });
+  emit(provider.getTracer('trainyard-test', '1.2.3'));
+  await provider.forceFlush();
+  await provider.shutdown();
+}
+
+async function calls(project: string): Promise<Record<string, any>[]> {
+  return (await post(app, user, '/calls/query', { project_id: project })).json().calls;
+}
+
+/** A parent with a GenAI child, an OpenInference child, a failing child and a malformed child. */
+function emitAgent(tracer: ReturnType<BasicTracerProvider['getTracer']>) {
+  const root = tracer.startSpan('agent run', { attributes: { 'wandb.display_name': 'Agent turn 1', 'wandb.thread_id': 'thread-7', 'wandb.is_turn': true, 'input.value': '{"question":"hi"}' } });
+  const context = (span: typeof root) => otelTrace.setSpan(otelContext.active(), span);
+  const genai = tracer.startSpan(
+    'chat gpt-4o',
+    {
+      attributes: {
+        'gen_ai.system': 'openai',
+        'gen_ai.operation.name': 'chat',
+        'gen_ai.request.model': 'gpt-4o',
+        'gen_ai.request.temperature': 0.2,
+        'gen_ai.prompt': JSON.stringify([{ role: 'user', content: 'hi' }]),
+        'gen_ai.completion': JSON.stringify([{ role: 'assistant', content: 'hello' }]),
+        'gen_ai.usage.input_tokens': 12,
+        'gen_ai.usage.output_tokens': 3,
+      },
+    },
+    context(root),
+  );
+  genai.end();
+  const oi = tracer.startSpan(
+    'llm call',
+    {
+      attributes: {
+        'openinference.span.kind': 'LLM',
+        'llm.model_name': 'my-model',
+        'llm.provider': 'acme',
+        'input.value': '{"messages":[{"role":"user","content":"ping"}]}',
+        'input.mime_type': 'application/json',
+        'output.value': 'pong',
+        'llm.token_count.prompt': 5,
+        'llm.token_count.completion': 1,
+        'llm.token_count.total': 6,
+      },
+    },
+    context(root),
+  );
+  oi.end();
+  const failing = tracer.startSpan('tool call', { attributes: { 'tool.name': 'search' } }, context(root));
+  failing.setStatus({ code: SpanStatusCode.ERROR, message: 'search backend down' });
+  failing.end();
+  const malformed = tracer.startSpan('malformed', {}, context(root));
+  malformed.setAttribute('foo', 1);
+  malformed.setAttribute('foo.bar', 2);
+  malformed.end();
+  root.end();
+}
+
+function expectAgentCalls(stored: Record<string, any>[], project: string) {
+  expect(stored.map((c) => c.op_name).sort()).toEqual(['agent run', 'chat gpt-4o', 'llm call', 'tool call']);
+  const byName = (name: string) => stored.find((c) => c.op_name === name)!;
+  const root = byName('agent run');
+  expect(root).toMatchObject({
+    project_id: project,
+    id: expect.stringMatching(/^[0-9a-f]{16}$/),
+    trace_id: expect.stringMatching(/^[0-9a-f]{32}$/),
+    parent_id: null,
+    display_name: 'Agent turn 1',
+    thread_id: 'thread-7',
+    inputs: { 'input.value': { question: 'hi' } },
+    summary: { weave: { status: 'success', trace_name: 'Agent turn 1', latency_ms: expect.any(Number) } },
+  });
+  expect(root.turn_id).toBe(root.id);
+  expect(root.started_at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
+  expect(root.attributes.otel_span).toMatchObject({
+    name: 'agent run',
+    context: { trace_id: root.trace_id, span_id: root.id },
+    kind: 'SPAN_KIND_INTERNAL',
+    attributes: { 'wandb.display_name': 'Agent turn 1', 'wandb.is_turn': true },
+    resource: { attributes: { 'service.name': 'otel-test' } },
+    scope: { name: 'trainyard-test', version: '1.2.3' },
+    status: { code: 'STATUS_CODE_UNSET' },
+  });
+
+  const genai = byName('chat gpt-4o');
+  expect(genai).toMatchObject({
+    parent_id: root.id,
+    trace_id: root.trace_id,
+    inputs: { 'gen_ai.prompt': [{ role: 'user', content: 'hi' }] },
+    output: { 'gen_ai.completion': [{ role: 'assistant', content: 'hello' }] },
+    summary: { usage: { 'gpt-4o': { input_tokens: 12, output_tokens: 3 } } },
+  });
+  expect(genai.attributes).toMatchObject({ system: 'openai', model: 'gpt-4o', operation: 'chat', model_parameters: { model: 'gpt-4o', temperature: 0.2 } });
+
+  const oi = byName('llm call');
+  expect(oi).toMatchObject({
+    inputs: { 'input.value': { messages: [{ role: 'user', content: 'ping' }] } },
+    output: { 'output.value': 'pong' },
+    summary: { usage: { 'my-model': { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 } } },
+  });
+  expect(oi.attributes).toMatchObject({ kind: 'LLM', model: 'my-model', provider: 'acme' });
+
+  const failing = byName('tool call');
+  expect(failing).toMatchObject({ exception: 'search backend down', summary: { weave: { status: 'error' } } });
+  // No known key: the raw attributes, un-flattened.
+  expect(failing.attributes).toMatchObject({ tool: { name: 'search' } });
+}
+
+describe('OTLP/HTTP protobuf from the OpenTelemetry JS SDK', () => {
+  it('stores spans as calls with the mapped fields and reports the malformed span as rejected', async () => {
+    const project = `${user.entity}/${uniqueName('otel')}`;
+    warnings.length = 0;
+    const exporter = new ProtoExporter({ url: `${base}/otel/v1/traces`, headers: { authorization: basicAuth(user.key), project_id: project } });
+    await trace(exporter, {}, emitAgent);
+    const stored = await calls(project);
+    expectAgentCalls(stored, project);
+    // The exporter decoded our protobuf ExportTraceServiceResponse and logged its partial success.
+    const partial = warnings.find((w) => w.includes('Partial Success'));
+    expect(partial).toContain('"rejectedSpans":');
+    expect(partial).toContain('attribute \\"foo\\" is both a value and a prefix of \\"foo.bar\\"');
+  });
+
+  it('takes gzip, a wandb-api-key header and the project from wandb.entity / wandb.project resource attributes', async () => {
+    const name = uniqueName('otelgz');
+    const exporter = new ProtoExporter({ url: `${base}/otel/v1/traces`, compression: 'gzip' as never, headers: { 'wandb-api-key': user.key } });
+    await trace(exporter, { 'wandb.entity': user.entity, 'wandb.project': name }, emitAgent);
+    expectAgentCalls(await calls(`${user.entity}/${name}`), `${user.entity}/${name}`);
+  });
+});
+
+describe('OTLP/JSON from the OpenTelemetry JS SDK', () => {
+  it('stores the same calls through exporter-trace-otlp-http with a Bearer key', async () => {
+    const project = `${user.entity}/${uniqueName('oteljson')}`;
+    warnings.length = 0;
+    const exporter = new HttpExporter({ url: `${base}/otel/v1/trace`, headers: { authorization: `Bearer ${user.key}`, project_id: project } });
+    await trace(exporter, {}, emitAgent);
+    expectAgentCalls(await calls(project), project);
+    expect(warnings.find((w) => w.includes('Partial Success'))).toContain('"rejectedSpans":1');
+  });
+});
+
+describe('the OTLP routes by hand', () => {
+  const span = (overrides: Record<string, unknown> = {}) => ({
+    traceId: '0af7651916cd43dd8448eb211c80319c',
+    spanId: 'b7ad6b7169203331',
+    name: 'by hand',
+    kind: 1,
+    startTimeUnixNano: '1735689600123456789',
+    endTimeUnixNano: '1735689601000000000',
+    attributes: [{ key: 'input', value: { kvlistValue: { values: [{ key: 'q', value: { intValue: '7' } }] } } }],
+    ...overrides,
+  });
+  const otlp = (spans: unknown[]) => ({ resourceSpans: [{ resource: { attributes: [] }, scopeSpans: [{ scope: { name: 's' }, spans }] }] });
+  const send = (body: unknown, headers: Record<string, string>, url = '/otel/v1/traces') =>
+    app.inject({ method: 'POST', url: `/traces${url}`, headers: { 'content-type': 'application/json', ...headers }, payload: typeof body === 'string' || Buffer.isBuffer(body) ? body : JSON.stringify(body) });
+
+  it('keeps nanosecond timestamps to the microsecond and unwraps an input object', async () => {
+    const project = `${user.entity}/${uniqueName('hand')}`;
+    const response = await send(otlp([span()]), { authorization: basicAuth(user.key), project_id: project });
+    expect(response.statusCode, response.body).toBe(200);
+    expect(response.json()).toEqual({});
+    const [call] = await calls(project);
+    expect(call).toMatchObject({ id: 'b7ad6b7169203331', started_at: '2025-01-01T00:00:00.123456Z', ended_at: '2025-01-01T00:00:01.000000Z', inputs: { q: 7 } });
+  });
+
+  it('answers weave\'s {project_id, traces} form with partial_success for rejected spans', async () => {
+    const project = `${user.entity}/${uniqueName('hand')}`;
+    const response = await send({ project_id: project, traces: otlp([span(), span({ spanId: 'zz', name: 'bad id' })]) }, { authorization: basicAuth(user.key) }, '/otel/v1/trace');
+    expect(response.statusCode, response.body).toBe(200);
+    expect(response.json()).toEqual({ partial_success: { rejected_spans: 1, error_message: '1 span(s) rejected: span zz "bad id": invalid span id "zz" (expected 8 bytes, not all zero)' } });
+    expect(await calls(project)).toHaveLength(1);
+  });
+
+  it('answers a protobuf client in protobuf, and an empty export with an empty body', async () => {
+    const response = await send(Buffer.alloc(0), { authorization: basicAuth(user.key), 'content-type': 'application/x-protobuf', project_id: `${user.entity}/p` });
+    expect(response.statusCode).toBe(200);
+    expect(response.headers['content-type']).toBe('application/x-protobuf');
+    expect(response.rawPayload.length).toBe(0);
+    expect(decodeTraceResponse(response.rawPayload)).toBeUndefined();
+  });
+
+  it('refuses a body over 20 MiB after decompression with 413', async () => {
+    const bomb = gzipSync(Buffer.alloc(21 * 1024 * 1024));
+    const response = await send(bomb, { authorization: basicAuth(user.key), 'content-type': 'application/x-protobuf', 'content-encoding': 'gzip', project_id: `${user.entity}/p` });
+    expect(response.statusCode).toBe(413);
+    expect(response.json()).toEqual({ reason: 'The OTLP request is larger than 20 MiB after decompression; export smaller batches.' });
+  });
+
+  it('needs a project, a key, and a supported content type', async () => {
+    const noProject = await send(otlp([span()]), { authorization: basicAuth(user.key) });
+    expect(noProject.statusCode).toBe(400);
+    expect(noProject.json()).toEqual({ reason: 'No project for resource_spans[0]: send a project_id header ("entity/project") or the resource attributes wandb.entity and wandb.project.' });
+    const noKey = await send(otlp([span()]), { project_id: `${user.entity}/p` });
+    expect(noKey.statusCode).toBe(401);
+    expect(noKey.json()).toEqual({ reason: 'Missing API key. Send it as HTTP Basic auth (user "api", the key as password), "Authorization: Bearer <key>" or a wandb-api-key header.' });
+    const badKey = await send(otlp([span()]), { 'wandb-api-key': 'nope', project_id: `${user.entity}/p` });
+    expect(badKey.statusCode).toBe(401);
+    const text = await send('hello', { authorization: basicAuth(user.key), 'content-type': 'text/plain', project_id: `${user.entity}/p` });
+    expect(text.statusCode).toBe(415);
+    expect(text.json()).toEqual({ reason: 'Unsupported content type text/plain: send application/x-protobuf or application/json (OTLP/HTTP).' });
+    const garbage = await send(Buffer.from([0xff, 0xff, 0xff]), { authorization: basicAuth(user.key), 'content-type': 'application/x-protobuf', project_id: `${user.entity}/p` });
+    expect(garbage.statusCode).toBe(400);
+    expect(garbage.json().reason).toMatch(/^The body is not a valid OTLP ExportTraceServiceRequest \(protobuf\): /);
+  });
+});

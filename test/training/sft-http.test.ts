@@ -1,0 +1,54 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
+import { createTestApp, createUserWithKey, type TestUser } from '../helpers/app.js';
+import { call, ScriptedWorker, sftRows, userWithModel } from './fixtures.js';
+
+/** SFT training data from http(s) URLs, with SFT_ALLOW_HTTP_URLS on (and a 1 MB download limit). */
+
+let app: App;
+let user: TestUser;
+let files: http.Server;
+let filesUrl: string;
+const rows = sftRows(4);
+
+beforeAll(async () => {
+  app = await createTestApp({ SFT_ALLOW_HTTP_URLS: 'true', BODY_LIMIT_MB: '1' });
+  user = await createUserWithKey(app);
+  files = http.createServer((request, response) => {
+    if (request.url === '/train.jsonl') return void response.end(rows.map((row) => JSON.stringify(row)).join('\n') + '\n');
+    if (request.url === '/huge.jsonl') return void response.end('x'.repeat(2 * 1024 * 1024));
+    if (request.url === '/broken.jsonl') return void response.end('{"messages": [}\n');
+    if (request.url === '/redirect') return void response.writeHead(302, { location: '/train.jsonl' }).end();
+    response.writeHead(404).end('no such file');
+  });
+  await new Promise<void>((resolve) => files.listen(0, '127.0.0.1', resolve));
+  filesUrl = `http://127.0.0.1:${(files.address() as AddressInfo).port}`;
+});
+afterAll(async () => {
+  await app.close();
+  await new Promise((resolve) => files.close(resolve));
+});
+
+const create = (modelId: string, url: string) => call(app, user.headers, 'POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: url });
+
+describe('SFT data from http(s) URLs', () => {
+  it('downloads the JSONL file and copies its rows into the job', async () => {
+    const { model, baseModel } = await userWithModel(app, user);
+    const job = await create(model.id, `${filesUrl}/train.jsonl`);
+    expect(job.status, job.text).toBe(200);
+    const worker = await ScriptedWorker.create(app, user, [baseModel]);
+    const claimed = (await worker.claim())!;
+    expect(await worker.inputs(claimed)).toEqual(rows);
+  });
+
+  it('a missing, oversized, malformed or redirected file is a 422 naming why', async () => {
+    const { model } = await userWithModel(app, user);
+    const why = async (path: string) => (await create(model.id, `${filesUrl}${path}`)).body.detail[0].ctx.error;
+    expect(await why('/missing.jsonl')).toBe('the server answered HTTP 404');
+    expect(await why('/huge.jsonl')).toBe('it is larger than the limit of 1048576 bytes');
+    expect(await why('/broken.jsonl')).toBe('line 1 is not valid JSON');
+    expect(await why('/redirect')).toBe('the server answered HTTP 302');
+  });
+});

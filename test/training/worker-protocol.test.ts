@@ -1,0 +1,388 @@
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
+import { createTestApp, createUserWithKey, createWorkerKey, type TestUser } from '../helpers/app.js';
+import { onPostgresServer } from '../helpers/database.js';
+import { databaseFingerprint } from '../helpers/tenants.js';
+import { call, groupGenerationA, ScriptedWorker, userWithModel, type ClaimedJob } from './fixtures.js';
+
+let app: App;
+
+beforeAll(async () => {
+  // A fast sweeper and two attempts, so that lease expiry and the last attempt are quick to reach.
+  app = await createTestApp({ LEASE_SWEEP_INTERVAL_MS: '100', JOB_MAX_ATTEMPTS: '2', WORKER_LEASE_SECONDS: '30' });
+});
+afterAll(async () => {
+  await app.close();
+});
+
+const staleBody = (jobId: string) => ({
+  detail: `The lease token is not the current lease of training job ${jobId}: the lease expired, the job was requeued or reclaimed, or it already ended. Stop working on this job.`,
+});
+
+/** A user, a model of its own base model, a worker that claims only that base model, and a way to queue jobs. */
+async function setup(): Promise<{ user: TestUser; model: any; worker: ScriptedWorker; queue: (groups?: number) => Promise<string> }> {
+  const { user, model, baseModel } = await userWithModel(app);
+  const worker = await ScriptedWorker.create(app, user, [baseModel]);
+  const queue = async (groups = 1) => {
+    const reply = await call(app, user.headers, 'POST', '/v1/preview/training-jobs', {
+      model_id: model.id,
+      trajectory_groups: Array.from({ length: groups }, () => groupGenerationA()),
+    });
+    expect(reply.status, reply.text).toBe(200);
+    return reply.body.id as string;
+  };
+  return { user, model, worker, queue };
+}
+
+const getJob = async (user: TestUser, jobId: string) => (await call(app, user.headers, 'GET', `/v1/preview/training-jobs/${jobId}`)).body;
+const eventsOf = async (user: TestUser, jobId: string) =>
+  (await call(app, user.headers, 'GET', `/v1/preview/training-jobs/${jobId}/events?limit=100`)).body.data as { type: string; data: any }[];
+
+async function expireLease(jobId: string): Promise<void> {
+  await sql`update training_jobs set lease_expires_at = now() - interval '1 second' where id = ${jobId}`.execute(app.db);
+}
+
+/** Waits for the sweeper (100 ms) to move the job out of RUNNING. */
+async function waitForStatus(user: TestUser, jobId: string, status: string): Promise<any> {
+  for (let i = 0; i < 100; i++) {
+    const job = await getJob(user, jobId);
+    if (job.status === status) return job;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error(`job ${jobId} never became ${status}`);
+}
+
+const started = { type: 'training_started', data: { num_sequences: 2 } };
+const step = (loss: number) => ({ type: 'gradient_step', data: { loss } });
+
+describe('claiming', () => {
+  it('answers 204 when no job is queued for the worker', async () => {
+    const { worker } = await setup();
+    const reply = await worker.call('POST', '/v1/workers/claim', { worker_id: worker.workerId, base_models: worker.baseModels });
+    expect(reply.status).toBe(204);
+    expect(reply.text).toBe('');
+  });
+
+  it('leases the job with its model, no base checkpoint, target step 1 and where to read its inputs', async () => {
+    const { user, model, worker, queue } = await setup();
+    const jobId = await queue(2);
+    const claimed = await worker.claim();
+    expect(claimed).toEqual({
+      job: {
+        id: jobId,
+        kind: 'rl',
+        attempt: 1,
+        model: { id: model.id, entity: user.entity, project: 'proj', name: model.name, base_model: model.base_model },
+        base_checkpoint: null,
+        target_step: 1,
+        config: { experimental_config: {} },
+        num_inputs: 2,
+        inputs_url: `/v1/workers/jobs/${jobId}/inputs`,
+      },
+      lease: { token: expect.stringMatching(/^[0-9a-f-]{36}$/), expires_at: expect.any(String) },
+    });
+    expect(new Date(claimed!.lease.expires_at).getTime()).toBeGreaterThan(Date.now() + 20_000);
+    expect(await getJob(user, jobId)).toMatchObject({ status: 'RUNNING', training_start: expect.any(String), base_step: 0, target_step: 1 });
+  });
+
+  it('runs a model\'s jobs one at a time in creation order, each from the previous checkpoint', async () => {
+    const { worker, queue } = await setup();
+    const first = await queue();
+    const second = await queue();
+    const claimed = (await worker.claim())!;
+    expect(claimed.job.id).toBe(first);
+    expect(await worker.claim()).toBeUndefined(); // the second waits for the first
+    const completed = await worker.complete(claimed);
+    const next = (await worker.claim())!;
+    expect(next.job).toMatchObject({ id: second, target_step: 2, base_checkpoint: { id: completed.body.checkpoint.id, step: 1, uri: completed.body.checkpoint.uri } });
+  });
+
+  it('takes only the kinds and base models the worker asks for', async () => {
+    const { worker, queue } = await setup();
+    await queue();
+    expect(await worker.claim(0, { kinds: ['sft'] })).toBeUndefined();
+    expect(await worker.claim(0, { kinds: ['rl'] })).toBeDefined();
+  });
+
+  it('a waiting claim wakes when a job is queued', async () => {
+    const { worker, queue } = await setup();
+    const waiting = worker.claim(20);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    const jobId = await queue();
+    expect((await waiting)?.job.id).toBe(jobId);
+  });
+
+  it('a waiting claim answers 204 when the app closes, without holding the shutdown', async () => {
+    const closing = await createTestApp();
+    const user = await createUserWithKey(closing);
+    const worker = new ScriptedWorker(closing, (await createWorkerKey(closing, user.username)).headers, ['none']);
+    const waiting = worker.call('POST', '/v1/workers/claim', { worker_id: worker.workerId, wait_seconds: 30 });
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    await closing.close();
+    expect((await waiting).status).toBe(204);
+  });
+});
+
+describe('inputs', () => {
+  it('streams one group per line as JSON Lines, in the order sent, across many pages', async () => {
+    const { user, model, worker } = await setup();
+    const groups = Array.from({ length: 70 }, (_, i) => ({ trajectories: [{ reward: i, messages_and_choices: [{ role: 'user', content: `n${i}` }] }] }));
+    const created = await call(app, user.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: groups });
+    const claimed = (await worker.claim())!;
+    expect(claimed.job.id).toBe(created.body.id);
+    const response = await app.inject({ method: 'GET', url: claimed.job.inputs_url, headers: worker.headers });
+    expect(response.statusCode).toBe(200);
+    expect(response.headers['content-type']).toMatch(/^application\/x-ndjson/);
+    const lines = response.body.split('\n');
+    expect(lines.pop()).toBe('');
+    expect(lines.map((line) => JSON.parse(line))).toEqual(groups);
+  });
+
+  it('answers 404 for an unknown job', async () => {
+    const { worker } = await setup();
+    const id = crypto.randomUUID();
+    const reply = await worker.call('GET', `/v1/workers/jobs/${id}/inputs`);
+    expect(reply).toMatchObject({ status: 404, body: { detail: `training job ${id} not found` } });
+  });
+});
+
+describe('leases', () => {
+  it('a heartbeat renews the lease and says whether a cancel was asked for', async () => {
+    const { worker, queue } = await setup();
+    await queue();
+    const claimed = (await worker.claim())!;
+    const reply = await worker.heartbeat(claimed);
+    expect(reply).toMatchObject({ status: 200, body: { expires_at: expect.any(String), cancel_requested: false } });
+    expect(new Date(reply.body.expires_at).getTime()).toBeGreaterThanOrEqual(new Date(claimed.lease.expires_at).getTime());
+  });
+
+  it('a lapsed lease is swept: the job is requeued with the next attempt and the old token can change nothing', async () => {
+    const { user, worker, queue } = await setup();
+    const jobId = await queue();
+    const first = (await worker.claim())!;
+    expect((await worker.events(first, [started, step(1)])).status).toBe(200);
+    await expireLease(jobId);
+    const requeued = await waitForStatus(user, jobId, 'QUEUED');
+    expect(requeued).toMatchObject({ attempt: 2, error_message: `lease of worker ${worker.workerId} expired` });
+
+    const before = await databaseFingerprint(app);
+    for (const reply of [await worker.heartbeat(first), await worker.events(first, [step(2)]), await worker.complete(first), await worker.fail(first, 'x', true)]) {
+      expect(reply).toEqual({ status: 409, body: staleBody(jobId), text: expect.any(String) });
+    }
+    expect(await databaseFingerprint(app)).toEqual(before);
+
+    const second = (await worker.claim())!;
+    expect(second.job).toMatchObject({ id: jobId, attempt: 2, target_step: 1 });
+    expect(second.lease.token).not.toBe(first.lease.token);
+    // the new attempt starts again; the old attempt's events stay in the log before it
+    expect((await worker.events(second, [started, step(3)])).status).toBe(200);
+    expect((await worker.complete(second)).status).toBe(200);
+    expect((await eventsOf(user, jobId)).map((e) => e.type)).toEqual([
+      'training_started',
+      'gradient_step',
+      'training_started',
+      'gradient_step',
+      'training_ended',
+    ]);
+  });
+
+  it('a lease that lapses on the last attempt fails the job with training_failed', async () => {
+    const { user, worker, queue } = await setup();
+    const jobId = await queue();
+    for (const attempt of [1, 2]) {
+      const claimed = (await worker.claim())!;
+      expect(claimed.job.attempt).toBe(attempt);
+      await expireLease(jobId);
+      await waitForStatus(user, jobId, attempt === 1 ? 'QUEUED' : 'FAILED');
+    }
+    const job = await getJob(user, jobId);
+    expect(job).toMatchObject({ status: 'FAILED', attempt: 2, training_end: expect.any(String), error_message: `lease of worker ${worker.workerId} expired` });
+    expect((await eventsOf(user, jobId)).at(-1)).toEqual({ id: expect.any(String), type: 'training_failed', data: { error_message: `lease of worker ${worker.workerId} expired` } });
+  });
+
+  it('a wrong token is a 409 on every call and changes nothing', async () => {
+    const { worker, queue } = await setup();
+    const jobId = await queue();
+    const claimed = (await worker.claim())!;
+    const forged: ClaimedJob = { ...claimed, lease: { ...claimed.lease, token: crypto.randomUUID() } };
+    const before = await databaseFingerprint(app);
+    for (const reply of [await worker.heartbeat(forged), await worker.events(forged, [started]), await worker.complete(forged), await worker.fail(forged, 'x', false)]) {
+      expect(reply.status).toBe(409);
+      expect(reply.body).toEqual(staleBody(jobId));
+    }
+    expect(await databaseFingerprint(app)).toEqual(before);
+  });
+});
+
+describe('events', () => {
+  it('refuses a gradient_step before training_started, appending nothing', async () => {
+    const { user, worker, queue } = await setup();
+    const jobId = await queue();
+    const claimed = (await worker.claim())!;
+    const reply = await worker.events(claimed, [step(1)]);
+    expect(reply.status).toBe(422);
+    expect(reply.body).toEqual({
+      detail: [{ type: 'value_error', loc: ['body', 'events', 0, 'type'], msg: 'Value error, gradient_step must come after training_started', input: 'gradient_step' }],
+    });
+    expect(await eventsOf(user, jobId)).toEqual([]);
+  });
+
+  it('refuses a second training_started in one attempt, appending nothing of the batch', async () => {
+    const { user, worker, queue } = await setup();
+    const jobId = await queue();
+    const claimed = (await worker.claim())!;
+    expect((await worker.events(claimed, [started])).status).toBe(200);
+    const reply = await worker.events(claimed, [step(1), started]);
+    expect(reply.body).toEqual({
+      detail: [{ type: 'value_error', loc: ['body', 'events', 1, 'type'], msg: 'Value error, training_started was already posted for this attempt', input: 'training_started' }],
+    });
+    expect((await eventsOf(user, jobId)).map((e) => e.type)).toEqual(['training_started']);
+  });
+
+  it('refuses gradient data that is not numbers, appending nothing', async () => {
+    const { user, worker, queue } = await setup();
+    const jobId = await queue();
+    const claimed = (await worker.claim())!;
+    expect((await worker.events(claimed, [started])).status).toBe(200);
+    for (const bad of ['0.5', null, { nested: 1 }, true, [1]]) {
+      const reply = await worker.events(claimed, [step(1), { type: 'gradient_step', data: { loss: bad } }]);
+      expect(reply.status).toBe(422);
+      expect(reply.body.detail[0]).toMatchObject({ type: 'float_type', loc: ['body', 'events', 1, 'data', 'loss'], msg: 'Input should be a valid number' });
+    }
+    expect((await eventsOf(user, jobId)).map((e) => e.type)).toEqual(['training_started']);
+  });
+});
+
+describe('completing', () => {
+  it('registers the checkpoint and training_ended together, and a repeat with the same token answers the same', async () => {
+    const { user, model, worker, queue } = await setup();
+    const jobId = await queue();
+    const claimed = (await worker.claim())!;
+    await worker.events(claimed, [started, step(0.5)]);
+    const first = await worker.complete(claimed, { 'loss/train': 0.5 });
+    expect(first.status).toBe(200);
+    expect(first.body).toEqual({
+      job: expect.objectContaining({ id: jobId, status: 'COMPLETED', training_end: expect.any(String), target_step: 1 }),
+      checkpoint: { id: expect.any(String), step: 1, uri: `s3://checkpoints/${model.name}/1`, metrics: { 'loss/train': 0.5 } },
+    });
+    const before = await databaseFingerprint(app);
+    const repeat = await worker.complete(claimed, { 'loss/train': 0.5 });
+    expect(repeat.body).toEqual(first.body);
+    expect(await databaseFingerprint(app)).toEqual(before);
+    const checkpoints = await call(app, user.headers, 'GET', `/v1/preview/models/${model.id}/checkpoints`);
+    expect(checkpoints.body.data).toEqual([{ id: first.body.checkpoint.id, step: 1, metrics: { 'loss/train': 0.5 } }]);
+    const events = await eventsOf(user, jobId);
+    expect(events.map((e) => e.type)).toEqual(['training_started', 'gradient_step', 'training_ended']);
+    expect(events[2].data).toEqual({ step: 1, checkpoint_id: first.body.checkpoint.id });
+  });
+});
+
+describe('failing', () => {
+  it('a retryable failure requeues with the next attempt; on the last attempt it fails the job', async () => {
+    const { user, worker, queue } = await setup();
+    const jobId = await queue();
+    const first = (await worker.claim())!;
+    const requeued = await worker.fail(first, 'CUDA out of memory', true);
+    expect(requeued).toMatchObject({ status: 200, body: { job: { id: jobId, status: 'QUEUED', attempt: 2, error_message: 'CUDA out of memory' } } });
+    const second = (await worker.claim())!;
+    const failed = await worker.fail(second, 'CUDA out of memory again', true);
+    expect(failed.body.job).toMatchObject({ status: 'FAILED', attempt: 2, error_message: 'CUDA out of memory again', training_end: expect.any(String) });
+    expect((await eventsOf(user, jobId)).map((e) => [e.type, e.data])).toEqual([['training_failed', { error_message: 'CUDA out of memory again' }]]);
+  });
+
+  it('a permanent failure fails the job at once with training_failed', async () => {
+    const { user, worker, queue } = await setup();
+    const jobId = await queue();
+    const claimed = (await worker.claim())!;
+    const reply = await worker.fail(claimed, 'tokenizer mismatch', false);
+    expect(reply.body.job).toMatchObject({ status: 'FAILED', attempt: 1, error_message: 'tokenizer mismatch' });
+    expect(await eventsOf(user, jobId)).toEqual([{ id: expect.any(String), type: 'training_failed', data: { error_message: 'tokenizer mismatch' } }]);
+    expect(await worker.claim()).toBeUndefined();
+  });
+});
+
+describe('canceling', () => {
+  const cancel = (user: TestUser, jobId: string) => call(app, user.headers, 'POST', `/v1/preview/training-jobs/${jobId}/cancel`);
+
+  it('a queued job is canceled at once, with a training_failed event for polling clients', async () => {
+    const { user, worker, queue } = await setup();
+    const jobId = await queue();
+    const reply = await cancel(user, jobId);
+    expect(reply.body).toMatchObject({ id: jobId, status: 'CANCELED', error_message: 'training job was canceled', training_end: expect.any(String) });
+    expect(await eventsOf(user, jobId)).toEqual([{ id: expect.any(String), type: 'training_failed', data: { error_message: 'training job was canceled' } }]);
+    expect(await worker.claim()).toBeUndefined();
+  });
+
+  it('a running job hears of the cancel on its heartbeat and ends CANCELED when the worker reports', async () => {
+    const { user, worker, queue } = await setup();
+    const jobId = await queue();
+    const claimed = (await worker.claim())!;
+    expect((await cancel(user, jobId)).body).toMatchObject({ status: 'RUNNING', cancel_requested: true });
+    expect((await worker.heartbeat(claimed)).body).toMatchObject({ cancel_requested: true });
+    const reply = await worker.fail(claimed, 'stopped on request', false);
+    expect(reply.body.job).toMatchObject({ status: 'CANCELED', error_message: 'training job was canceled' });
+    expect((await eventsOf(user, jobId)).at(-1)?.type).toBe('training_failed');
+  });
+
+  it('a running job asked to cancel registers no checkpoint when the worker completes it anyway', async () => {
+    const { user, model, worker, queue } = await setup();
+    const jobId = await queue();
+    const claimed = (await worker.claim())!;
+    await cancel(user, jobId);
+    const reply = await worker.complete(claimed);
+    expect(reply).toMatchObject({ status: 409, body: { detail: `Training job ${jobId} was canceled; no checkpoint was registered.` } });
+    expect((await getJob(user, jobId)).status).toBe('CANCELED');
+    expect((await call(app, user.headers, 'GET', `/v1/preview/models/${model.id}/checkpoints`)).body.data).toEqual([]);
+  });
+
+  it('a running job asked to cancel ends CANCELED when its lease lapses', async () => {
+    const { user, queue, worker } = await setup();
+    const jobId = await queue();
+    await worker.claim();
+    await cancel(user, jobId);
+    await expireLease(jobId);
+    expect(await waitForStatus(user, jobId, 'CANCELED')).toMatchObject({ error_message: 'training job was canceled' });
+  });
+});
+
+describe('system checks', () => {
+  it('gpu_queue fails until a worker calls in; cpu_queue shows the queue depth', async () => {
+    const fresh = await createTestApp();
+    try {
+      const before = (await fresh.inject({ method: 'GET', url: '/v1/system-check' })).json();
+      expect(before.cpu_queue).toEqual({ success: true, duration_ms: expect.any(Number), depth: 0, running: 0 });
+      expect(before.gpu_queue).toEqual({
+        success: false,
+        duration_ms: expect.any(Number),
+        error: 'no trainer worker has called in within the last 120 s (WORKER_SEEN_SECONDS): start one with a worker key (docs/workers.md)',
+      });
+      const user = await createUserWithKey(fresh);
+      const worker = new ScriptedWorker(fresh, (await createWorkerKey(fresh, user.username)).headers, ['none']);
+      await worker.claim();
+      const after = await fresh.inject({ method: 'GET', url: '/v1/system-check' });
+      expect(after.statusCode).toBe(200);
+      expect(after.json().gpu_queue).toEqual({ success: true, duration_ms: expect.any(Number), workers_seen: 1, running: 0 });
+    } finally {
+      await fresh.close();
+    }
+  });
+});
+
+describe.skipIf(!onPostgresServer)('concurrent claims on a PostgreSQL server', () => {
+  it('two workers claiming at once never get the same job', async () => {
+    const user = await createUserWithKey(app);
+    const baseModel = `concurrent-${crypto.randomUUID()}`;
+    const jobIds: string[] = [];
+    for (let i = 0; i < 12; i++) {
+      const model = await call(app, user.headers, 'POST', '/v1/preview/models', { project: 'p', name: `m${i}`, base_model: baseModel });
+      const job = await call(app, user.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.body.id, trajectory_groups: [groupGenerationA()] });
+      jobIds.push(job.body.id);
+    }
+    const workers = [await ScriptedWorker.create(app, user, [baseModel]), await ScriptedWorker.create(app, user, [baseModel])];
+    const claims = await Promise.all(workers.flatMap((worker) => Array.from({ length: 10 }, () => worker.claim())));
+    const claimed = claims.filter((c): c is ClaimedJob => c !== undefined).map((c) => c.job.id);
+    expect(new Set(claimed).size).toBe(claimed.length);
+    expect(claimed.sort()).toEqual([...jobIds].sort());
+  });
+});
