@@ -1,4 +1,6 @@
 # syntax=docker/dockerfile:1
+# Targets: `server` (the default, last stage) and `worker` (trainyard-worker on a trainer image).
+ARG WORKER_BASE_IMAGE=pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
 
 # Build: compile TypeScript with the dev dependencies.
 FROM node:20-bookworm-slim AS build
@@ -16,7 +18,7 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund
 
-FROM node:20-bookworm-slim
+FROM node:20-bookworm-slim AS server
 ENV NODE_ENV=production \
     HOST=0.0.0.0 \
     PORT=8000 \
@@ -34,3 +36,21 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
 # Exec form: node is PID 1 and receives SIGTERM itself; it drains requests and exits 0.
 STOPSIGNAL SIGTERM
 CMD ["node", "dist/src/main.js"]
+
+# A trainer worker: trainyard-worker on an image that has your training stack (Python, CUDA, ...),
+# chosen with --build-arg WORKER_BASE_IMAGE (declared at the top); node comes from the official image.
+FROM ${WORKER_BASE_IMAGE} AS worker
+COPY --from=node:20-bookworm-slim /usr/local/bin/node /usr/local/bin/node
+WORKDIR /opt/trainyard
+COPY --from=deps /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY package.json ./
+# Named volumes mounted on these start out with this ownership.
+RUN useradd --create-home --uid 10001 trainyard && mkdir -p /work /adapters && chown trainyard /work /adapters
+USER trainyard
+ENV NODE_ENV=production
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["node", "/opt/trainyard/dist/src/worker/main.js"]
+
+# The default target: the server.
+FROM server
