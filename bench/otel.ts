@@ -13,17 +13,11 @@
  * strictly sequential figure). Spans are made with the OpenTelemetry SDK before the clock starts; the
  * timed loop is the exporter's serialisation, the request, decoding, mapping and the database write.
  */
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
-import pg from 'pg';
 import { request } from 'undici';
-import { buildApp } from '../src/app.js';
-import { loadConfig } from '../src/config.js';
-import { createPgPool, openDatabase, postgresHandle } from '../src/db/index.js';
+import { startBenchServer } from './lib/server.js';
 
 function arg(name: string, fallback: number): number {
   const i = process.argv.indexOf(`--${name}`);
@@ -42,27 +36,10 @@ async function pooled(count: number, work: (i: number) => Promise<void>): Promis
   await Promise.all(Array.from({ length: Math.min(CONCURRENCY, count) }, worker));
 }
 
-const serverUrl = process.env.DATABASE_URL;
-let scratch: string | undefined;
-let databaseUrl: string | undefined;
-if (serverUrl) {
-  scratch = `trainyard_bench_otel_${process.pid}`;
-  const admin = new pg.Pool({ connectionString: serverUrl, max: 1 });
-  await admin.query(`create database ${scratch}`);
-  await admin.end();
-  const url = new URL(serverUrl);
-  url.pathname = `/${scratch}`;
-  databaseUrl = url.toString();
-}
-const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-bench-'));
-const config = loadConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'silent', BOOTSTRAP_ADMIN: 'false', ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}) });
-const database = databaseUrl ? postgresHandle(createPgPool(databaseUrl, 10)) : await openDatabase(config);
-const app = await buildApp(config, { database });
-await app.listen({ host: '127.0.0.1', port: 0 });
-const address = app.server.address();
-const base = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}/traces`;
-await app.auth.createUser({ username: 'bench' });
-const { key } = await app.auth.createKey({ username: 'bench' });
+const server = await startBenchServer('otel');
+const { key } = server;
+
+const base = `${server.url}/traces`;
 const authorization = `Basic ${Buffer.from(`api:${key}`).toString('base64')}`;
 
 const prompt = JSON.stringify([{ role: 'system', content: 'You are a helpful assistant.' }, { role: 'user', content: 'What is the capital of France? '.repeat(4) }]);
@@ -125,17 +102,11 @@ if (count !== SPANS) throw new Error(`expected ${SPANS} calls from spans, found 
 
 const upsertRate = SPANS / upsertSeconds;
 const otelRate = SPANS / otelSeconds;
-console.log(`database: ${databaseUrl ? 'PostgreSQL server' : 'PGlite'}; ${SPANS} spans, ${BATCH} per request, ${CONCURRENCY} in flight`);
+console.log(`database: ${server.onServer ? 'PostgreSQL server' : 'PGlite'}; ${SPANS} spans, ${BATCH} per request, ${CONCURRENCY} in flight`);
 console.log(`/call/upsert_batch (${BATCH} start+end pairs a request): ${upsertRate.toFixed(0)} calls/s (${upsertSeconds.toFixed(1)} s)`);
 console.log(`/otel/v1/traces (protobuf, ${BATCH} spans an export):     ${otelRate.toFixed(0)} spans/s (${otelSeconds.toFixed(1)} s)`);
 console.log(`OTel / upsert_batch: ${((otelRate / upsertRate) * 100).toFixed(0)}%   target: >= 15,000 spans/s`);
 
 await exporter.shutdown();
 await provider.shutdown();
-await app.close();
-if (scratch && serverUrl) {
-  const admin = new pg.Pool({ connectionString: serverUrl, max: 1 });
-  await admin.query(`drop database if exists ${scratch} with (force)`);
-  await admin.end();
-}
-fs.rmSync(dataDir, { recursive: true, force: true });
+await server.close();

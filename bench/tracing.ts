@@ -11,15 +11,10 @@
  *   2. Queries: `--big` calls seeded in one project with INSERT ... SELECT generate_series, then p50/p99
  *      over `--runs` requests of each query through HTTP.
  */
-import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import { sql } from 'kysely';
-import pg from 'pg';
 import { request } from 'undici';
-import { buildApp } from '../src/app.js';
-import { loadConfig } from '../src/config.js';
-import { createPgPool, openDatabase, postgresHandle } from '../src/db/index.js';
+import { startBenchServer } from './lib/server.js';
 
 function arg(name: string, fallback: number): number {
   const i = process.argv.indexOf(`--${name}`);
@@ -30,27 +25,10 @@ const BIG = arg('big', 1_000_000);
 const RUNS = arg('runs', 50);
 const BATCH = 500;
 
-const serverUrl = process.env.DATABASE_URL;
-let scratch: string | undefined;
-let databaseUrl: string | undefined;
-if (serverUrl) {
-  scratch = `trainyard_bench_${process.pid}`;
-  const admin = new pg.Pool({ connectionString: serverUrl, max: 1 });
-  await admin.query(`create database ${scratch}`);
-  await admin.end();
-  const url = new URL(serverUrl);
-  url.pathname = `/${scratch}`;
-  databaseUrl = url.toString();
-}
-const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-bench-'));
-const config = loadConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'silent', BOOTSTRAP_ADMIN: 'false', ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}) });
-const database = databaseUrl ? postgresHandle(createPgPool(databaseUrl, 10)) : await openDatabase(config);
-const app = await buildApp(config, { database });
-await app.listen({ host: '127.0.0.1', port: 0 });
-const address = app.server.address();
-const base = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}/traces`;
-await app.auth.createUser({ username: 'bench' });
-const { key } = await app.auth.createKey({ username: 'bench' });
+const server = await startBenchServer('tracing');
+const { app, key } = server;
+
+const base = `${server.url}/traces`;
 const headers = { authorization: `Basic ${Buffer.from(`api:${key}`).toString('base64')}`, 'content-type': 'application/json' };
 
 async function postJson(url: string, body: unknown): Promise<string> {
@@ -97,7 +75,7 @@ function rate(n: number, ms: number): number {
   return Math.round((n / ms) * 1000);
 }
 
-console.log(`database: ${databaseUrl ? 'PostgreSQL server' : 'PGlite (embedded)'}; node ${process.version}; ${os.cpus().length} cores`);
+console.log(`database: ${server.onServer ? 'PostgreSQL server' : 'PGlite (embedded)'}; node ${process.version}; ${os.cpus().length} cores`);
 
 // 1. Ingest
 // Both sides build their payloads before the clock starts: the client's JSON is not the server's cost.
@@ -155,10 +133,4 @@ await measure('fetch one trace', true, () => postJson('/calls/stream_query', { p
 await measure('query_stats (whole project)', false, () => postJson('/calls/query_stats', { project_id: project }));
 await measure('query_stats probe (limit 1)', true, () => postJson('/calls/query_stats', { project_id: project, limit: 1 }));
 
-await app.close();
-if (scratch && serverUrl) {
-  const admin = new pg.Pool({ connectionString: serverUrl, max: 1 });
-  await admin.query(`drop database if exists ${scratch} with (force)`);
-  await admin.end();
-}
-fs.rmSync(dataDir, { recursive: true, force: true });
+await server.close();

@@ -93,7 +93,6 @@ async function api(method: string, url: string, body: string): Promise<any> {
 }
 
 const model = await api('POST', '/v1/preview/models', JSON.stringify({ project: 'bench', name: 'agent', base_model: 'bench-base' }));
-const entityId = (await app.db.selectFrom('models').select('entity_id').where('id', '=', model.id).executeTakeFirstOrThrow()).entity_id;
 
 /** The baseline: the same groups, serialised and inserted 1,000 rows (or 8 MB) per statement. */
 async function insertRows(insert: (rows: string[]) => Promise<void>): Promise<void> {

@@ -12,7 +12,6 @@ let discovered: FakeEngine;
 let app: App;
 let owner: TestUser;
 let other: TestUser;
-let agent: { id: string; uri(step: number): string };
 
 beforeAll(async () => {
   engine = await startFakeEngine({ models: ['fake/base-model', 'fake/trainable-base'], loadDelayMs: 50 });
@@ -28,7 +27,7 @@ beforeAll(async () => {
     { TRAINABLE_BASE_MODELS: 'fake/trainable-base' },
   );
   ({ owner, other } = await createTenants(app));
-  agent = await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'agent', steps: [1, 2] });
+  await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'agent', steps: [1, 2] });
 });
 afterAll(async () => {
   await app.close();
