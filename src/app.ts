@@ -38,6 +38,8 @@ export type App = FastifyInstance;
 export interface AppDeps {
   /** An open database (tests pass one made from a template); opened from config otherwise. The app closes it. */
   database?: DatabaseHandle;
+  /** Where JSON log lines go (stdout unless given; tests read them). */
+  logStream?: { write(line: string): void };
 }
 
 const REQUEST_ID = /^[\w.:@-]{1,128}$/;
@@ -58,7 +60,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   }
 
   const app = Fastify({
-    logger: { level: config.logLevel },
+    logger: deps.logStream ? { level: config.logLevel, stream: deps.logStream } : { level: config.logLevel },
     requestIdHeader: false,
     logController: new LogController({ requestIdLogLabel: 'request_id' }),
     genReqId: requestId,

@@ -36,10 +36,12 @@ export async function startServer(config: Config, deps: AppDeps = {}): Promise<R
 
 /**
  * app.close() stops the listener, answers new requests on open connections with 503, closes idle
- * keep-alive connections and waits for in-flight requests. Past the grace period the remaining
- * connections are cut so the process can still close the database and exit.
+ * keep-alive connections and waits for in-flight requests. A connection whose request finishes during
+ * the close stays open as keep-alive, so idle connections are closed again every 100 ms. Past the grace
+ * period the remaining connections are cut so the process can still close the database and exit.
  */
 export async function closeGracefully(app: App, graceMs: number): Promise<void> {
+  const sweep = setInterval(() => app.server.closeIdleConnections(), 100);
   const timer = setTimeout(() => {
     app.log.warn({ graceMs }, 'grace period over: closing the remaining connections');
     app.server.closeAllConnections();
@@ -47,6 +49,7 @@ export async function closeGracefully(app: App, graceMs: number): Promise<void> 
   try {
     await app.close();
   } finally {
+    clearInterval(sweep);
     clearTimeout(timer);
   }
 }

@@ -1,8 +1,9 @@
 import fs from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { App } from '../../src/app.js';
+import { buildApp, type App } from '../../src/app.js';
 import { generateOpenApi, OPENAPI_PATH } from '../../src/openapi.js';
-import { createTestApp, createUserWithKey } from '../helpers/app.js';
+import { createTestApp, createUserWithKey, testConfig } from '../helpers/app.js';
+import { freshDatabase } from '../helpers/database.js';
 
 let app: App;
 beforeAll(async () => {
@@ -49,6 +50,24 @@ describe('request ids', () => {
     expect(generated.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
     const unusable = await app.inject({ method: 'GET', url: '/v1/health', headers: { 'x-request-id': 'a b\u0000c' } });
     expect(unusable.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+  });
+});
+
+describe('logs', () => {
+  it('are JSON lines that carry the request id on every line of a request', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logged = await buildApp(testConfig({ LOG_LEVEL: 'info' }), {
+      database: await freshDatabase(),
+      logStream: { write: (line: string) => void lines.push(JSON.parse(line)) },
+    });
+    try {
+      await logged.inject({ method: 'GET', url: '/v1/health', headers: { 'x-request-id': 'trace-me-1' } });
+      const mine = lines.filter((line) => line.request_id === 'trace-me-1');
+      expect(mine.map((line) => line.msg)).toEqual(['incoming request', 'request completed']);
+      for (const line of mine) expect(line).toMatchObject({ level: 30, time: expect.any(Number) });
+    } finally {
+      await logged.close();
+    }
   });
 });
 
