@@ -84,14 +84,37 @@ const FASTIFY_ERRORS: Record<string, (request: FastifyRequest) => Omit<ErrorShap
 };
 
 /**
- * Input nested deeper than V8 or Postgres can recurse (thousands of levels) is the client's doing:
- * a 422, not a 500. Postgres reports it as SQLSTATE 54001.
+ * Input nested deeper than V8 or Postgres can recurse (thousands of levels) is the client's doing.
+ * Postgres reports it as SQLSTATE 54001.
  */
 function isTooDeep(error: unknown): boolean {
-  return (
-    (error instanceof RangeError && /call stack/i.test(error.message)) ||
-    (typeof error === 'object' && error !== null && (error as { code?: unknown }).code === '54001')
-  );
+  return (error instanceof RangeError && /call stack/i.test(error.message)) || sqlState(error) === '54001';
+}
+
+function sqlState(error: unknown): string | undefined {
+  const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined;
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
+}
+
+/**
+ * A value the database refuses: a data exception (class 22: out of range, NUL bytes, bad encoding)
+ * or a value too large to index (54000). Schemas bound what they can; this keeps whatever slips past
+ * them a client error rather than a 500.
+ */
+function isRefusedValue(error: unknown): boolean {
+  const state = sqlState(error);
+  return state !== undefined && (state.startsWith('22') || state === '54000');
+}
+
+function valueError(msg: string, error: string): ErrorShape {
+  return {
+    status: 422,
+    message: msg,
+    code: 'value_error',
+    param: null,
+    extra: {},
+    detail: [{ type: 'value_error', loc: ['body'], msg, input: null, ctx: { error } }],
+  };
 }
 
 function toShape(error: unknown, request: FastifyRequest): ErrorShape | undefined {
@@ -109,16 +132,13 @@ function toShape(error: unknown, request: FastifyRequest): ErrorShape | undefine
   const fastifyError = error as FastifyError;
   const known = fastifyError?.code ? FASTIFY_ERRORS[fastifyError.code] : undefined;
   if (known) return { ...known(request), param: null, extra: {} };
-  if (isTooDeep(error)) {
-    const msg = 'Value error, the request is nested too deeply to process';
-    return {
-      status: 422,
-      message: msg,
-      code: 'value_error',
-      param: null,
-      extra: {},
-      detail: [{ type: 'value_error', loc: ['body'], msg, input: null, ctx: { error: 'nested too deeply' } }],
-    };
+  if (isTooDeep(error)) return valueError('Value error, the request is nested too deeply to process', 'nested too deeply');
+  if (isRefusedValue(error)) {
+    request.log.warn({ err: error }, 'database refused a value from the request');
+    return valueError(
+      'Value error, a value in the request is out of the range or form the database accepts (too large a number, too long a name, or a NUL character)',
+      `SQLSTATE ${sqlState(error)}`,
+    );
   }
   const status = fastifyError?.statusCode;
   if (typeof status === 'number' && status >= 400 && status < 500) {

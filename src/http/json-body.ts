@@ -7,10 +7,11 @@ import { RequestValidationError } from './validation.js';
  * character position, an empty body is an absent body (the schema then reports it missing).
  * `__proto__` and `constructor.prototype` keys are dropped rather than trusted.
  */
-export function parseJsonBody(text: string): unknown {
+export function parseJsonBody(text: string, options: { rejectNul?: boolean } = {}): unknown {
   if (text.trim() === '') return undefined;
+  let value: unknown;
   try {
-    return secureJson.parse(text, undefined, { protoAction: 'remove', constructorAction: 'remove' });
+    value = secureJson.parse(text, undefined, { protoAction: 'remove', constructorAction: 'remove' });
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     const position = Number(/position (\d+)/.exec(message)?.[1] ?? text.length);
@@ -18,13 +19,54 @@ export function parseJsonBody(text: string): unknown {
       { type: 'json_invalid', loc: ['body', position], msg: 'JSON decode error', input: {}, ctx: { error: message } },
     ]);
   }
+  // PostgreSQL text and JSONB cannot hold U+0000. The raw-text test is a native scan; only a body that
+  // has the escape somewhere is walked to find the string (it may be an escaped backslash instead).
+  if (options.rejectNul && text.includes('\\u0000')) {
+    const loc = nulPath(value, ['body']);
+    if (loc) {
+      throw new RequestValidationError([
+        {
+          type: 'string_nul',
+          loc,
+          msg: 'String should not contain the NUL character (\\u0000)',
+          input: null,
+          ctx: { error: 'PostgreSQL cannot store U+0000 in text' },
+        },
+      ]);
+    }
+  }
+  return value;
 }
 
-export function registerJsonBodyParser(app: FastifyInstance): void {
-  app.removeContentTypeParser(['application/json', 'text/plain']);
+/** The location of the first string (or key) holding U+0000, or undefined. */
+function nulPath(value: unknown, path: (string | number)[]): (string | number)[] | undefined {
+  if (typeof value === 'string') return value.includes('\u0000') ? path : undefined;
+  if (value === null || typeof value !== 'object') return undefined;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = nulPath(value[i], [...path, i]);
+      if (found) return found;
+    }
+    return undefined;
+  }
+  for (const [key, item] of Object.entries(value)) {
+    if (key.includes('\u0000')) return [...path, key];
+    const found = nulPath(item, [...path, key]);
+    if (found) return found;
+  }
+  return undefined;
+}
+
+/**
+ * Replaces Fastify's JSON parser in this plugin scope (and its children). `rejectNul` answers strings
+ * holding U+0000 with a 422 naming the field, for routes that store what they are sent.
+ */
+export function registerJsonBodyParser(app: FastifyInstance, options: { rejectNul?: boolean } = {}): void {
+  if (app.hasContentTypeParser('application/json')) app.removeContentTypeParser('application/json');
+  if (app.hasContentTypeParser('text/plain')) app.removeContentTypeParser('text/plain');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => {
     try {
-      done(null, parseJsonBody(body as string));
+      done(null, parseJsonBody(body as string, options));
     } catch (error) {
       done(error as Error, undefined);
     }

@@ -1,4 +1,6 @@
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { registerJsonBodyParser } from '../../src/http/json-body.js';
 import { z } from 'zod';
 import { CreateKeyBody, CreateUserBody } from '../../src/admin/routes.js';
 import type { App } from '../../src/app.js';
@@ -23,6 +25,8 @@ beforeAll(async () => {
     a.get('/v1/models/conflict', async () => {
       throw new ConflictError('Already there.', { param: 'name', code: 'duplicate' });
     });
+    a.get('/v1/probe/out-of-range', async () => sql`select 2147483648::int as n`.execute(a.db));
+    a.post('/v1/probe/store', async (request) => request.body);
     a.post('/v1/models/validate', { schema: { body: z.object({ temperature: z.number().min(0).max(2) }) } }, async () => ({}));
   });
   admin = await createUserWithKey(app, { isAdmin: true });
@@ -134,6 +138,54 @@ describe('validation errors (422, FastAPI detail form)', () => {
   });
 });
 
+describe('NUL characters', () => {
+  it('are refused with the field named where a scope asks for it, and kept where it does not', async () => {
+    const strict = await createTestApp({}, (a) =>
+      a.register(async (scope) => {
+        registerJsonBodyParser(scope, { rejectNul: true });
+        scope.post('/v1/probe/strict', { config: { auth: 'none' } }, async (request) => request.body);
+      }),
+    );
+    try {
+      const refused = await strict.inject({
+        method: 'POST',
+        url: '/v1/probe/strict',
+        headers: { 'content-type': 'application/json' },
+        payload: '{"groups":[{"text":"ok"},{"text":"bad\\u0000"}]}',
+      });
+      expect(refused.statusCode).toBe(422);
+      expect(refused.json()).toEqual({
+        detail: [
+          {
+            type: 'string_nul',
+            loc: ['body', 'groups', 1, 'text'],
+            msg: 'String should not contain the NUL character (\\u0000)',
+            input: null,
+            ctx: { error: 'PostgreSQL cannot store U+0000 in text' },
+          },
+        ],
+      });
+      const escaped = await strict.inject({
+        method: 'POST',
+        url: '/v1/probe/strict',
+        headers: { 'content-type': 'application/json' },
+        payload: JSON.stringify({ note: 'a \\u0000 is only text here' }),
+      });
+      expect(escaped.statusCode).toBe(200);
+      expect(escaped.json()).toEqual({ note: 'a \\u0000 is only text here' });
+    } finally {
+      await strict.close();
+    }
+    const lenient = await app.inject({
+      method: 'POST',
+      url: '/v1/probe/store',
+      headers: { ...admin.headers, 'content-type': 'application/json' },
+      payload: JSON.stringify({ text: 'nul\u0000' }),
+    });
+    expect(lenient.json()).toEqual({ text: 'nul\u0000' });
+  });
+});
+
 describe('other client errors', () => {
   it('415 for a body that is not JSON', async () => {
     const before = await databaseFingerprint(app);
@@ -178,6 +230,22 @@ describe('other client errors', () => {
     const inference = await app.inject({ method: 'GET', url: '/v1/models/conflict', headers: admin.headers });
     expect(inference.statusCode).toBe(409);
     expect(inference.json()).toEqual({ error: { message: 'Already there.', type: 'invalid_request_error', param: 'name', code: 'duplicate' } });
+  });
+
+  it('a value the database refuses is a 422, not a 500', async () => {
+    const response = await app.inject({ method: 'GET', url: '/v1/probe/out-of-range', headers: admin.headers });
+    expect(response.statusCode).toBe(422);
+    expect(response.json()).toEqual({
+      detail: [
+        {
+          type: 'value_error',
+          loc: ['body'],
+          msg: 'Value error, a value in the request is out of the range or form the database accepts (too large a number, too long a name, or a NUL character)',
+          input: null,
+          ctx: { error: 'SQLSTATE 22003' },
+        },
+      ],
+    });
   });
 
   it('an unexpected error is a 500 with no internals in the body', async () => {
