@@ -32,6 +32,7 @@ const EnvSchema = z.object({
     .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
     .optional(),
   DATABASE_POOL_SIZE: integer(1, 1000).default(10),
+  DATABASE_POOL_TIMEOUT_MS: integer(1, 3_600_000).default(30_000),
   DATA_DIR: z.string().min(1, 'must not be empty').default('./data'),
   LOG_LEVEL: z
     .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
@@ -65,6 +66,8 @@ export interface Config {
   readonly host: string;
   readonly databaseUrl: string | undefined;
   readonly databasePoolSize: number;
+  /** How long a request waits for a pooled connection before it answers 503. */
+  readonly databasePoolTimeoutMs: number;
   readonly dataDir: string;
   readonly logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   readonly bodyLimitBytes: number;
@@ -123,6 +126,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     host: e.HOST,
     databaseUrl: e.DATABASE_URL,
     databasePoolSize: e.DATABASE_POOL_SIZE,
+    databasePoolTimeoutMs: e.DATABASE_POOL_TIMEOUT_MS,
     dataDir: path.resolve(e.DATA_DIR),
     logLevel: e.LOG_LEVEL,
     bodyLimitBytes: e.BODY_LIMIT_MB,

@@ -25,10 +25,16 @@ export function pgliteDataPath(dataDir: string): string {
   return path.join(dataDir, 'pgdata');
 }
 
-export function createPgPool(connectionString: string, max: number): pg.Pool {
+/** What pg's pool throws when no connection became free in time (the request then answers 503). */
+export const POOL_TIMEOUT_MESSAGE = 'timeout exceeded when trying to connect';
+
+export function createPgPool(connectionString: string, max: number, acquireTimeoutMs = 30_000): pg.Pool {
   return new pg.Pool({
     connectionString,
     max,
+    connectionTimeoutMillis: acquireTimeoutMs,
+    // A stream whose client stopped reading holds its transaction; the server ends it after this.
+    idle_in_transaction_session_timeout: 300_000,
     types: {
       getTypeParser: ((oid: number, format?: string) =>
         typeParsers[oid] ?? pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
@@ -85,7 +91,7 @@ export function postgresHandle(pool: pg.Pool): DatabaseHandle {
  */
 export async function openDatabase(config: Config): Promise<DatabaseHandle> {
   if (config.databaseUrl) {
-    return postgresHandle(createPgPool(config.databaseUrl, config.databasePoolSize));
+    return postgresHandle(createPgPool(config.databaseUrl, config.databasePoolSize, config.databasePoolTimeoutMs));
   }
   const lock = acquireDataDirLock(config.dataDir);
   try {

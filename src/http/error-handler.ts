@@ -1,4 +1,5 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { POOL_TIMEOUT_MESSAGE } from '../db/index.js';
 import { AppError, UnprocessableError } from '../errors.js';
 import { RequestValidationError, type ValidationDetail } from './validation.js';
 
@@ -132,6 +133,16 @@ function toShape(error: unknown, request: FastifyRequest): ErrorShape | undefine
   const fastifyError = error as FastifyError;
   const known = fastifyError?.code ? FASTIFY_ERRORS[fastifyError.code] : undefined;
   if (known) return { ...known(request), param: null, extra: {} };
+  if (error instanceof Error && error.message === POOL_TIMEOUT_MESSAGE) {
+    request.log.error({ err: error }, 'no database connection became free');
+    return {
+      status: 503,
+      message: 'The database is busy: no connection became free in time (DATABASE_POOL_TIMEOUT_MS). Try again shortly.',
+      code: 'database_busy',
+      param: null,
+      extra: {},
+    };
+  }
   if (isTooDeep(error)) return valueError('Value error, the request is nested too deeply to process', 'nested too deeply');
   if (isRefusedValue(error)) {
     request.log.warn({ err: error }, 'database refused a value from the request');

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { POOL_TIMEOUT_MESSAGE } from '../../src/db/index.js';
 import { registerJsonBodyParser } from '../../src/http/json-body.js';
 import { z } from 'zod';
 import { CreateKeyBody, CreateUserBody } from '../../src/admin/routes.js';
@@ -26,6 +27,9 @@ beforeAll(async () => {
       throw new ConflictError('Already there.', { param: 'name', code: 'duplicate' });
     });
     a.get('/v1/probe/out-of-range', async () => sql`select 2147483648::int as n`.execute(a.db));
+    a.get('/v1/probe/pool-exhausted', async () => {
+      throw new Error(POOL_TIMEOUT_MESSAGE);
+    });
     a.post('/v1/probe/store', async (request) => request.body);
     a.post('/v1/models/validate', { schema: { body: z.object({ temperature: z.number().min(0).max(2) }) } }, async () => ({}));
   });
@@ -245,6 +249,14 @@ describe('other client errors', () => {
           ctx: { error: 'SQLSTATE 22003' },
         },
       ],
+    });
+  });
+
+  it('a database pool with no free connection answers 503, not a hang or a 500', async () => {
+    const response = await app.inject({ method: 'GET', url: '/v1/probe/pool-exhausted', headers: admin.headers });
+    expect(response.statusCode).toBe(503);
+    expect(response.json()).toEqual({
+      detail: 'The database is busy: no connection became free in time (DATABASE_POOL_TIMEOUT_MS). Try again shortly.',
     });
   });
 
