@@ -1,10 +1,10 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { principalOf } from '../auth/plugin.js';
-import { answerViewerQuery, GraphQLRequestError } from './viewer.js';
+import { answerGraphQL, GraphQLRequestError } from './viewer.js';
 
 const GraphQLBody = z.object({
-  query: z.string().describe('A GraphQL document; only `viewer { username defaultEntity { name } }` is answered.'),
+  query: z.string().describe('A GraphQL document: `viewer { username defaultEntity { name } }`, `project(name, entityName) { name }` or `upsertModel(input) { model { name description } }`.'),
   variables: z.record(z.string(), z.unknown()).nullish(),
   operationName: z.string().nullish(),
 });
@@ -25,9 +25,10 @@ export const graphqlPlugin: FastifyPluginAsyncZod = async (app) => {
     {
       schema: {
         tags: ['tracing'],
-        summary: 'GraphQL: the viewer query of the weave SDKs',
+        summary: 'GraphQL: the init operations of the weave SDKs',
         description:
-          'Answers `query { viewer { username defaultEntity { name } } }` (also id, entity, admin) for the key\'s user; anything else is a GraphQL error. ' +
+          'Answers `query { viewer { username defaultEntity { name } } }` (also id, entity, admin) for the key\'s user, `project(name, entityName) { name }` ' +
+          '(existing for any entity the key reaches) and `upsertModel` (a success that changes nothing); anything else is a GraphQL error. ' +
           'The npm weave SDK sends it to https://<host>/graphql only, so over plain http use weave.init("entity/project").',
         body: GraphQLBody,
         response: { 200: GraphQLResponse },
@@ -36,7 +37,8 @@ export const graphqlPlugin: FastifyPluginAsyncZod = async (app) => {
     async (request) => {
       const principal = principalOf(request);
       try {
-        return { data: answerViewerQuery(request.body.query, { id: principal.userId, username: principal.username, admin: principal.isAdmin, entity: principal.entity }) };
+        const viewer = { id: principal.userId, username: principal.username, admin: principal.isAdmin, entity: principal.entity, entities: principal.entities };
+        return { data: answerGraphQL(request.body.query, viewer, request.body.variables ?? {}) };
       } catch (error) {
         if (error instanceof GraphQLRequestError) return { data: null, errors: [{ message: error.message }] };
         throw error;

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import secureJson from 'secure-json-parse';
-import { RequestValidationError } from './validation.js';
+import { NUL_DETAIL, RequestValidationError } from './validation.js';
 
 /**
  * JSON bodies parsed the way FastAPI reports them: invalid JSON is a 422 `json_invalid` detail with the
@@ -24,15 +24,7 @@ export function parseJsonBody(text: string, options: { rejectNul?: boolean } = {
   if (options.rejectNul && text.includes('\\u0000')) {
     const loc = nulPath(value, ['body']);
     if (loc) {
-      throw new RequestValidationError([
-        {
-          type: 'string_nul',
-          loc,
-          msg: 'String should not contain the NUL character (\\u0000)',
-          input: null,
-          ctx: { error: 'PostgreSQL cannot store U+0000 in text' },
-        },
-      ]);
+      throw new RequestValidationError([{ type: NUL_DETAIL.type, loc, msg: NUL_DETAIL.msg, input: null, ctx: NUL_DETAIL.ctx }]);
     }
   }
   return value;

@@ -1,5 +1,5 @@
 import type { FastifySchemaCompiler } from 'fastify';
-import type { z } from 'zod';
+import { z } from 'zod';
 
 /**
  * Request validation in FastAPI's form, which the training API's clients (and the seed) expect:
@@ -15,6 +15,20 @@ export interface ValidationDetail {
   msg: string;
   input: unknown;
   ctx?: Record<string, unknown>;
+}
+
+/** U+0000, which PostgreSQL text and JSONB cannot hold: how a refused one is reported. */
+export const NUL_DETAIL = {
+  type: 'string_nul',
+  msg: 'String should not contain the NUL character (\\u0000)',
+  ctx: { error: 'PostgreSQL cannot store U+0000 in text' },
+} as const;
+
+/** A string without U+0000, reported as `string_nul` like a NUL found in a JSON body. */
+export function textWithoutNul() {
+  return z
+    .string()
+    .refine((value) => !value.includes('\u0000'), { message: NUL_DETAIL.msg, params: { type: NUL_DETAIL.type, ctx: NUL_DETAIL.ctx } });
 }
 
 export class RequestValidationError extends Error {
@@ -194,6 +208,12 @@ function issueToDetail(issue: z.core.$ZodIssue, prefix: (string | number)[], dat
       // Report the branch that came closest (fewest problems), as a reader fixes one shape, not all.
       const best = [...issue.errors].sort((a, b) => a.length - b.length)[0];
       return best.flatMap((inner) => issueToDetail(inner, loc, input));
+    }
+    case 'custom': {
+      // A refinement may name its pydantic-style type: `{ params: { type: 'string_nul', ctx } }`.
+      const params = issue.params as { type?: unknown; ctx?: Record<string, unknown> } | undefined;
+      if (typeof params?.type === 'string') return [{ ...base, type: params.type, msg: issue.message, ...(params.ctx ? { ctx: params.ctx } : {}) }];
+      return [{ ...base, type: 'value_error', msg: `Value error, ${issue.message}`, ctx: { error: issue.message } }];
     }
     default:
       return [{ ...base, type: 'value_error', msg: `Value error, ${issue.message}`, ctx: { error: issue.message } }];

@@ -15,6 +15,8 @@ export interface TrainedModel {
 }
 
 export interface StoredCheckpoint {
+  /** Unique per checkpoint row: a model re-created under a deleted one's name gets new ones. */
+  id: string;
   step: number;
   uri: string;
 }
@@ -36,12 +38,16 @@ export async function findTrainedModel(
   return row && { id: row.id, entity: row.entity, project: row.project, name: row.name, baseModel: row.base_model };
 }
 
+/** The largest step the `integer` column holds; a larger one cannot exist. */
+export const MAX_STEP = 2_147_483_647;
+
 /** The checkpoint at `step`, or the latest one when step is 'latest'. */
 export async function findCheckpoint(
   db: Kysely<Database>,
   args: { modelId: string; step: number | 'latest' },
 ): Promise<StoredCheckpoint | undefined> {
-  let query = db.selectFrom('checkpoints').select(['step', 'uri']).where('model_id', '=', args.modelId);
+  if (args.step !== 'latest' && args.step > MAX_STEP) return undefined;
+  let query = db.selectFrom('checkpoints').select(['id', 'step', 'uri']).where('model_id', '=', args.modelId);
   query = args.step === 'latest' ? query.orderBy('step', 'desc').limit(1) : query.where('step', '=', args.step);
   return query.executeTakeFirst();
 }

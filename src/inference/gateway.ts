@@ -45,7 +45,9 @@ const XARGS_FIELD = 'vllm_xargs';
 /**
  * Chat completions: resolve the model for the caller, shape the engine request (forced rollout
  * fields, usage for metering, the engine's names), send it through the backend's client, and answer
- * with the engine's body where only `model` is changed. Every request that reaches routing is metered.
+ * with the engine's body where only `model` is changed. Every request that is sent on to an engine is
+ * metered, whatever its outcome; one refused before (a model it cannot route, a body it cannot accept,
+ * such as a priority the model's backend cannot honour) is not, as no invalid input writes anything.
  */
 export class ChatGateway {
   constructor(
@@ -71,7 +73,7 @@ export class ChatGateway {
     const requestId = body.request_id ?? call.requestId;
     const meter = new Meter(this.usage, { call, project, modelId, requestId, startedAt });
 
-    // A model that cannot be routed reached no engine and is not metered.
+    // A model that cannot be routed reached no engine and is not metered; nor is a refused priority below.
     const route = await this.router.resolve(call.principal, modelId);
     meter.route = route;
     if (body.priority !== undefined && body.priority !== 0 && !route.backend.backend.priorityScheduling) {
@@ -87,7 +89,7 @@ export class ChatGateway {
     const upstreamBody = engineRequestBody(body, route, clientWantsUsage);
     let response: UpstreamResponse;
     try {
-      response = await this.send(route, upstreamBody, requestId, call.signal);
+      response = await this.send(route, upstreamBody, requestId, call.signal, body.stream !== true);
     } catch (error) {
       meter.failed(error);
       throw closedOr(error, call.signal);
@@ -96,7 +98,7 @@ export class ChatGateway {
 
     if (body.stream === true) {
       const stream = relayStream(response.body, {
-        rewriteModel: route.engineModel === modelId ? undefined : { from: route.engineModel, to: modelId },
+        model: modelId,
         clientWantsUsage,
         signal: call.signal,
         onEnd: (outcome) => meter.streamEnded(outcome),
@@ -117,15 +119,15 @@ export class ChatGateway {
       throw error;
     }
     meter.succeeded(readUsage(text), false);
-    return { kind: 'json', requestId, payload: route.engineModel === modelId ? text : modelRewriter(route.engineModel, modelId)(text) };
+    return { kind: 'json', requestId, payload: modelRewriter(modelId)(text) };
   }
 
   /**
    * Sends, and when an adapter the client believes loaded is unknown to the engine (it restarted, or
    * another gateway process unloaded it), forgets it and loads it again, once.
    */
-  private async send(route: Route, body: string, requestId: string, signal: CancelSignal): Promise<UpstreamResponse> {
-    const request = { path: '/v1/chat/completions', body, headers: { 'x-request-id': requestId }, signal, adapter: route.adapter };
+  private async send(route: Route, body: string, requestId: string, signal: CancelSignal, wholeBody: boolean): Promise<UpstreamResponse> {
+    const request = { path: '/v1/chat/completions', body, headers: { 'x-request-id': requestId }, signal, adapter: route.adapter, wholeBody };
     try {
       return await route.backend.send(request);
     } catch (error) {

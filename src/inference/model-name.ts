@@ -67,3 +67,14 @@ export function formatCheckpointName(ref: Omit<CheckpointRef, 'kind'>): string {
   const base = `${ref.entity}/${ref.project}/${ref.model}`;
   return ref.step === 'latest' ? base : `${base}:step${ref.step}`;
 }
+
+/**
+ * Whether an engine's model id is shaped like a checkpoint adapter (`entity/project/name:stepN`,
+ * optionally with `@<hash>`). Such ids are never taken as base models: an engine that lists adapters
+ * without a `parent` (not vLLM) would otherwise make one tenant's checkpoint a base model for all.
+ */
+export function isAdapterShaped(id: string): boolean {
+  return ADAPTER_SHAPE.test(id);
+}
+
+const ADAPTER_SHAPE = /^[^/\s]+\/[^/\s]+\/[^/\s]+:step\d+(@[0-9a-f]+)?$/;

@@ -6,15 +6,84 @@ import type { Usage } from './schemas.js';
  * `usage` object, and `model` swapped for the id the client sent.
  */
 
-/** Replaces the first `"model": "<from>"` with the client's id; engines write `model` before `choices`. */
-export function modelRewriter(from: string, to: string): (text: string) => string {
-  const needle = `"model":${JSON.stringify(from)}`;
-  const replacement = `"model":${JSON.stringify(to)}`;
-  const spaced = new RegExp(`"model"\\s*:\\s*${escapeRegExp(JSON.stringify(from))}`);
+/**
+ * Sets the top-level `model` of the first JSON object in `text` (a body, or one `data: {...}` event)
+ * to the client's id, whatever the engine wrote there (its adapter name, an alias, null). Engines
+ * write `model` before `choices`, so the scan stops early; text without a top-level `model` is
+ * returned unchanged.
+ */
+export function modelRewriter(to: string): (text: string) => string {
+  const replacement = JSON.stringify(to);
   return (text) => {
-    if (text.includes(needle)) return text.replace(needle, () => replacement);
-    return spaced.test(text) ? text.replace(spaced, () => replacement) : text;
+    const span = topLevelModelValue(text);
+    if (!span) return text;
+    const [start, end] = span;
+    if (end - start === replacement.length && text.startsWith(replacement, start)) return text;
+    return text.slice(0, start) + replacement + text.slice(end);
   };
+}
+
+/** [start, end) of the value of the first object's top-level "model" key, or undefined. */
+function topLevelModelValue(text: string): [number, number] | undefined {
+  let i = text.indexOf('{');
+  if (i === -1) return undefined;
+  let depth = 0;
+  for (; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"') {
+      const close = stringEnd(text, i);
+      if (close === -1) return undefined;
+      if (depth === 1 && close - i === 6 && text.startsWith('"model"', i)) {
+        let j = close + 1;
+        while (isSpace(text[j])) j++;
+        if (text[j] === ':') {
+          j++;
+          while (isSpace(text[j])) j++;
+          const end = valueEnd(text, j);
+          return end === -1 ? undefined : [j, end];
+        }
+      }
+      i = close;
+    } else if (c === '{' || c === '[') depth++;
+    else if (c === '}' || c === ']') {
+      if (--depth === 0) return undefined;
+    }
+  }
+  return undefined;
+}
+
+/** The index of the quote closing the string that opens at `from`, or -1. */
+function stringEnd(text: string, from: number): number {
+  for (let j = from + 1; j < text.length; j++) {
+    if (text[j] === '\\') j++;
+    else if (text[j] === '"') return j;
+  }
+  return -1;
+}
+
+/** The end (exclusive) of the JSON value starting at `from`, or -1 when it is cut off. */
+function valueEnd(text: string, from: number): number {
+  if (text[from] === '"') {
+    const close = stringEnd(text, from);
+    return close === -1 ? -1 : close + 1;
+  }
+  let depth = 0;
+  for (let j = from; j < text.length; j++) {
+    const c = text[j];
+    if (c === '"') {
+      j = stringEnd(text, j);
+      if (j === -1) return -1;
+    } else if (c === '{' || c === '[') depth++;
+    else if (c === '}' || c === ']') {
+      if (depth === 0) return j;
+      depth--;
+    } else if (c === ',' && depth === 0) return j;
+  }
+  return -1;
+}
+
+function isSpace(c: string | undefined): boolean {
+  return c === ' ' || c === '\n' || c === '\r' || c === '\t';
 }
 
 /**
@@ -63,8 +132,4 @@ function objectAfterColon(text: string, from: number): string | null | undefined
     else if (c === '}' && --depth === 0) return text.slice(i, j + 1);
   }
   return undefined;
-}
-
-function escapeRegExp(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import type { Logger } from './logger.js';
 import type { Principal } from '../auth/principal.js';
@@ -33,9 +34,24 @@ export interface RouterOptions {
 
 const CACHE_LIMIT = 10_000;
 
-/** The engine-side name of a checkpoint's adapter: readable in engine logs, derivable from a deletion event. */
-export function adapterName(ref: { entity: string; project: string; model: string }, step: number): string {
+/**
+ * The engine-side name of a checkpoint's adapter: `entity/project/name:stepN@<hash of the checkpoint
+ * id>`, readable in engine logs, and never the name of another checkpoint, so that a model re-created
+ * under a deleted one's name cannot be served the deleted weights still loaded in an engine.
+ */
+export function adapterName(ref: { entity: string; project: string; model: string }, step: number, checkpointId: string): string {
+  return `${checkpointPrefix(ref, step)}@${createHash('sha256').update(checkpointId).digest('hex').slice(0, 12)}`;
+}
+
+/** What adapter names of a checkpoint start with; derivable from a deletion event. */
+function checkpointPrefix(ref: { entity: string; project: string; model: string }, step: number): string {
   return `${ref.entity}/${ref.project}/${ref.model}:step${step}`;
+}
+
+/** Whether an engine's model id is the adapter of one of these steps (this naming or the earlier one, without `@`). */
+function isAdapterOf(name: string, prefixes: ReadonlySet<string>): boolean {
+  const at = name.lastIndexOf('@');
+  return prefixes.has(name) || (at !== -1 && prefixes.has(name.slice(0, at)));
 }
 
 /**
@@ -85,13 +101,14 @@ export class ModelRouter {
   /** Training deleted checkpoints (or a whole model): forget routes and unload their adapters from the engines. */
   checkpointsDeleted(event: DomainEventMap['checkpoints-deleted'][0]): void {
     this.cache.clear();
-    const names = event.steps.map((step) => adapterName(event, step));
+    const prefixes = new Set(event.steps.map((step) => checkpointPrefix(event, step)));
     const work = Promise.all(
       this.registry.clients
         .filter((client) => client.backend.runtimeLora)
         .map(async (client) => {
+          // Only what an engine is known to hold (loaded or loading here, or listed by the engine at discovery).
+          const names = new Set(client.replicas.flatMap((replica) => client.adapters.namesOn(replica, (name) => isAdapterOf(name, prefixes))));
           for (const name of names) {
-            // Only what an engine is known to hold (loaded here, or listed by the engine at discovery).
             const holders = client.replicas.filter((replica) => client.adapters.isLoaded(replica, name));
             if (holders.length === 0) continue;
             try {
@@ -128,9 +145,9 @@ export class ModelRouter {
       if (!served) throw modelNotFound(modelId);
       return this.baseRoute(served.backend, ref.name);
     }
-    // Engines may serve base models whose names look like entity/project/name.
-    const servedAsBase = await this.registry.find(modelId);
-    if (servedAsBase) return this.baseRoute(servedAsBase.backend, modelId);
+    // Engines may serve base models whose names look like entity/project/name: resolve() has looked
+    // the name up in memory already; discovery is refreshed in the background, never awaited here.
+    this.registry.refreshSoon();
     return this.checkpointRoute(principal, modelId, ref);
   }
 
@@ -157,7 +174,7 @@ export class ModelRouter {
         `Backend ${backend.backend.name} cannot load checkpoint adapters: set runtime_lora: true for it in the backends file and start its engines with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True.`,
       );
     }
-    const engineModel = adapterName(ref, checkpoint.step);
+    const engineModel = adapterName(ref, checkpoint.step, checkpoint.id);
     return {
       backend,
       engineModel,

@@ -15,10 +15,18 @@ export interface InferenceRoutesOptions {
 
 const tags = ['inference'];
 
-/** A signal that fires when the client goes away before the response has been sent in full. */
-function clientGone(reply: FastifyReply): CancelSignal {
+/**
+ * A signal that fires when the client goes away before the response has been sent in full; already
+ * fired when it left before the handler started (its 'close' has been and gone), so that no engine
+ * is asked for a completion nobody will read.
+ */
+function clientGone(request: FastifyRequest, reply: FastifyReply): CancelSignal {
   const cancel = new Cancel();
   const res = reply.raw;
+  if (res.destroyed || request.raw.socket?.destroyed) {
+    cancel.abort();
+    return cancel;
+  }
   res.once('close', () => {
     if (!res.writableFinished) cancel.abort();
   });
@@ -55,7 +63,7 @@ export const inferenceRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = as
       body: request.body,
       requestId: request.id,
       projectHeader: (headers['compat-project'] ?? headers['openai-project']) as string | undefined,
-      signal: clientGone(reply),
+      signal: clientGone(request, reply),
     });
     reply.header('x-request-id', result.requestId);
     if (result.kind === 'stream') {

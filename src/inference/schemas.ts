@@ -23,6 +23,8 @@ const int64 = (min = INT64_MIN) =>
     });
 
 const int = () => z.number().int();
+/** A request id that can travel as an HTTP header value: 1 to 256 printable ASCII characters, no spaces. */
+export const REQUEST_ID = /^[\x21-\x7e]{1,256}$/;
 const nullable = <T extends z.ZodType>(schema: T) => schema.nullable().optional();
 const record = z.record(z.string(), z.unknown());
 
@@ -153,7 +155,8 @@ const ChatCompletionRequestShape = z
     mm_processor_kwargs: nullable(record),
     structured_outputs: nullable(StructuredOutputs),
     priority: int64().optional(),
-    request_id: z.string().min(1).optional(),
+    // Sent to the engine as the x-request-id header and returned in ours: printable ASCII, no spaces.
+    request_id: z.string().regex(REQUEST_ID).optional(),
     logits_processors: nullable(z.array(LogitsProcessor)),
     return_tokens_as_token_ids: nullable(z.boolean()),
     return_token_ids: nullable(z.boolean()),

@@ -1,7 +1,7 @@
 import { Readable } from 'node:stream';
 import { AppError } from '../errors.js';
 import type { CancelSignal } from './proxy/cancel.js';
-import { RequestAbortedError } from './proxy/errors.js';
+import { ENGINE_CODES, RequestAbortedError } from './proxy/errors.js';
 import { modelRewriter } from './rewrite.js';
 import type { Usage } from './schemas.js';
 
@@ -14,8 +14,8 @@ import type { Usage } from './schemas.js';
  */
 
 export interface RelayOptions {
-  /** The `model` the engine writes, and the id the client sent, when they differ. */
-  rewriteModel?: { from: string; to: string };
+  /** The id the client sent, written as every chunk's `model` whatever the engine wrote there. */
+  model?: string;
   /** The client's own `stream_options.include_usage`. */
   clientWantsUsage: boolean;
   signal: CancelSignal;
@@ -49,7 +49,7 @@ async function* relay(upstream: AsyncIterable<Buffer>, options: RelayOptions, st
   state.started = true;
   const outcome: RelayOutcome = { usage: undefined, contentChunks: 0, disconnected: false, error: undefined };
   const decoder = new TextDecoder();
-  const rewrite = options.rewriteModel && modelRewriter(options.rewriteModel.from, options.rewriteModel.to);
+  const rewrite = options.model === undefined ? undefined : modelRewriter(options.model);
   let pending = '';
   let sawDone = false;
   let chunks = 0;
@@ -76,9 +76,9 @@ async function* relay(upstream: AsyncIterable<Buffer>, options: RelayOptions, st
       return event;
     }
     if (event.startsWith('data: {"error"')) {
-      const parsed = parseData(event) as { error?: { code?: unknown } } | undefined;
-      outcome.error = { status: 200, code: typeof parsed?.error?.code === 'string' ? parsed.error.code : 'engine_error' };
-      return event;
+      const { text, status, code } = engineErrorEvent(parseData(event));
+      outcome.error = { status, code };
+      return text;
     }
     if (event.includes('"usage":{')) {
       const parsed = parseData(event) as { usage?: Usage | null; choices?: unknown[] } | undefined;
@@ -135,6 +135,24 @@ async function* relay(upstream: AsyncIterable<Buffer>, options: RelayOptions, st
     if (!ended) outcome.disconnected = true;
     options.onEnd(outcome);
   }
+}
+
+/**
+ * An engine's in-stream error event in the OpenAI envelope with a string code, as the gateway's own
+ * are: vLLM writes its exception name as `type` and the HTTP status as an integer `code`.
+ */
+function engineErrorEvent(parsed: unknown): { text: string; status: number; code: string } {
+  const error = (parsed as { error?: unknown } | undefined)?.error;
+  const inner = typeof error === 'object' && error !== null ? (error as Record<string, unknown>) : {};
+  const numeric = typeof inner.code === 'number' ? inner.code : Number.NaN;
+  const status = numeric >= 400 && numeric < 500 ? numeric : 502;
+  const code = typeof inner.code === 'string' ? inner.code : status < 500 ? (ENGINE_CODES[status] ?? 'invalid_request') : 'upstream_error';
+  const message =
+    typeof inner.message === 'string' ? inner.message : typeof error === 'string' ? error : 'The engine failed while generating the response.';
+  const envelope = {
+    error: { message, type: status < 500 ? 'invalid_request_error' : 'server_error', param: typeof inner.param === 'string' ? inner.param : null, code },
+  };
+  return { text: `data: ${JSON.stringify(envelope)}\n\n`, status, code };
 }
 
 function parseData(event: string): unknown {

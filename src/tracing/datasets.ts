@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/index.js';
 import { ForbiddenError, InvalidRequestError, NotFoundError } from '../errors.js';
+import { toPlainJson } from './json.js';
 import { parseRef, REF_SCHEME, refProjectId, type WeaveRef } from './refs.js';
 import * as files from './repositories/files.js';
 import * as objects from './repositories/objects.js';
@@ -57,9 +58,10 @@ function requireEntity(entities: ReadonlySet<string>, entity: string, projectId:
 
 /** A dataset value (`{rows: <table ref>}`), a table ref string, or a plain list of rows. */
 async function rowsOf(db: Kysely<Database>, resolver: RefResolver, value: unknown, url: string): Promise<unknown[]> {
-  if (Array.isArray(value)) return value;
+  // Stored values may hold LosslessNumbers (`1.0`, big integers); training rows are plain JSON.
+  if (Array.isArray(value)) return value.map(toPlainJson);
   const rows = value !== null && typeof value === 'object' ? (value as Record<string, unknown>).rows : value;
-  if (Array.isArray(rows)) return rows;
+  if (Array.isArray(rows)) return rows.map(toPlainJson);
   if (typeof rows === 'string' && rows.startsWith(REF_SCHEME)) {
     const table: WeaveRef = parseRef(rows);
     resolver.checkProject(table, rows);
@@ -72,7 +74,7 @@ async function tableRows(db: Kysely<Database>, projectId: string, digest: string
   const exists = await tables.readTableDigests(db, { projectId, digest });
   if (!exists) throw new NotFoundError('table', undefined, { message: `Table ${digest} not found in ${projectId} (${url})` });
   const rows = await tables.queryRows(db, { projectId, digest });
-  return rows.map((r) => r.val);
+  return rows.map((r) => toPlainJson(r.val));
 }
 
 function parseJsonLines(text: string, url: string): unknown[] {

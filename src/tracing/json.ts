@@ -1,6 +1,7 @@
-import { isLosslessNumber, parse, stringify, type LosslessNumber } from 'lossless-json';
+import { isLosslessNumber, LosslessNumber, parse, stringify } from 'lossless-json';
 import { sql, type RawBuilder } from 'kysely';
 import { InvalidRequestError } from '../errors.js';
+import { pythonFloat } from './digest.js';
 
 /**
  * JSON values as the tracing API sees them. Bodies whose values are digested are parsed losslessly, so
@@ -41,3 +42,48 @@ export function toPlainJson(value: unknown): JsonValue {
 export function jsonb<T = JsonValue>(value: unknown): RawBuilder<T> {
   return sql<T>`${stringify(value) ?? 'null'}::jsonb`;
 }
+
+/**
+ * JSON text of a digested value (object values, table rows) as it is written to JSONB. Number text is
+ * kept, except that a float written with an exponent (`1e5`) is spelled out as a decimal with a
+ * fractional part (`100000.0`): JSONB's numeric would otherwise turn it into the integer `100000`, and
+ * the value read back would digest differently.
+ */
+export function storedJsonText(value: unknown): string {
+  return stringify(value, (_key, inner) => (isLosslessNumber(inner) && /[eE]/.test(inner.value) ? new LosslessNumber(decimalFloat(inner.value)) : inner)) ?? 'null';
+}
+
+/** `1.5e3` → `1500.0`, `1e-7` → `0.0000001`: the float's Python repr digits as a plain decimal. */
+function decimalFloat(text: string): string {
+  const number = Number(text);
+  if (!Number.isFinite(number)) return text; // beyond a double: kept as sent
+  const repr = pythonFloat(number);
+  const match = /^(-?)(\d)(?:\.(\d+))?e([-+]\d+)$/.exec(repr);
+  if (!match) return repr; // already plain decimal with a fraction
+  const [, sign, lead, fraction = '', exponentText] = match;
+  const digits = lead + fraction;
+  const exponent = Number(exponentText);
+  if (exponent < 0) return `${sign}0.${'0'.repeat(-exponent - 1)}${digits}`;
+  const intPart = digits.slice(0, exponent + 1).padEnd(exponent + 1, '0');
+  return `${sign}${intPart}.${digits.slice(exponent + 1) || '0'}`;
+}
+
+/**
+ * Stored JSONB read back as text (`val::text`), losslessly: a number whose text a JavaScript number
+ * writes back unchanged becomes one; any other (`1.0`, integers beyond 2^53) stays a LosslessNumber, so
+ * that the value is answered, and digests, as it was sent. Send such values with `losslessJsonText`.
+ */
+export function parseStoredJson(text: string | null): unknown {
+  if (text === null) return null;
+  return parse(text, null, (number) => {
+    const plain = Number(number);
+    return String(plain) === number ? plain : new LosslessNumber(number);
+  });
+}
+
+/** JSON text of a value that may hold LosslessNumbers (their text is written as it is). */
+export function losslessJsonText(value: unknown): string {
+  return stringify(value) ?? 'null';
+}
+
+export { isLosslessNumber };

@@ -1,6 +1,8 @@
 import multipart from '@fastify/multipart';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { sendError } from '../http/error-handler.js';
 import { registerTracingBodyParsers } from './http/body.js';
+import { tracingValueError } from './repositories/common.js';
 import { callRoutes } from './routes/calls.js';
 import { completionRoutes } from './routes/completions.js';
 import { costRoutes } from './routes/costs.js';
@@ -17,6 +19,9 @@ import { v2Routes } from './routes/v2.js';
 /** The tracing API (weave trace-server protocol), mounted by src/app.ts under /traces. */
 export const tracingPlugin: FastifyPluginAsyncZod = async (app) => {
   registerTracingBodyParsers(app);
+  // Values the database refuses are the tracing API's 400 {"reason"} (clients retry 5xx, and the
+  // reference prefers 400 to the app-wide 422 backstop); everything else goes to the app's handler.
+  app.setErrorHandler((error, request, reply) => sendError(request, reply, tracingValueError(error) ?? error));
   await app.register(multipart, { limits: { fileSize: app.config.traceFileLimitBytes, files: 1 } });
   await app.register(serviceRoutes);
   await app.register(callRoutes);

@@ -3,7 +3,9 @@ import type { TrajectoryGroup } from './schemas.js';
 /**
  * The metrics ART computes when it logs trajectories (reference §7, ART's `Model.log` and
  * `metrics_taxonomy.py`), computed here for `POST /v1/preview/models/{id}/log` so that `val/reward` lands in
- * the checkpoint metrics clients use to pick the best step. A mean over nothing is left out, as ART drops NaNs.
+ * the checkpoint metrics clients use to pick the best step. A mean over nothing is left out, as ART drops NaNs,
+ * and so is one that overflows (rewards of 1e308 sum to Infinity): JSON has no Infinity, so it would be
+ * stored as null.
  */
 
 /** Keys already in one of ART's W&B sections are logged as they are, not under `{split}/`. */
@@ -73,17 +75,22 @@ export function computeLogMetrics(split: string, groups: readonly TrajectoryGrou
   }
 
   const metrics: Record<string, number> = {};
+  /** Records a computed value; a non-finite one (an overflowed mean) is left out, and so is any earlier value of the name. */
+  const set = (name: string, value: number) => {
+    if (Number.isFinite(value)) metrics[name] = value;
+    else delete metrics[name];
+  };
   // Trajectory metrics first so that the computed keys below win over a client metric of the same name.
   for (const [name, value] of trajectoryMetrics.means()) {
-    metrics[inSection(name) ? name : `${split}/${name}`] = value;
+    set(inSection(name) ? name : `${split}/${name}`, value);
   }
   for (const [name, value] of groupMetrics.means()) {
-    metrics[`${split}/group/${name}`] = value;
+    set(`${split}/group/${name}`, value);
   }
-  if (rewards.length > 0) metrics[`${split}/reward`] = mean(rewards);
-  metrics[`${split}/reward_std_dev`] = groupStdDevs.length > 0 ? mean(groupStdDevs) : 0;
+  if (rewards.length > 0) set(`${split}/reward`, mean(rewards));
+  set(`${split}/reward_std_dev`, groupStdDevs.length > 0 ? mean(groupStdDevs) : 0);
   if (rewards.length + exceptions > 0) {
-    metrics[`${split}/exception_rate`] = exceptions / (rewards.length + exceptions);
+    set(`${split}/exception_rate`, exceptions / (rewards.length + exceptions));
   }
   // ART counts each group as a scenario and a rollout that raised as a trajectory (metrics_taxonomy.py).
   metrics['data/step_num_scenarios'] = groups.length;

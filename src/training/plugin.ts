@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { registerJsonBodyParser } from '../http/json-body.js';
 import { resolveTrainingRows } from '../tracing/datasets.js';
 import { JobSignal } from './job-signal.js';
 import { previewRoutes } from './routes.js';
@@ -13,6 +14,9 @@ import { WorkerService } from './worker-service.js';
  * signal that wakes long-polling claims, the lease sweeper, and the cpu_queue / gpu_queue system checks.
  */
 export const trainingPlugin: FastifyPluginAsyncZod = async (app) => {
+  // Everything these routes are sent is stored in text or JSONB, which cannot hold U+0000: a 422 naming
+  // the field instead of a database error. This plugin is encapsulated, so other APIs keep their parser.
+  registerJsonBodyParser(app, { rejectNul: true });
   const db = app.db;
   const signal = new JobSignal();
   const sftData = new SftDataResolver({

@@ -89,7 +89,8 @@ export const previewRoutes: FastifyPluginAsyncZod<{ service: TrainingService }> 
       schema: {
         tags,
         summary: 'Delete Model',
-        description: 'Deletes the model, its checkpoints, logged trajectories and metrics; cancels its queued jobs and asks its running ones to stop.',
+        description:
+          'Deletes the model, its checkpoints, logged trajectories and metrics; cancels its queued jobs and asks its running ones to stop. A model already deleted (a retry after a lost response) answers the same with `deleted_checkpoints` 0.',
         params: ModelParams,
         response: { 200: DeleteModelResponse },
       },

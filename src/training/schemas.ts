@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { textWithoutNul } from '../http/validation.js';
 
 /**
  * Request and response bodies of the training API (reference/training-api.md §3) and of the trainer-worker
@@ -10,6 +11,17 @@ import { z } from 'zod';
 const Uuid = z.uuid();
 const Timestamp = z.string().describe('ISO 8601 date-time');
 
+/** The largest value of an `integer` (int4) column: steps, sequence numbers, attempts. */
+export const MAX_INT4 = 2_147_483_647;
+/** Entity, project and model names and splits are index keys: bounded so that no key outgrows an index row. */
+export const MAX_NAME_LENGTH = 128;
+
+/**
+ * A query-string text without U+0000, which PostgreSQL text cannot hold. Bodies are checked by the JSON
+ * parser of the training scope (plugin.ts); query strings are not JSON, so each field says it here.
+ */
+const queryText = textWithoutNul;
+
 /** Metric values from clients: numbers, and booleans that newer ART versions put in `metrics`. */
 const MetricValue = z.union([z.number(), z.boolean()]);
 const MetricMap = z.record(z.string(), MetricValue);
@@ -20,7 +32,7 @@ const NumberMap = z.record(z.string(), z.number());
 
 /** Cursor page query of the reference (§3.3, §3.9); query strings arrive as text. */
 const PageLimit = z.coerce.number().int().min(1).max(100).default(20);
-const PageAfter = z.string().optional();
+const PageAfter = queryText().optional();
 
 /** The OpenAI-style page envelope the ART client auto-paginates over (reference §2). */
 export function Page<T extends z.ZodType>(item: T) {
@@ -44,9 +56,9 @@ export interface PageOf<T> {
 // Models
 
 export const ModelCreate = z.object({
-  entity: z.string().min(1).nullish(),
-  project: z.string().min(1),
-  name: z.string().min(1),
+  entity: z.string().min(1).max(MAX_NAME_LENGTH).nullish(),
+  project: z.string().min(1).max(MAX_NAME_LENGTH),
+  name: z.string().min(1).max(MAX_NAME_LENGTH),
   base_model: z.string().min(1),
   return_existing: z.boolean().default(false),
 });
@@ -64,8 +76,8 @@ export const Model = z.object({
 export type Model = z.infer<typeof Model>;
 
 export const ModelListQuery = z.object({
-  entity: z.string().min(1).optional(),
-  project: z.string().min(1).optional(),
+  entity: queryText().min(1).max(MAX_NAME_LENGTH).optional(),
+  project: queryText().min(1).max(MAX_NAME_LENGTH).optional(),
   after: PageAfter,
   limit: PageLimit,
 });
@@ -101,7 +113,7 @@ export const CheckpointPage = Page(Checkpoint);
 export type CheckpointPage = z.infer<typeof CheckpointPage>;
 
 export const DeleteCheckpointsRequest = z.object({
-  steps: z.array(z.int()),
+  steps: z.array(z.int().min(0).max(MAX_INT4)),
 });
 export type DeleteCheckpointsRequest = z.infer<typeof DeleteCheckpointsRequest>;
 
@@ -210,7 +222,7 @@ export type TrajectoryGroup = z.infer<typeof TrajectoryGroup>;
 // Log
 
 export const LogRequest = z.object({
-  split: z.string().min(1),
+  split: z.string().min(1).max(MAX_NAME_LENGTH),
   trajectory_groups: z.array(TrajectoryGroup),
 });
 export type LogRequest = z.infer<typeof LogRequest>;
@@ -222,7 +234,7 @@ export const LogResponse = z.object({
 export type LogResponse = z.infer<typeof LogResponse>;
 
 export const MetricHistoryQuery = z.object({
-  split: z.string().min(1).optional(),
+  split: queryText().min(1).max(MAX_NAME_LENGTH).optional(),
 });
 export type MetricHistoryQuery = z.infer<typeof MetricHistoryQuery>;
 

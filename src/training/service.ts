@@ -105,10 +105,16 @@ export class TrainingService {
   /**
    * A live model the caller reaches, or 404. Takes the scope rather than the principal so that inside a
    * transaction it runs one query on the transaction (PGlite has one connection: a second query on the
-   * pool would wait for the transaction forever).
+   * pool would wait for the transaction forever). `lock` holds the row until the transaction ends
+   * (repository/models.ts): writers take `share`, so that a concurrent delete waits for them or they for it.
    */
-  private async model(scope: repo.EntityScope, modelId: string, db: repo.TrainingDb = this.db): Promise<repo.StoredModel> {
-    const model = await repo.findModel(db, { ...scope, modelId });
+  private async model(
+    scope: repo.EntityScope,
+    modelId: string,
+    db: repo.TrainingDb = this.db,
+    lock?: repo.ModelLock,
+  ): Promise<repo.StoredModel> {
+    const model = await repo.findModel(db, { ...scope, modelId, lock });
     if (!model) throw new NotFoundError('model', modelId);
     return model;
   }
@@ -163,13 +169,22 @@ export class TrainingService {
   /**
    * Deletes a model with its checkpoints, logged trajectories and metrics; its queued jobs are canceled and
    * running ones asked to stop. The inference router hears of the checkpoints to unload their adapters.
+   * Deleting a model that is already deleted (a client retrying after a lost response) answers as the
+   * first call did, with nothing left to delete; another entity's model stays a 404.
    */
   async deleteModel(principal: Principal, modelId: string): Promise<DeleteModelResponse> {
     const scope = await this.scope(principal);
-    const { model, result } = await this.db.transaction().execute(async (trx) => {
-      const model = await this.model(scope, modelId, trx);
-      return { model, result: await repo.deleteModel(trx, { model }) };
+    // A concurrent delete of the same model holds the row: this one waits, then finds it deleted.
+    const outcome = await this.db.transaction().execute(async (trx) => {
+      const model = await repo.findModel(trx, { ...scope, modelId, lock: 'delete' });
+      if (!model) return { deleted: false as const, id: await repo.findDeletedModelId(trx, { ...scope, modelId }) };
+      return { deleted: true as const, model, result: await repo.deleteModel(trx, { model }) };
     });
+    if (!outcome.deleted) {
+      if (outcome.id === undefined) throw new NotFoundError('model', modelId);
+      return { model_id: outcome.id, deleted_checkpoints: 0, deleted_run: true };
+    }
+    const { model, result } = outcome;
     this.checkpointsDeleted(model, result.deleted);
     this.deps.signal.notify();
     // There is no separate tracking run to delete: the model row is the run.
@@ -220,7 +235,7 @@ export class TrainingService {
     const metrics = computeLogMetrics(body.split, body.trajectory_groups);
     const scope = await this.scope(principal);
     return this.db.transaction().execute(async (trx) => {
-      const model = await this.model(scope, modelId, trx);
+      const model = await this.model(scope, modelId, trx, 'share');
       const step = await repo.currentStep(trx, { model });
       await repo.insertTrajectoryGroups(trx, { model, split: body.split, step, groups: body.trajectory_groups });
       await repo.recordMetrics(trx, { model, split: body.split, step, metrics });
@@ -272,7 +287,9 @@ export class TrainingService {
   ): Promise<{ id: string }> {
     const scope = await this.scope(principal);
     const job = await this.db.transaction().execute(async (trx) => {
-      const model = await this.model(scope, args.modelId, trx);
+      // Shared lock: a delete of the model waits until this job is queued (and then cancels it), or this
+      // waits for the delete and finds no model: never a queued job on a deleted model.
+      const model = await this.model(scope, args.modelId, trx, 'share');
       return repo.createJob(trx, { model, kind: args.kind, config: args.config, inputs: args.inputs, maxAttempts: this.deps.config.jobMaxAttempts });
     });
     this.deps.signal.notify();

@@ -20,6 +20,12 @@ function unresolvable(url: string, why: string): UnprocessableError {
   return new UnprocessableError(`Value error, training_data_url ${url} cannot be used: ${why}`, LOC, { input: url, ctx: { error: why } });
 }
 
+/** A PostgreSQL data exception (SQLSTATE class 22): a value out of range or form, not a server fault. */
+function isDataException(error: unknown): boolean {
+  const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined;
+  return typeof code === 'string' && /^22[0-9A-Z]{3}$/.test(code);
+}
+
 /** Splits JSON Lines text into values; blank lines are skipped. */
 export function parseJsonLines(text: string, url: string): unknown[] {
   const rows: unknown[] = [];
@@ -66,6 +72,8 @@ export class SftDataResolver {
     } catch (error) {
       if (error instanceof ForbiddenError) throw error;
       if (error instanceof AppError && error.statusCode < 500) throw unresolvable(url, error.message);
+      // A part of the ref the database cannot take as a value (a number out of range, say) names nothing.
+      if (isDataException(error)) throw unresolvable(url, 'it names nothing that can exist (a part of it is out of range)');
       throw error;
     }
   }

@@ -34,7 +34,19 @@ export interface FakeEngineOptions {
   loadDelayMs?: number;
   /** When set, requests need `Authorization: Bearer <apiKey>` (vLLM's `--api-key`). */
   apiKey?: string;
+  /** Writes this as `model` in answers instead of the requested name (an engine alias, say). */
+  reportModel?: string;
+  /** Lists loaded adapters in /v1/models without `parent`, as engines other than vLLM may. */
+  adaptersWithoutParent?: boolean;
 }
+
+/** What the next load_lora_adapter calls do. */
+export type FakeLoadBehaviour =
+  | { kind: 'ok' }
+  /** Answer with this status and a vLLM error body. */
+  | { kind: 'status'; status: number; message?: string }
+  /** Destroy the connection without answering. */
+  | { kind: 'drop' };
 
 export interface RecordedRequest {
   method: string;
@@ -58,9 +70,11 @@ export interface FakeEngine {
   unloads: Map<string, number>;
   /** Adapter name → path of what is loaded now. */
   adapters: Map<string, string>;
-  options: Required<Omit<FakeEngineOptions, 'apiKey'>> & { apiKey?: string };
+  options: Required<Omit<FakeEngineOptions, 'apiKey' | 'reportModel'>> & { apiKey?: string; reportModel?: string };
   /** Applies to the next `times` chat requests (all of them when omitted), then back to 'ok'. */
   setBehaviour(behaviour: FakeBehaviour, times?: number): void;
+  /** Applies to the next `times` adapter loads (all of them when omitted), then back to 'ok'. */
+  setLoadBehaviour(behaviour: FakeLoadBehaviour, times?: number): void;
   chatRequests(): RecordedRequest[];
   close(): Promise<void>;
 }
@@ -75,7 +89,11 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
     chunkDelayMs: options.chunkDelayMs ?? 0,
     loadDelayMs: options.loadDelayMs ?? 0,
     apiKey: options.apiKey,
+    reportModel: options.reportModel,
+    adaptersWithoutParent: options.adaptersWithoutParent ?? false,
   };
+  let loadBehaviour: FakeLoadBehaviour = { kind: 'ok' };
+  let loadRemaining = Infinity;
   let behaviour: FakeBehaviour = { kind: 'ok' };
   let remaining = Infinity;
   let counter = 0;
@@ -91,6 +109,10 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
     setBehaviour(next, times = Infinity) {
       behaviour = next;
       remaining = times;
+    },
+    setLoadBehaviour(next, times = Infinity) {
+      loadBehaviour = next;
+      loadRemaining = times;
     },
     chatRequests: () => engine.requests.filter((r) => r.path === '/v1/chat/completions'),
     close: async () => {
@@ -134,7 +156,7 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
   function listModels(res: ServerResponse): void {
     const created = Math.floor(Date.now() / 1000);
     const bases = settings.models.map((id) => ({ id, object: 'model', created, owned_by: 'vllm', root: id, parent: null, max_model_len: 4096 }));
-    const loras = [...engine.adapters].map(([id, path]) => ({ id, object: 'model', created, owned_by: 'vllm', root: path, parent: settings.models[0], max_model_len: null }));
+    const loras = [...engine.adapters].map(([id, path]) => ({ id, object: 'model', created, owned_by: 'vllm', root: path, parent: settings.adaptersWithoutParent ? null : settings.models[0], max_model_len: null }));
     json(res, 200, { object: 'list', data: [...bases, ...loras] });
   }
 
@@ -143,7 +165,13 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
     if (engine.adapters.has(body.lora_name) && !body.load_inplace) {
       return vllmError(res, 400, `The lora adapter '${body.lora_name}' has already been loaded.`, 'InvalidUserInput');
     }
+    if (loadRemaining <= 0) loadBehaviour = { kind: 'ok' };
+    loadRemaining -= 1;
+    const current = loadBehaviour;
+    if (current.kind === 'drop') return void res.destroy();
+    if (current.kind === 'status') return vllmError(res, current.status, current.message ?? `fake load failure ${current.status}`, 'BadRequestError');
     if (settings.loadDelayMs > 0) await delay(settings.loadDelayMs);
+    if (res.destroyed) return;
     engine.adapters.set(body.lora_name, body.lora_path);
     engine.loads.set(body.lora_name, (engine.loads.get(body.lora_name) ?? 0) + 1);
     res.writeHead(200, { 'content-type': 'text/plain' }).end(`Success: LoRA adapter '${body.lora_name}' added successfully.`);
@@ -171,10 +199,11 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
       const headers: Record<string, string> = current.retryAfter ? { 'retry-after': current.retryAfter } : {};
       return vllmError(res, current.status, current.message ?? `fake engine failure ${current.status}`, 'InternalServerError', headers);
     }
-    const model = body?.model ?? settings.models[0];
-    if (!settings.models.includes(model) && !engine.adapters.has(model)) {
-      return vllmError(res, 404, `The model \`${model}\` does not exist.`, 'NotFoundError', {}, 'model');
+    const requested = body?.model ?? settings.models[0];
+    if (!settings.models.includes(requested) && !engine.adapters.has(requested)) {
+      return vllmError(res, 404, `The model \`${requested}\` does not exist.`, 'NotFoundError', {}, 'model');
     }
+    const model = settings.reportModel ?? requested;
 
     const id = `chatcmpl-${req.headers['x-request-id'] ?? `fake-${++counter}`}`;
     const created = Math.floor(Date.now() / 1000);

@@ -1,8 +1,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { BackendClient } from '../../src/inference/proxy/client.js';
+import { UpstreamError } from '../../src/errors.js';
 import { RequestAbortedError } from '../../src/inference/proxy/errors.js';
 import { startFakeEngine, type FakeEngine, type FakeEngineOptions } from '../fakes/engine.js';
-import { backendFor, chatBody } from './helpers.js';
+import { backendFor, chatBody, waitFor } from './helpers.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -15,8 +16,8 @@ async function engine(options: FakeEngineOptions = {}): Promise<FakeEngine> {
   return started;
 }
 
-function client(replicas: string[]): BackendClient {
-  const created = new BackendClient(backendFor(replicas));
+function client(replicas: string[], timeouts: { adapterLoadMs?: number } = {}): BackendClient {
+  const created = new BackendClient(backendFor(replicas, { timeouts }));
   cleanups.push(() => created.close());
   return created;
 }
@@ -97,5 +98,61 @@ describe('adapter loading', () => {
     const e = await engine();
     const c = client([e.url]);
     await expect(c.adapters.unload(c.replicas, 'never-loaded')).resolves.toBeUndefined();
+  });
+});
+
+describe('adapter load failures (review fixes)', () => {
+  it('answers a load that outlasts adapter_load_ms with a 504 adapter_load_failed, not a raw error', async () => {
+    const e = await engine({ loadDelayMs: 1_000 });
+    const c = client([e.url], { adapterLoadMs: 100 });
+    const error = await sendWithAdapter(c).catch((err: unknown) => err);
+    expect(error).toBeInstanceOf(UpstreamError);
+    expect(error).toMatchObject({
+      statusCode: 504,
+      code: 'adapter_load_failed',
+      message: `replica ${e.url} of backend test-backend did not load adapter ${adapter.name} from ${adapter.path} within the adapter load timeout of 100 ms`,
+    });
+    expect(c.adapters.isLoaded(c.replicas[0], adapter.name)).toBe(false);
+  });
+
+  it('answers a connection dropped during the load with a 502 adapter_load_failed', async () => {
+    const e = await engine();
+    e.setLoadBehaviour({ kind: 'drop' }, 1);
+    const c = client([e.url]);
+    const error = await sendWithAdapter(c).catch((err: unknown) => err);
+    expect(error).toBeInstanceOf(UpstreamError);
+    expect(error).toMatchObject({
+      statusCode: 502,
+      code: 'adapter_load_failed',
+      message: `replica ${e.url} of backend test-backend failed while loading adapter ${adapter.name} from ${adapter.path}: other side closed`,
+    });
+    // Forgotten: the next request loads it.
+    await sendWithAdapter(c);
+    expect(e.loads.get(adapter.name)).toBe(1);
+  });
+
+  it('answers an engine 4xx to the load with a 502 adapter_load_failed carrying the engine\'s status and message', async () => {
+    const e = await engine();
+    e.setLoadBehaviour({ kind: 'status', status: 400, message: 'No adapter found for /ckpt/agent-001/3' }, 1);
+    const error = await sendWithAdapter(client([e.url])).catch((err: unknown) => err);
+    expect(error).toMatchObject({
+      statusCode: 502,
+      code: 'adapter_load_failed',
+      message: `replica ${e.url} of backend test-backend could not load adapter ${adapter.name} from ${adapter.path} (engine answered 400): No adapter found for /ckpt/agent-001/3`,
+    });
+  });
+
+  it('unloads after a load that was in flight when the unload was asked for', async () => {
+    const e = await engine({ loadDelayMs: 300 });
+    const c = client([e.url]);
+    // The request itself may meet the engine before or after the unload: only the adapter's fate matters.
+    const pending = sendWithAdapter(c).catch(() => undefined);
+    await waitFor(() => e.requests.some((r) => r.path === '/v1/load_lora_adapter'));
+    await c.adapters.unload(c.replicas, adapter.name);
+    await pending;
+    expect(e.loads.get(adapter.name)).toBe(1);
+    expect(e.unloads.get(adapter.name)).toBe(1);
+    expect(e.adapters.has(adapter.name)).toBe(false);
+    expect(c.adapters.isLoaded(c.replicas[0], adapter.name)).toBe(false);
   });
 });

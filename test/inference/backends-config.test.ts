@@ -42,6 +42,7 @@ describe('backends file', () => {
       kind: 'openai-compatible',
       replicas: ['http://127.0.0.1:8001', 'http://127.0.0.1:8002'],
       apiKey: 'secret',
+      apiKeyEnv: 'VLLM_KEY',
       models: ['Qwen/Qwen2.5-7B-Instruct'],
       runtimeLora: true,
       priorityScheduling: true,

@@ -6,6 +6,7 @@ import { sql } from 'kysely';
 import OpenAI from 'openai';
 import { Agent } from 'undici';
 import type { App } from '../../src/app.js';
+import { adapterName } from '../../src/inference/router.js';
 import { createTestApp } from '../helpers/app.js';
 
 /** One backend as written in the backends file, with short, test-friendly timeouts. */
@@ -80,4 +81,20 @@ export function openaiClient(baseURL: string, apiKey: string, options: Construct
   const agent = new Agent();
   const client = new OpenAI({ apiKey, baseURL, maxRetries: 0, fetchOptions: { dispatcher: agent } as never, ...options });
   return { client, close: () => agent.close() };
+}
+
+/** The engine-side adapter name of a stored checkpoint (its name, step and a hash of its id). */
+export async function checkpointAdapter(app: App, args: { entity: string; project: string; name: string; step: number }): Promise<string> {
+  const row = await app.db
+    .selectFrom('checkpoints as c')
+    .innerJoin('models as m', 'm.id', 'c.model_id')
+    .innerJoin('entities as e', 'e.id', 'm.entity_id')
+    .select('c.id')
+    .where('e.name', '=', args.entity)
+    .where('m.project', '=', args.project)
+    .where('m.name', '=', args.name)
+    .where('m.deleted_at', 'is', null)
+    .where('c.step', '=', args.step)
+    .executeTakeFirstOrThrow();
+  return adapterName({ entity: args.entity, project: args.project, model: args.name }, args.step, row.id);
 }

@@ -4,7 +4,7 @@ import type { App } from '../../src/app.js';
 import type { TestUser } from '../helpers/app.js';
 import { createTenants, expectOtherTenantRefused } from '../helpers/tenants.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
-import { addCheckpoint, backendEntry, chat, createGatewayApp, createTrainedModel, sseData } from './gateway-helpers.js';
+import { addCheckpoint, backendEntry, chat, checkpointAdapter, createGatewayApp, createTrainedModel, sseData } from './gateway-helpers.js';
 import { waitFor } from './helpers.js';
 
 let engine: FakeEngine;
@@ -77,7 +77,8 @@ describe('trained checkpoints', () => {
     const response = await post(owner, chat(modelId));
     expect(response.statusCode, response.body).toBe(200);
     expect(response.json().model).toBe(modelId);
-    const adapter = `${owner.entity}/proj/agent:step${step}`;
+    const adapter = await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'agent', step });
+    expect(adapter).toMatch(new RegExp(`^${owner.entity}/proj/agent:step${step}@[0-9a-f]{12}$`));
     expect(lastBody()).toMatchObject({ model: adapter, logprobs: true, return_tokens_as_token_ids: true });
     // The URI prefix is rewritten to the path the engine reads.
     expect(engine.adapters.get(adapter)).toBe(`/mnt/ckpts/agent/${step}`);
@@ -95,13 +96,13 @@ describe('trained checkpoints', () => {
   it('resolves no step to the latest checkpoint as new ones arrive', async () => {
     const moving = await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'moving', steps: [1] });
     expect((await post(owner, chat(`${owner.entity}/proj/moving`))).statusCode).toBe(200);
-    expect(lastBody().model).toBe(`${owner.entity}/proj/moving:step1`);
+    expect(lastBody().model).toBe(await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'moving', step: 1 }));
     await addCheckpoint(app, moving.id, 7, moving.uri(7));
     // Routes are cached briefly per key; a new key of the same user sees the new checkpoint at once.
     const { key } = await app.auth.createKey({ username: owner.username });
     const response = await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${key}` }, payload: chat(`${owner.entity}/proj/moving`) });
     expect(response.statusCode).toBe(200);
-    expect(lastBody().model).toBe(`${owner.entity}/proj/moving:step7`);
+    expect(lastBody().model).toBe(await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'moving', step: 7 }));
   });
 
   it('serves a trained model with no checkpoint yet by its base model, as a rollout', async () => {
@@ -156,15 +157,15 @@ describe('trained checkpoints', () => {
     await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'burst', steps: [5] });
     const responses = await Promise.all(Array.from({ length: 50 }, () => post(owner, chat(`${owner.entity}/proj/burst`))));
     expect(responses.map((r) => r.statusCode)).toEqual(Array(50).fill(200));
-    expect(engine.loads.get(`${owner.entity}/proj/burst:step5`)).toBe(1);
+    expect(engine.loads.get(await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'burst', step: 5 }))).toBe(1);
   });
 
   it('loads again an adapter the engine lost (a restart)', async () => {
-    const name = `${owner.entity}/proj/agent:step1`;
-    await post(owner, chat(name));
+    await post(owner, chat(`${owner.entity}/proj/agent:step1`));
+    const name = await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'agent', step: 1 });
     const loads = engine.loads.get(name)!;
     engine.adapters.delete(name);
-    const response = await post(owner, chat(name));
+    const response = await post(owner, chat(`${owner.entity}/proj/agent:step1`));
     expect(response.statusCode).toBe(200);
     expect(engine.loads.get(name)).toBe(loads + 1);
   });
@@ -172,10 +173,14 @@ describe('trained checkpoints', () => {
   it('unloads the adapters of deleted checkpoints from the engines', async () => {
     const doomed = await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'doomed', steps: [1, 2] });
     for (const step of [1, 2]) expect((await post(owner, chat(`${owner.entity}/proj/doomed:step${step}`))).statusCode).toBe(200);
+    const [first, second] = [
+      await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'doomed', step: 1 }),
+      await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'doomed', step: 2 }),
+    ];
     await sql`delete from checkpoints where model_id = ${doomed.id}`.execute(app.db);
     app.events.emit('checkpoints-deleted', { entity: owner.entity, project: 'proj', model: 'doomed', steps: [1, 2], uris: [doomed.uri(1), doomed.uri(2)] });
-    await waitFor(() => engine.unloads.get(`${owner.entity}/proj/doomed:step2`) === 1);
-    expect(engine.unloads.get(`${owner.entity}/proj/doomed:step1`)).toBe(1);
+    await waitFor(() => engine.unloads.get(second) === 1);
+    expect(engine.unloads.get(first)).toBe(1);
     expect((await post(owner, chat(`${owner.entity}/proj/doomed:step1`))).statusCode).toBe(404);
     // With no checkpoint left, the model is its base model again.
     expect((await post(owner, chat(`${owner.entity}/proj/doomed`))).statusCode).toBe(200);

@@ -72,10 +72,21 @@ describe('BackendClient requests', () => {
     expect(error).toMatchObject({ statusCode: 404, code: 'model_not_found', param: 'model', message: 'The model `nope` does not exist.' });
   });
 
-  it('reads the flat error body of vLLM before 0.10.1 and its plain auth error', async () => {
+  it('turns an engine 401 (its plain auth error) into a 502 upstream_unauthorized naming the key variable, not the caller\'s 401', async () => {
     const e = await engine({ apiKey: 'right' });
-    const error = await send(client(backendFor([e.url], { apiKey: 'wrong' }))).catch((err: unknown) => err);
-    expect(error).toMatchObject({ statusCode: 401, message: 'Unauthorized' });
+    const error = await send(client(backendFor([e.url], { apiKey: 'wrong', apiKeyEnv: 'VLLM_KEY' }))).catch((err: unknown) => err);
+    expect(error).toBeInstanceOf(UpstreamError);
+    expect(error).toMatchObject({
+      statusCode: 502,
+      code: 'upstream_unauthorized',
+      message: `replica ${e.url} of backend test-backend refused the gateway's credentials (401: Unauthorized); check that VLLM_KEY holds the key the engine was started with (--api-key)`,
+    });
+    const keyless = await send(client(backendFor([e.url]))).catch((err: unknown) => err);
+    expect(keyless).toMatchObject({
+      statusCode: 502,
+      code: 'upstream_unauthorized',
+      message: `replica ${e.url} of backend test-backend refused the gateway's credentials (401: Unauthorized); the backend has no api_key_env; set it to the variable holding the engine's --api-key`,
+    });
   });
 
   it('releases the replica once a response has been read', async () => {
@@ -325,5 +336,58 @@ describe('BackendClient cancellation', () => {
     const e = await engine();
     await expect(send(client(backendFor([e.url])), {}, AbortSignal.abort())).rejects.toBeInstanceOf(RequestAbortedError);
     expect(e.requests).toHaveLength(0);
+  });
+});
+
+describe('BackendClient breaker accounting (review fixes)', () => {
+  it('does not count a request it could not build (an invalid header) against the replica', async () => {
+    const e = await engine();
+    const c = client(backendFor([e.url]), { breaker: { failureThreshold: 2, openMs: 60_000 } });
+    for (const id of ['日本', 'a\nb', 'a\rb']) {
+      const error = await c.send({ path: '/v1/chat/completions', body: chatBody(), headers: { 'x-request-id': id } }).catch((err: unknown) => err);
+      expect(error).toBeInstanceOf(UpstreamError);
+      expect(error).toMatchObject({ statusCode: 502, code: 'upstream_error' });
+    }
+    expect(c.replicas[0].breaker.state).toBe('closed');
+    expect(e.chatRequests()).toHaveLength(0);
+    expect((await send(c)).status).toBe(200);
+  });
+
+  it('waits for a non-streaming completion past the first-byte timeout, bounded by the total one', async () => {
+    const e = await engine({ latencyMs: 400 });
+    const c = client(backendFor([e.url], { timeouts: { firstByteMs: 100, totalMs: 2_000 } }), { breaker: { failureThreshold: 1, openMs: 60_000 } });
+    const response = await c.send({ path: '/v1/chat/completions', body: chatBody(), wholeBody: true });
+    expect(await response.json()).toMatchObject({ object: 'chat.completion', choices: [{ message: { content: 'Hello from the' } }] });
+    expect(c.replicas[0].breaker.state).toBe('closed');
+  });
+
+  it('does not hold a total timeout of a non-streaming completion against the replica', async () => {
+    const e = await engine({ latencyMs: 1_000 });
+    const c = client(backendFor([e.url], { timeouts: { firstByteMs: 100, totalMs: 300 } }), { breaker: { failureThreshold: 1, openMs: 60_000 } });
+    const error = await c.send({ path: '/v1/chat/completions', body: chatBody(), wholeBody: true }).catch((err: unknown) => err);
+    expect(error).toMatchObject({
+      statusCode: 504,
+      code: 'upstream_timeout',
+      message: `replica ${e.url} of backend test-backend sent nothing within the total timeout of 300 ms`,
+    });
+    expect(c.replicas[0].breaker.state).toBe('closed');
+  });
+
+  it('does not time out, or blame the engine, when the consumer reads slowly while chunks keep arriving', async () => {
+    const e = await engine({ chunks: 30, chunkDelayMs: 10 });
+    const c = client(backendFor([e.url], { timeouts: { idleMs: 150 } }), { breaker: { failureThreshold: 1, openMs: 60_000 } });
+    const response = await send(c, { stream: true });
+    const data: string[] = [];
+    const parser = new SseParser();
+    let first = true;
+    for await (const chunk of response.body) {
+      data.push(...parser.push(chunk).map((event) => event.data));
+      // A client that stops reading for longer than the idle timeout while the engine goes on.
+      if (first) await new Promise((resolve) => setTimeout(resolve, 600));
+      first = false;
+    }
+    expect(data.at(-1)).toBe('[DONE]');
+    expect(data.filter((d) => d.includes('"content"'))).toHaveLength(1 + 30 + 1);
+    expect(c.replicas[0].breaker.state).toBe('closed');
   });
 });

@@ -71,3 +71,21 @@ describe('BackendRegistry', () => {
     expect(warnings.length).toBeGreaterThan(0);
   });
 });
+
+describe('BackendRegistry and adapter-shaped ids (review fixes)', () => {
+  it('never takes a checkpoint-shaped id an engine lists without parent as a base model', async () => {
+    const e = await startFakeEngine({ models: ['m/base', 'org/family/model'], adaptersWithoutParent: true });
+    cleanups.push(() => e.close());
+    e.adapters.set('acme/agents/a1:step3@0123456789ab', '/ckpt/a1/3');
+    e.adapters.set('acme/agents/a1:step2', '/ckpt/a1/2');
+    const r = registry([backendFor([e.url], { models: 'discover', runtimeLora: true })], log);
+    await r.discover();
+    expect((await r.list()).map((m) => m.id).sort()).toEqual(['m/base', 'org/family/model']);
+    expect(r.lookup('acme/agents/a1:step3@0123456789ab')).toBeUndefined();
+    expect(r.lookup('acme/agents/a1:step2')).toBeUndefined();
+    // They are known as adapters the engine holds, so deletion can unload them.
+    const client = r.clients[0];
+    expect(client.adapters.isLoaded(client.replicas[0], 'acme/agents/a1:step3@0123456789ab')).toBe(true);
+    expect(client.adapters.isLoaded(client.replicas[0], 'acme/agents/a1:step2')).toBe(true);
+  });
+});

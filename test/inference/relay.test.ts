@@ -23,7 +23,7 @@ async function relay(parts: (string | Error)[], options: { clientWantsUsage?: bo
   const upstream = parts.map((p) => (typeof p === 'string' ? p : p));
   const stream = relayStream(from(upstream), {
     clientWantsUsage: options.clientWantsUsage ?? false,
-    rewriteModel: options.rewrite ? { from: 'team/p/agent:step3', to: 'wandb-artifact:///team/p/agent' } : undefined,
+    model: options.rewrite ? 'wandb-artifact:///team/p/agent' : undefined,
     signal: new Cancel(),
     onEnd: (o) => (outcome = o),
   });
@@ -82,11 +82,20 @@ describe('relayStream', () => {
     expect(outcome).toMatchObject({ error: { status: 502, code: 'upstream_error' }, contentChunks: 1, usage: undefined });
   });
 
-  it('notes an engine\'s own error event', async () => {
+  it('rewrites an engine\'s own error event into the OpenAI envelope with a string code', async () => {
     const error = 'data: {"error":{"message":"Internal server error","type":"InternalServerError","param":null,"code":500}}\n\n';
     const { text, outcome } = await relay([role, error, done]);
-    expect(text).toBe(role + error + done);
-    expect(outcome.error).toEqual({ status: 200, code: 'engine_error' });
+    expect(text).toBe(
+      role + 'data: {"error":{"message":"Internal server error","type":"server_error","param":null,"code":"upstream_error"}}\n\n' + done,
+    );
+    expect(outcome.error).toEqual({ status: 502, code: 'upstream_error' });
+
+    const refused = 'data: {"error":{"message":"bad grammar","type":"BadRequestError","param":"structured_outputs","code":400}}\n\n';
+    const second = await relay([role, refused, done]);
+    expect(second.text).toBe(
+      role + 'data: {"error":{"message":"bad grammar","type":"invalid_request_error","param":"structured_outputs","code":"invalid_request"}}\n\n' + done,
+    );
+    expect(second.outcome.error).toEqual({ status: 400, code: 'invalid_request' });
   });
 });
 
@@ -98,11 +107,18 @@ describe('completion text helpers', () => {
     expect(readUsage('{"choices":[]}')).toBeUndefined();
   });
 
-  it('rewrite the first model field only, compact or spaced', () => {
-    const rewrite = modelRewriter('a/b:step1', 'a/b');
+  it('rewrite the first top-level model field only, compact or spaced, whatever its value', () => {
+    const rewrite = modelRewriter('a/b');
     expect(rewrite('{"model":"a/b:step1","x":{"model":"a/b:step1"}}')).toBe('{"model":"a/b","x":{"model":"a/b:step1"}}');
-    expect(rewrite('{"model": "a/b:step1"}')).toBe('{"model":"a/b"}');
-    expect(rewrite('{"model":"other"}')).toBe('{"model":"other"}');
+    expect(rewrite('{"model": "a/b:step1"}')).toBe('{"model": "a/b"}');
+    // An engine alias, null, or an escaped string: the client's id still replaces it.
+    expect(rewrite('{"id":"x","model":"other","choices":[]}')).toBe('{"id":"x","model":"a/b","choices":[]}');
+    expect(rewrite('{"model" : null}')).toBe('{"model" : "a/b"}');
+    expect(rewrite('{"model":"q\\"uo\\\\te","n":1}')).toBe('{"model":"a/b","n":1}');
+    // A nested model before the top-level one, or a "model" string value, is not the field.
+    expect(rewrite('{"meta":{"model":"inner"},"note":"model","model":"outer"}')).toBe('{"meta":{"model":"inner"},"note":"model","model":"a/b"}');
+    expect(rewrite('data: {"object":"chat.completion.chunk","model":"x"}\n\n')).toBe('data: {"object":"chat.completion.chunk","model":"a/b"}\n\n');
+    expect(rewrite('{"choices":[]}')).toBe('{"choices":[]}');
   });
 });
 

@@ -33,10 +33,13 @@ describe('POST /graphql', () => {
 
   it('answers any other query with a GraphQL error body', async () => {
     const cases: [string, string][] = [
-      ['query Project($name: String!, $entityName: String!) { project(name: $name, entityName: $entityName) { name } }', 'Field "project" takes no arguments here.'],
-      ['{ models { name } }', 'Cannot query field "models" on type "Query". Only viewer { username defaultEntity { name } } is supported.'],
+      ['{ project(name: "p", entityName: "someone-else") { name } }', 'This API key cannot reach entity "someone-else".'],
+      ['{ project(name: "p", entityName: "x") { id } }', 'This API key cannot reach entity "x".'],
+      ['{ models { name } }', 'Cannot query field "models" on type "Query". Only viewer and project are supported.'],
       ['{ viewer { email } }', 'Cannot query field "email" on type "User".'],
-      ['mutation UpsertModel { upsertModel { model { name } } }', 'Only the viewer query is supported, not a mutation.'],
+      ['{ viewer(id: 1) { username } }', 'Unknown argument "id" on field "viewer".'],
+      ['mutation { deleteModel(id: "x") { success } }', 'Cannot query field "deleteModel" on type "Mutation". Only upsertModel is supported.'],
+      ['subscription { viewer { username } }', 'Only queries and the upsertModel mutation are supported, not a subscription.'],
       ['{ viewer { username }', 'Syntax Error: Expected Name, found <EOF>.'],
       ['{ viewer }', 'Field "viewer" of type "User" must have a selection of subfields.'],
     ];
@@ -45,6 +48,29 @@ describe('POST /graphql', () => {
       expect(response.statusCode, query).toBe(200);
       expect(response.json(), query).toEqual({ data: null, errors: [{ message }] });
     }
+  });
+
+  it('answers Python weave\'s Project query and UpsertModel mutation for an entity the key reaches (reference §4.3)', async () => {
+    const askWith = (query: string, variables: Record<string, unknown>) =>
+      app.inject({ method: 'POST', url: '/graphql', headers: { authorization: basicAuth(user.key), 'content-type': 'application/json' }, payload: { query, variables } });
+    const project = await askWith(
+      'query Project($name: String!, $entityName: String!) {\n  project(name: $name, entityName: $entityName) {\n    name\n  }\n}\n',
+      { name: 'my-project', entityName: user.entity },
+    );
+    expect(project.statusCode).toBe(200);
+    expect(project.json()).toEqual({ data: { project: { name: 'my-project' } } });
+    const upsert = await askWith(
+      'mutation UpsertModel($name: String!, $id: String, $entity: String!, $description: String, $repo: String) {\n' +
+        '  upsertModel(input: {id: $id, name: $name, entityName: $entity, description: $description, repo: $repo}) {\n    model {\n      name\n      description\n    }\n  }\n}\n',
+      { name: 'my-project', entity: user.entity, description: null, id: null, repo: null },
+    );
+    expect(upsert.statusCode).toBe(200);
+    expect(upsert.json()).toEqual({ data: { upsertModel: { model: { name: 'my-project', description: null } } } });
+    const other = await askWith('query Project($name: String!, $entityName: String!) { project(name: $name, entityName: $entityName) { name } }', {
+      name: 'p',
+      entityName: 'not-mine',
+    });
+    expect(other.json()).toEqual({ data: null, errors: [{ message: 'This API key cannot reach entity "not-mine".' }] });
   });
 
   it('needs a key, and rejects bad bodies', async () => {

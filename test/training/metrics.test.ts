@@ -78,6 +78,20 @@ describe('computeLogMetrics', () => {
     expect(Object.values(metrics).every(Number.isFinite)).toBe(true);
   });
 
+  it('leaves out means that overflow to Infinity instead of storing them as null', () => {
+    const metrics = computeLogMetrics(
+      'val',
+      groups([{ trajectories: [{ reward: 1e308, metrics: { big: 1e308, turns: 2 } }, { reward: 1e308, metrics: { big: 1e308, turns: 4 } }], metrics: { g: 1e308 } }, { metrics: { g: 1e308 } }]),
+    );
+    expect(metrics).toEqual({
+      'val/turns': 3,
+      'val/exception_rate': 0,
+      'data/step_num_scenarios': 2,
+      'data/step_num_trajectories': 2,
+      'data/step_num_groups_submitted': 2,
+    });
+  });
+
   it('lets the computed reward win over a trajectory metric named reward', () => {
     const metrics = computeLogMetrics('val', groups([{ trajectories: [{ reward: 1, metrics: { reward: 99 } }] }]));
     expect(metrics['val/reward']).toBe(1);

@@ -72,6 +72,8 @@ export interface BackendConfig {
   /** Replica base URLs without a trailing slash or `/v1`. */
   readonly replicas: readonly string[];
   readonly apiKey: string | undefined;
+  /** The environment variable the key was read from, for error messages (never the key itself). */
+  readonly apiKeyEnv?: string;
   /** Base model names, or 'discover' to read them from the replicas. */
   readonly models: readonly string[] | 'discover';
   readonly runtimeLora: boolean;
@@ -128,6 +130,7 @@ export function parseBackends(text: string, source: string, env: Readonly<Record
       kind: entry.kind,
       replicas: Object.freeze(entry.replicas.map(normaliseReplicaUrl)),
       apiKey,
+      apiKeyEnv: entry.api_key_env,
       models: entry.models === 'discover' ? 'discover' : Object.freeze([...entry.models]),
       runtimeLora: entry.runtime_lora,
       priorityScheduling: entry.priority_scheduling,

@@ -1,4 +1,5 @@
 import type { Logger } from '../logger.js';
+import { isAdapterShaped } from '../model-name.js';
 import { BackendClient, type ClientOptions } from '../proxy/client.js';
 import type { BackendConfig } from './config.js';
 
@@ -76,6 +77,12 @@ export class BackendRegistry {
     return this.served.get(id);
   }
 
+  /** Starts a re-read of the discovering backends in the background, at most every missRefreshMs. */
+  refreshSoon(): void {
+    if (!this.discovers() || this.discovering || Date.now() - this.lastDiscoveryAt < this.missRefreshMs) return;
+    void this.discover().catch(() => undefined);
+  }
+
   /** Every served base model, after the first discovery has finished. */
   async list(): Promise<ServedModel[]> {
     if (this.firstDiscovery) await this.firstDiscovery;
@@ -112,10 +119,12 @@ export class BackendRegistry {
             try {
               const models = await client.listModels(replica, Math.min(DISCOVERY_TIMEOUT_MS, client.backend.timeouts.firstByteMs));
               answered = true;
-              // vLLM lists runtime-loaded adapters with their base model as `parent`.
-              const adapters = models.filter((m) => m.parent).map((m) => m.id);
+              // vLLM lists runtime-loaded adapters with their base model as `parent`; other engines may
+              // list them without one, so checkpoint-shaped ids are adapters whatever they say.
+              const isAdapter = (m: { id: string; parent?: string | null }) => Boolean(m.parent) || isAdapterShaped(m.id);
+              const adapters = models.filter(isAdapter).map((m) => m.id);
               if (client.backend.runtimeLora) client.adapters.markLoaded(replica, adapters);
-              for (const model of models) if (!model.parent) bases.set(model.id, model.root ?? model.id);
+              for (const model of models) if (!isAdapter(model)) bases.set(model.id, model.root ?? model.id);
             } catch (error) {
               this.log.warn({ err: error, backend: client.backend.name, replica: replica.url }, 'could not read the models of an engine replica');
             }

@@ -1,7 +1,7 @@
 import { UpstreamError } from '../../errors.js';
 import type { CancelSignal } from './cancel.js';
-import { engineErrorDetails, RequestAbortedError } from './errors.js';
-import type { Replica } from './replica.js';
+import { engineErrorDetails, RequestAbortedError, upstreamUnauthorized } from './errors.js';
+import { isConnectError, isTimeoutError, type Replica } from './replica.js';
 
 export interface AdapterSpec {
   /** The name the engine serves it under (the `model` of requests that use it). */
@@ -18,11 +18,15 @@ export interface AdapterSpec {
 export class AdapterLoader {
   private readonly loads = new Map<string, Promise<void>>();
 
+  private readonly backendName: string;
+
   constructor(
-    private readonly backendName: string,
+    private readonly backend: { name: string; apiKeyEnv?: string },
     private readonly headers: Record<string, string>,
     private readonly timeoutMs: number,
-  ) {}
+  ) {
+    this.backendName = backend.name;
+  }
 
   /** Resolves once the adapter is loaded on the replica; the caller's abort stops only its wait. */
   ensureLoaded(replica: Replica, adapter: AdapterSpec, signal?: CancelSignal): Promise<void> {
@@ -40,6 +44,16 @@ export class AdapterLoader {
     return this.loads.has(keyOf(replica, name));
   }
 
+  /** Names of the adapters known on a replica (loaded, loading, or listed by the engine) that pass `test`. */
+  namesOn(replica: Replica, test: (name: string) => boolean): string[] {
+    const prefix = `${replica.url}\n`;
+    const names: string[] = [];
+    for (const key of this.loads.keys()) {
+      if (key.startsWith(prefix) && test(key.slice(prefix.length))) names.push(key.slice(prefix.length));
+    }
+    return names;
+  }
+
   /** Records adapters an engine already serves (read from its /v1/models), so they are not reloaded. */
   markLoaded(replica: Replica, names: readonly string[]): void {
     for (const name of names) this.loads.set(keyOf(replica, name), Promise.resolve());
@@ -50,10 +64,14 @@ export class AdapterLoader {
     this.loads.delete(keyOf(replica, name));
   }
 
-  /** Unloads an adapter from every replica; one the engine does not know counts as unloaded. */
+  /**
+   * Unloads an adapter from every replica; one the engine does not know counts as unloaded. A load
+   * still in flight is waited for first, so that it cannot land on the engine after the unload.
+   */
   async unload(replicas: readonly Replica[], name: string): Promise<void> {
     await Promise.all(
       replicas.map(async (replica) => {
+        await this.loads.get(keyOf(replica, name))?.catch(() => undefined);
         this.forget(replica, name);
         const response = await replica.control({
           method: 'POST',
@@ -71,19 +89,36 @@ export class AdapterLoader {
   }
 
   private async load(replica: Replica, adapter: AdapterSpec): Promise<void> {
-    const response = await replica.control({
-      method: 'POST',
-      path: '/v1/load_lora_adapter',
-      body: { lora_name: adapter.name, lora_path: adapter.path },
-      headers: this.headers,
-      timeoutMs: this.timeoutMs,
-    });
+    const what = `replica ${replica.url} of backend ${this.backendName}`;
+    let response;
+    try {
+      response = await replica.control({
+        method: 'POST',
+        path: '/v1/load_lora_adapter',
+        body: { lora_name: adapter.name, lora_path: adapter.path },
+        headers: this.headers,
+        timeoutMs: this.timeoutMs,
+      });
+    } catch (error) {
+      // A connect error goes back as is: the client tries another replica.
+      if (isConnectError(error)) throw error;
+      if (isTimeoutError(error)) {
+        throw new UpstreamError(`${what} did not load adapter ${adapter.name} from ${adapter.path} within the adapter load timeout of ${this.timeoutMs} ms`, {
+          statusCode: 504,
+          code: 'adapter_load_failed',
+        });
+      }
+      throw new UpstreamError(`${what} failed while loading adapter ${adapter.name} from ${adapter.path}: ${(error as Error).message}`, {
+        code: 'adapter_load_failed',
+      });
+    }
     if (response.status < 400) return;
     const { message } = engineErrorDetails(response.text, response.status);
+    if (response.status === 401 || response.status === 403) throw upstreamUnauthorized(this.backend, replica.url, response.status, message);
     // Another gateway process sharing this engine may have loaded it first.
     if (response.status === 400 && /already been loaded/i.test(message)) return;
     throw new UpstreamError(
-      `replica ${replica.url} of backend ${this.backendName} could not load adapter ${adapter.name} from ${adapter.path}: ${message}`,
+      `${what} could not load adapter ${adapter.name} from ${adapter.path} (engine answered ${response.status}): ${message}`,
       { code: 'adapter_load_failed' },
     );
   }

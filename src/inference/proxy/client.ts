@@ -5,8 +5,8 @@ import type { BackendConfig } from '../backends/config.js';
 import { AdapterLoader, type AdapterSpec } from './adapters.js';
 import { Cancel, sleep, type CancelSignal } from './cancel.js';
 import { DEFAULT_BREAKER, type BreakerOptions } from './breaker.js';
-import { EngineError, engineErrorDetails, RequestAbortedError, StreamInterruptedError } from './errors.js';
-import { isConnectError, Replica, retryAfterMs } from './replica.js';
+import { EngineError, engineErrorDetails, RequestAbortedError, StreamInterruptedError, upstreamUnauthorized } from './errors.js';
+import { isConnectError, isUpstreamFault, Replica, retryAfterMs } from './replica.js';
 
 export interface UpstreamRequest {
   method?: 'GET' | 'POST';
@@ -20,6 +20,11 @@ export interface UpstreamRequest {
   signal?: CancelSignal;
   /** A LoRA adapter to load on the chosen replica before sending. */
   adapter?: AdapterSpec;
+  /**
+   * The engine sends the body only once generation is done (a non-streaming completion): no
+   * first-byte timer, the total timeout bounds the wait.
+   */
+  wholeBody?: boolean;
 }
 
 export interface UpstreamResponse {
@@ -85,7 +90,7 @@ export class BackendClient {
       (url) => new Replica(url, { connectMs: backend.timeouts.connectMs, breaker, now: this.now }),
     );
     this.baseHeaders = backend.apiKey ? { authorization: `Bearer ${backend.apiKey}` } : {};
-    this.adapters = new AdapterLoader(backend.name, this.baseHeaders, backend.timeouts.adapterLoadMs);
+    this.adapters = new AdapterLoader(backend, this.baseHeaders, backend.timeouts.adapterLoadMs);
   }
 
   /**
@@ -183,12 +188,20 @@ export class BackendClient {
     const timeouts = this.backend.timeouts;
     const controller = new Cancel();
     let timedOut: TimeoutKind | undefined;
+    let body: Readable | undefined;
     const expire = (kind: TimeoutKind) => () => {
+      // Chunks the engine sent that the consumer has not taken yet: the wait is the client's
+      // (backpressure), not the engine's, so the idle timer starts again.
+      if (kind === 'idle' && body !== undefined && body.readableLength > 0) {
+        phaseTimer?.refresh();
+        return;
+      }
       timedOut = kind;
       controller.abort();
     };
     const totalTimer = setTimeout(expire('total'), Math.max(0, deadline - this.now()));
-    let phaseTimer = setTimeout(expire('first byte'), timeouts.firstByteMs);
+    // A non-streaming completion sends nothing until it is done, so only the total timeout bounds it.
+    let phaseTimer: NodeJS.Timeout | undefined = request.wholeBody ? undefined : setTimeout(expire('first byte'), timeouts.firstByteMs);
     const onClientAbort = () => controller.abort();
     signal?.addEventListener('abort', onClientAbort, { once: true });
 
@@ -210,16 +223,23 @@ export class BackendClient {
       if (ok) replica.breaker.onSuccess();
       else replica.breaker.onFailure();
     };
-    /** The error for a failure before the first byte. */
+    /**
+     * The error for a failure before the first byte. Only the engine's faults count against its
+     * breaker: connect and socket errors and first-byte or idle timeouts. The total timeout bounds a
+     * long generation (or a slow client), and an error building the request is the gateway's own.
+     */
     const failure = (error: unknown): Error | RetryableFailure => {
       release();
       if (timedOut) {
-        judge(false);
+        if (timedOut !== 'total') judge(false);
         return this.timeout(replica, timedOut);
       }
       if (signal?.aborted) return new RequestAbortedError();
-      judge(false);
-      if (isConnectError(error)) return new RetryableFailure(this.unreachable(replica, error));
+      if (isConnectError(error)) {
+        judge(false);
+        return new RetryableFailure(this.unreachable(replica, error));
+      }
+      if (isUpstreamFault(error)) judge(false);
       return new UpstreamError(`replica ${replica.url} of backend ${this.backend.name} failed: ${(error as Error).message}`);
     };
 
@@ -237,14 +257,14 @@ export class BackendClient {
     } catch (error) {
       throw failure(error);
     }
-    const body = response.body as Readable;
+    body = response.body as Readable;
     // The stream closes when it ends, fails, or is destroyed by an abort or timer: the one place to release.
     body.once('close', release);
 
     if (response.statusCode >= 400) {
       let text = '';
       try {
-        text = await readCapped(body, ERROR_BODY_LIMIT);
+        text = await readCapped(body!, ERROR_BODY_LIMIT);
       } catch (error) {
         throw failure(error);
       }
@@ -255,6 +275,7 @@ export class BackendClient {
       else if (status !== 429) judge(true);
       release();
       const { message, param } = engineErrorDetails(text, status);
+      if (status === 401 || status === 403) throw upstreamUnauthorized(this.backend, replica.url, status, message);
       const error =
         status < 500
           ? new EngineError(status, message, { param, retryAfterMs: waitMs })
@@ -264,7 +285,7 @@ export class BackendClient {
       throw RETRYABLE_STATUS.has(status) ? new RetryableFailure(error) : error;
     }
 
-    const iterator = body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+    const iterator = (body as Readable)[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
     let first: IteratorResult<Buffer>;
     try {
       first = await iterator.next();
@@ -273,12 +294,14 @@ export class BackendClient {
     }
     judge(true);
     clearTimeout(phaseTimer);
-    if (!first.done) phaseTimer = setTimeout(expire('idle'), timeouts.idleMs);
+    phaseTimer = first.done ? undefined : setTimeout(expire('idle'), timeouts.idleMs);
 
     const backendName = this.backend.name;
     const interrupted = (error: unknown): Error => {
       if (timedOut) {
-        replica.breaker.onFailure();
+        // An idle engine is a failure; the total timeout is a long answer (or a slow client), and
+        // idle timeouts caused by a slow client are re-armed, never fired (see expire).
+        if (timedOut === 'idle') replica.breaker.onFailure();
         return new StreamInterruptedError(`replica ${replica.url} of backend ${backendName} hit the ${timedOut} timeout mid-response`, { timeout: true, cause: error });
       }
       if (signal?.aborted) return new RequestAbortedError();
@@ -303,7 +326,7 @@ export class BackendClient {
             done = true;
             return;
           }
-          phaseTimer.refresh();
+          phaseTimer?.refresh();
           yield next.value;
         }
       } finally {

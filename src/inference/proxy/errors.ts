@@ -1,11 +1,11 @@
-import { AppError } from '../../errors.js';
+import { AppError, UpstreamError } from '../../errors.js';
 
 /**
  * Errors of the upstream client. Before the first byte a failure is an AppError with a real status;
  * after it (the client already has a 200) it is a StreamInterruptedError, sent as an SSE error event.
  */
 
-const ENGINE_CODES: Record<number, string> = {
+export const ENGINE_CODES: Record<number, string> = {
   400: 'invalid_request',
   401: 'upstream_unauthorized',
   403: 'upstream_forbidden',
@@ -31,6 +31,25 @@ export class EngineError extends AppError {
   }
   /** From the engine's Retry-After, for the gateway's own Retry-After header. */
   readonly retryAfterMs: number | undefined;
+}
+
+/**
+ * The engine refused trainyard's own credentials (401/403): a gateway misconfiguration, not the
+ * caller's, so it is a 502 naming the backend's key variable rather than the caller's auth error.
+ */
+export function upstreamUnauthorized(
+  backend: { name: string; apiKeyEnv?: string },
+  replicaUrl: string,
+  status: number,
+  engineMessage: string,
+): UpstreamError {
+  const fix = backend.apiKeyEnv
+    ? `check that ${backend.apiKeyEnv} holds the key the engine was started with (--api-key)`
+    : 'the backend has no api_key_env; set it to the variable holding the engine\'s --api-key';
+  return new UpstreamError(
+    `replica ${replicaUrl} of backend ${backend.name} refused the gateway's credentials (${status}: ${engineMessage}); ${fix}`,
+    { code: 'upstream_unauthorized' },
+  );
 }
 
 /** The upstream failed after the first byte of a 2xx body had been received. */

@@ -66,6 +66,30 @@ export function isConnectError(error: unknown): boolean {
   return typeof code === 'string' && CONNECT_ERROR_CODES.has(code);
 }
 
+/** Failures of the engine or its connection once reached (resets, a malformed answer). */
+const UPSTREAM_FAULT_CODES = new Set([
+  'UND_ERR_SOCKET',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'UND_ERR_HEADERS_OVERFLOW',
+  'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
+]);
+
+/**
+ * Whether an error of a request that was not answered is the engine's fault (counted against its
+ * breaker), as opposed to the gateway's own (an invalid header, say), which says nothing of the engine.
+ */
+export function isUpstreamFault(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && (UPSTREAM_FAULT_CODES.has(code) || code.startsWith('HPE_') || CONNECT_ERROR_CODES.has(code));
+}
+
+/** A timeout of `control` (AbortSignal.timeout). */
+export function isTimeoutError(error: unknown): boolean {
+  return (error as { name?: unknown } | null)?.name === 'TimeoutError';
+}
+
 /** Retry-After (seconds or an HTTP date) or retry-after-ms, as milliseconds from now. */
 export function retryAfterMs(headers: IncomingHttpHeaders, now: number): number | undefined {
   const ms = headers['retry-after-ms'];

@@ -1,12 +1,18 @@
 import { Readable } from 'node:stream';
 import type { FastifyReply } from 'fastify';
+import { losslessJsonText } from '../json.js';
 
 /**
  * Sends rows as JSON Lines (reference §1.1) as they come from `batches`: the first batch is read before
  * the headers go out, so a bad query still answers with a proper error status; later batches are read
  * only as the client takes the earlier ones (stream back-pressure). An empty result is an empty body.
  */
-export async function sendJsonLines(reply: FastifyReply, batches: AsyncIterator<readonly unknown[]>): Promise<FastifyReply> {
+export async function sendJsonLines(
+  reply: FastifyReply,
+  batches: AsyncIterator<readonly unknown[]>,
+  options: { lossless?: boolean } = {},
+): Promise<FastifyReply> {
+  const encode = options.lossless ? encodeLossless : encodePlain;
   const first = await batches.next();
   async function* lines(): AsyncGenerator<string> {
     try {
@@ -26,8 +32,23 @@ export async function sendJsonLines(reply: FastifyReply, batches: AsyncIterator<
   return reply.send(Readable.from(lines(), { objectMode: false }));
 }
 
-function encode(rows: readonly unknown[]): string {
+function encodePlain(rows: readonly unknown[]): string {
   let out = '';
   for (const row of rows) out += `${JSON.stringify(row)}\n`;
   return out;
+}
+
+/** For stored digested values (table rows), which may hold LosslessNumbers. */
+function encodeLossless(rows: readonly unknown[]): string {
+  let out = '';
+  for (const row of rows) out += `${losslessJsonText(row)}\n`;
+  return out;
+}
+
+/**
+ * Sends a JSON body that may hold LosslessNumbers (stored object values, table rows): their number text
+ * goes out as stored, so `1.0` and integers beyond 2^53 read back as sent.
+ */
+export function sendLosslessJson(reply: FastifyReply, body: unknown): FastifyReply {
+  return reply.type('application/json; charset=utf-8').serializer((payload) => payload as string).send(losslessJsonText(body));
 }

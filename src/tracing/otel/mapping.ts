@@ -1,11 +1,15 @@
 import { createHash } from 'node:crypto';
-import type { EndedCall, StartedCall } from '../schemas/calls.js';
+import { isValidIsoDateTime } from '../schemas/common.js';
 import { SPAN_KINDS, STATUS_CODES, STATUS_ERROR, type AttrValue, type KeyValue, type OtlpResourceSpans, type OtlpScope, type OtlpSpan } from './model.js';
 
 /**
  * Span → call (reference §6, after weave's opentelemetry/constants.py and attributes.py): ids, op name,
  * times, inputs/output/usage/attributes by the priority lists below, status → exception, wandb.* keys,
  * and the whole span kept as `otel_dump` (read back as `attributes.otel_span`).
+ *
+ * This is the hot path of OTel ingest (bench/otel.ts), so the lookup keys are split once, the
+ * resource and scope parts of the dump are built once per export, and a span becomes one complete
+ * call row directly (no start/end pair to merge again).
  */
 
 /** Why a span was not stored; counted in partial_success. */
@@ -42,19 +46,52 @@ const MAX_OP_NAME = 128;
 type Tree = { [key: string]: AttrValue };
 const isObject = (v: unknown): v is Tree => v !== null && typeof v === 'object' && !Array.isArray(v);
 
-/** `a.b.c` keys as nested objects; a key that is both a value and a prefix of another rejects the span. */
+/** A lookup key split once: `events.<name>` names the attributes of the span's events of that name. */
+interface Lookup {
+  key: string;
+  parts: readonly string[];
+  event?: string;
+}
+const lookup = (key: string): Lookup => (key.startsWith('events.') ? { key, parts: [], event: key.slice('events.'.length) } : { key, parts: key.split('.') });
+const INPUTS = INPUT_KEYS.map(lookup);
+const OUTPUTS = OUTPUT_KEYS.map(lookup);
+const USAGE = Object.entries(USAGE_KEYS).map(([name, keys]) => ({ name, parts: keys.map((key) => key.split('.')) }));
+const ATTRIBUTES = Object.entries(ATTRIBUTE_KEYS).map(([name, keys]) => ({ name, lookups: keys.map(lookup) }));
+const path = (key: string): readonly string[] => key.split('.');
+const WANDB_ATTRIBUTES = path('wandb.attributes');
+const LANGFUSE_START = path('langfuse.startTime');
+const LANGFUSE_END = path('langfuse.endTime');
+const DISPLAY_NAME = path('wandb.display_name');
+const THREAD_ID = path('wandb.thread_id');
+const VERTEX_SESSION = path('gcp.vertex.agent.session_id');
+const IS_TURN = path('wandb.is_turn');
+const RUN_ID = path('wandb.wb_run_id');
+const RUN_STEP = path('wandb.wb_run_step');
+const RUN_STEP_END = path('wandb.wb_run_step_end');
+const EXCEPTION_TYPE = path('exception.type');
+const EXCEPTION_MESSAGE = path('exception.message');
+
+/**
+ * `a.b.c` keys as nested objects; a key that is both a value and a prefix of another rejects the span,
+ * and so does a `__proto__` segment (it would otherwise reach Object.prototype).
+ */
 export function unflatten(attributes: readonly KeyValue[]): Tree {
   const root: Tree = {};
   for (const { key, value } of attributes) {
-    const parts = key.split('.');
     let node = root;
-    for (let i = 0; i < parts.length - 1; i++) {
-      const existing = node[parts[i]];
-      if (existing === undefined) node = node[parts[i]] = {};
-      else if (isObject(existing) && !isLeafObject(existing)) node = existing;
-      else throw new SpanRejected(`attribute ${JSON.stringify(parts.slice(0, i + 1).join('.'))} is both a value and a prefix of ${JSON.stringify(key)}`);
+    let last = key;
+    if (key.includes('.')) {
+      const parts = key.split('.');
+      for (let i = 0; i < parts.length - 1; i++) {
+        const part = parts[i];
+        if (part === '__proto__') throw new SpanRejected(`attribute ${JSON.stringify(key)} has a __proto__ segment`);
+        const existing = node[part];
+        if (existing === undefined) node = node[part] = {};
+        else if (isObject(existing) && !isLeafObject(existing)) node = existing;
+        else throw new SpanRejected(`attribute ${JSON.stringify(parts.slice(0, i + 1).join('.'))} is both a value and a prefix of ${JSON.stringify(key)}`);
+      }
+      last = parts[parts.length - 1];
     }
-    const last = parts[parts.length - 1];
     if (node[last] !== undefined) throw new SpanRejected(`attribute ${JSON.stringify(key)} is both a value and a prefix of another attribute`);
     node[last] = isObject(value) ? markLeaf(value) : value;
   }
@@ -71,20 +108,30 @@ const isLeafObject = (value: Tree): boolean => (value as { [LEAF]?: boolean })[L
 
 /** Objects keyed 0..n-1 (OpenInference's `llm.input_messages.0.message.role`) become lists. */
 function listify(value: AttrValue): AttrValue {
+  if (value === null || typeof value !== 'object') return value;
   if (Array.isArray(value)) return value.map(listify);
-  if (!isObject(value)) return value;
   const keys = Object.keys(value);
   const out: Tree = {};
-  for (const key of keys) out[key] = listify(value[key]);
-  if (keys.length > 0 && keys.every((key, i) => key === String(i))) return keys.map((key) => out[key]);
+  let indexed = keys.length > 0;
+  for (let i = 0; i < keys.length; i++) {
+    const key = keys[i];
+    out[key] = listify(value[key]);
+    if (indexed && key !== String(i)) indexed = false;
+  }
+  if (indexed) return keys.map((key) => out[key]);
   return out;
 }
 
-function get(tree: Tree, path: string): AttrValue | undefined {
+const DIGITS = /^\d+$/;
+
+function get(tree: Tree, parts: readonly string[]): AttrValue | undefined {
   let node: AttrValue | undefined = tree;
-  for (const part of path.split('.')) {
-    if (Array.isArray(node) && /^\d+$/.test(part)) node = node[Number(part)];
-    else if (isObject(node) && Object.hasOwn(node, part)) node = node[part];
+  for (let i = 0; i < parts.length; i++) {
+    const part = parts[i];
+    if (Array.isArray(node)) {
+      if (!DIGITS.test(part)) return undefined;
+      node = node[Number(part)];
+    } else if (node !== null && typeof node === 'object' && Object.hasOwn(node, part)) node = node[part];
     else return undefined;
   }
   return node;
@@ -94,7 +141,8 @@ function get(tree: Tree, path: string): AttrValue | undefined {
 function parsed(value: AttrValue): AttrValue {
   if (typeof value !== 'string') return value;
   const text = value.trim();
-  if (!(text.startsWith('{') || text.startsWith('['))) return value;
+  const first = text.charCodeAt(0);
+  if (first !== 0x7b /* { */ && first !== 0x5b /* [ */) return value;
   try {
     return JSON.parse(text) as AttrValue;
   } catch {
@@ -102,14 +150,14 @@ function parsed(value: AttrValue): AttrValue {
   }
 }
 
-function firstOf(tree: Tree, keys: readonly string[], events: ReadonlyMap<string, Tree[]>): { key: string; value: AttrValue } | undefined {
-  for (const key of keys) {
-    if (key.startsWith('events.')) {
-      const found = events.get(key.slice('events.'.length));
+function firstOf(tree: Tree, lookups: readonly Lookup[], events: ReadonlyMap<string, Tree[]> | undefined): { key: string; value: AttrValue } | undefined {
+  for (const { key, parts, event } of lookups) {
+    if (event !== undefined) {
+      const found = events?.get(event);
       if (found?.length) return { key, value: found.length === 1 ? found[0] : found };
       continue;
     }
-    const value = get(tree, key);
+    const value = get(tree, parts);
     if (value !== undefined && value !== null) return { key, value: parsed(value) };
   }
   return undefined;
@@ -120,12 +168,23 @@ const toNumber = (v: AttrValue | undefined): number | undefined => {
   return typeof n === 'number' && Number.isFinite(n) ? n : undefined;
 };
 
-/** Nanoseconds since the epoch as ISO-8601 with microseconds. */
-export function isoFromNanos(nanos: bigint): string {
-  const ms = nanos / 1_000_000n;
-  const micros = (nanos / 1_000n) % 1_000n;
-  const iso = new Date(Number(ms)).toISOString();
-  return `${iso.slice(0, -1)}${micros.toString().padStart(3, '0')}Z`;
+/** Nanoseconds since the epoch as ISO-8601 with microseconds; SpanRejected beyond year 9999. */
+export function isoFromNanos(nanos: bigint, what = 'time'): string {
+  if (nanos < 0n || nanos > MAX_NANOS) throw new SpanRejected(`${what} ${nanos} ns is out of range (years 1970 to 9999)`);
+  const iso = new Date(Number(nanos / 1_000_000n)).toISOString();
+  const micros = Number((nanos / 1_000n) % 1_000n);
+  return `${iso.slice(0, -1)}${micros < 10 ? '00' : micros < 100 ? '0' : ''}${micros}Z`;
+}
+
+/** The last nanosecond of 9999-12-31T23:59:59.999Z. */
+const MAX_NANOS = 253402300799999n * 1_000_000n + 999_999n;
+
+/** A langfuse.startTime/endTime attribute as ISO text, if it is one PostgreSQL holds; else SpanRejected. */
+function langfuseTime(value: AttrValue | undefined, what: string): string | undefined {
+  if (typeof value !== 'string' || Number.isNaN(Date.parse(value))) return undefined;
+  const iso = new Date(value).toISOString();
+  if (!isValidIsoDateTime(iso)) throw new SpanRejected(`${what} ${JSON.stringify(value)} is out of range (years 1 to 9999)`);
+  return iso;
 }
 
 function opName(name: string): string {
@@ -134,10 +193,33 @@ function opName(name: string): string {
   return `${name.slice(0, MAX_OP_NAME - 9)}_${hash}`;
 }
 
-const flat = (kvs: readonly KeyValue[]) => Object.fromEntries(kvs.map((kv) => [kv.key, kv.value]));
+/** Key/values as one object, as Object.fromEntries makes it (a later repeat wins; `__proto__` is a plain key). */
+function flat(kvs: readonly KeyValue[]): Tree {
+  const out: Tree = {};
+  for (const { key, value } of kvs) {
+    if (key === '__proto__') Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
+    else out[key] = value;
+  }
+  return out;
+}
+
+/** What every span of one resource and scope shares: its project and the resource and scope parts of its dump. */
+export interface SpanContext {
+  projectId: string;
+  resource: Tree;
+  scope: Tree;
+}
+
+export function spanContext(projectId: string, resource: OtlpResourceSpans, scope: OtlpScope): SpanContext {
+  return {
+    projectId,
+    resource: { attributes: flat(resource.resource.attributes), schema_url: resource.schemaUrl },
+    scope: { name: scope.name, version: scope.version, attributes: flat(scope.attributes) },
+  };
+}
 
 /** The whole span as stored in otel_dump and returned as attributes.otel_span. */
-function dump(span: OtlpSpan, resource: OtlpResourceSpans, scope: OtlpScope): Tree {
+function dump(span: OtlpSpan, context: SpanContext): Tree {
   return {
     name: span.name,
     context: { trace_id: span.traceId, span_id: span.spanId, trace_state: span.traceState },
@@ -153,104 +235,134 @@ function dump(span: OtlpSpan, resource: OtlpResourceSpans, scope: OtlpScope): Tr
     dropped_links_count: span.droppedLinksCount,
     status: { code: STATUS_CODES[span.status.code] ?? String(span.status.code), message: span.status.message },
     flags: span.flags,
-    resource: { attributes: flat(resource.resource.attributes), schema_url: resource.schemaUrl },
-    scope: { name: scope.name, version: scope.version, attributes: flat(scope.attributes) },
+    resource: context.resource,
+    scope: context.scope,
   };
 }
 
-const HEX = (bytes: number) => new RegExp(`^[0-9a-f]{${bytes * 2}}$`);
-const TRACE_ID = HEX(16);
-const SPAN_ID = HEX(8);
+const TRACE_ID = /^(?!0{32})[0-9a-f]{32}$/;
+const SPAN_ID = /^(?!0{16})[0-9a-f]{16}$/;
+const PARENT_ID = /^[0-9a-f]{16}$/;
 
-/** A span as the start and end of one call in `projectId`; throws SpanRejected for a malformed span. */
-export function spanToCall(projectId: string, span: OtlpSpan, resource: OtlpResourceSpans, scope: OtlpScope): { start: StartedCall; end: EndedCall } {
-  if (!TRACE_ID.test(span.traceId) || /^0+$/.test(span.traceId)) throw new SpanRejected(`invalid trace id ${JSON.stringify(span.traceId)} (expected 16 bytes, not all zero)`);
-  if (!SPAN_ID.test(span.spanId) || /^0+$/.test(span.spanId)) throw new SpanRejected(`invalid span id ${JSON.stringify(span.spanId)} (expected 8 bytes, not all zero)`);
-  if (span.parentSpanId !== '' && !SPAN_ID.test(span.parentSpanId)) throw new SpanRejected(`invalid parent span id ${JSON.stringify(span.parentSpanId)}`);
+/**
+ * A span as one finished call (both halves known), in trace_calls' column names with the JSON columns
+ * as values; the write path adds wb_user_id and the ref columns.
+ */
+export interface OtelCall {
+  project_id: string;
+  id: string;
+  trace_id: string;
+  parent_id: string | null;
+  op_name: string;
+  display_name: string | null;
+  thread_id: string | null;
+  turn_id: string | null;
+  started_at: string;
+  attributes: Tree;
+  inputs: Tree;
+  otel_dump: Tree;
+  wb_run_id: string | null;
+  wb_run_step: number | null;
+  ended_at: string;
+  exception: string | null;
+  output: AttrValue;
+  summary: Tree;
+  wb_run_step_end: number | null;
+}
+
+/** A span as one finished call of `context.projectId`; throws SpanRejected for a malformed span. */
+export function spanToCall(context: SpanContext, span: OtlpSpan): OtelCall {
+  if (!TRACE_ID.test(span.traceId)) throw new SpanRejected(`invalid trace id ${JSON.stringify(span.traceId)} (expected 16 bytes, not all zero)`);
+  if (!SPAN_ID.test(span.spanId)) throw new SpanRejected(`invalid span id ${JSON.stringify(span.spanId)} (expected 8 bytes, not all zero)`);
+  if (span.parentSpanId !== '' && !PARENT_ID.test(span.parentSpanId)) throw new SpanRejected(`invalid parent span id ${JSON.stringify(span.parentSpanId)}`);
   if (span.name === '') throw new SpanRejected(`span ${span.spanId} has no name`);
   if (span.startTimeUnixNano === 0n) throw new SpanRejected(`span ${span.spanId} has no start time`);
 
   const tree = unflatten(span.attributes);
-  const events = new Map<string, Tree[]>();
-  for (const e of span.events) events.set(e.name, [...(events.get(e.name) ?? []), unflatten(e.attributes)]);
+  let events: Map<string, Tree[]> | undefined;
+  if (span.events.length > 0) {
+    events = new Map();
+    for (const e of span.events) {
+      const list = events.get(e.name);
+      if (list) list.push(unflatten(e.attributes));
+      else events.set(e.name, [unflatten(e.attributes)]);
+    }
+  }
 
-  const input = firstOf(tree, INPUT_KEYS, events);
+  const input = firstOf(tree, INPUTS, events);
   let inputs: Tree = {};
   if (input) inputs = (input.key === 'input' || input.key === 'inputs') && isObject(input.value) ? input.value : { [input.key]: input.value };
-  const outputFound = firstOf(tree, OUTPUT_KEYS, events);
-  const output = outputFound ? ((outputFound.key === 'output' || outputFound.key === 'outputs') ? outputFound.value : { [outputFound.key]: outputFound.value }) : null;
+  const outputFound = firstOf(tree, OUTPUTS, events);
+  const output = outputFound ? (outputFound.key === 'output' || outputFound.key === 'outputs' ? outputFound.value : { [outputFound.key]: outputFound.value }) : null;
 
   const attributes: Tree = {};
-  for (const [name, keys] of Object.entries(ATTRIBUTE_KEYS)) {
-    const found = firstOf(tree, keys, events);
-    if (found) attributes[name] = found.value;
+  let found = false;
+  for (const { name, lookups } of ATTRIBUTES) {
+    const hit = firstOf(tree, lookups, events);
+    if (hit) {
+      attributes[name] = hit.value;
+      found = true;
+    }
   }
-  const extra = get(tree, 'wandb.attributes');
+  const extra = get(tree, WANDB_ATTRIBUTES);
   if (isObject(extra)) Object.assign(attributes, extra);
-  const callAttributes = Object.keys(attributes).length > 0 ? attributes : tree;
+  const callAttributes = found || Object.keys(attributes).length > 0 ? attributes : tree;
 
-  const usage: Tree = {};
-  for (const [name, keys] of Object.entries(USAGE_KEYS)) {
-    for (const key of keys) {
-      const n = toNumber(get(tree, key));
+  let usage: Tree | undefined;
+  for (const { name, parts } of USAGE) {
+    for (const keyParts of parts) {
+      const n = toNumber(get(tree, keyParts));
       if (n !== undefined) {
-        usage[name] = n;
+        (usage ??= {})[name] = n;
         break;
       }
     }
   }
   const model = typeof attributes.model === 'string' ? attributes.model : 'usage';
-  const summary: Tree = Object.keys(usage).length > 0 ? { usage: { [model]: usage } } : {};
+  const summary: Tree = usage ? { usage: { [model]: usage } } : {};
 
-  const langfuseStart = get(tree, 'langfuse.startTime');
-  const langfuseEnd = get(tree, 'langfuse.endTime');
-  const startedAt = typeof langfuseStart === 'string' && !Number.isNaN(Date.parse(langfuseStart)) ? new Date(langfuseStart).toISOString() : isoFromNanos(span.startTimeUnixNano);
+  const startedAt = langfuseTime(get(tree, LANGFUSE_START), 'langfuse.startTime') ?? isoFromNanos(span.startTimeUnixNano, 'startTimeUnixNano');
   const endNanos = span.endTimeUnixNano >= span.startTimeUnixNano ? span.endTimeUnixNano : span.startTimeUnixNano;
-  const endedAt = typeof langfuseEnd === 'string' && !Number.isNaN(Date.parse(langfuseEnd)) ? new Date(langfuseEnd).toISOString() : isoFromNanos(endNanos);
+  const endedAt = langfuseTime(get(tree, LANGFUSE_END), 'langfuse.endTime') ?? isoFromNanos(endNanos, 'endTimeUnixNano');
 
-  const str = (path: string): string | null => {
-    const v = get(tree, path);
+  const str = (parts: readonly string[]): string | null => {
+    const v = get(tree, parts);
     return typeof v === 'string' && v !== '' ? v : null;
   };
-  const int = (path: string): number | null => {
-    const n = toNumber(get(tree, path));
+  const int = (parts: readonly string[]): number | null => {
+    const n = toNumber(get(tree, parts));
     return n !== undefined && Number.isSafeInteger(n) ? n : null;
   };
-  const vertexSession = str('gcp.vertex.agent.session_id');
-  const isTurn = get(tree, 'wandb.is_turn') === true || get(tree, 'wandb.is_turn') === 'true' || vertexSession !== null;
+  const vertexSession = str(VERTEX_SESSION);
+  const turnFlag = get(tree, IS_TURN);
+  const isTurn = turnFlag === true || turnFlag === 'true' || vertexSession !== null;
 
   let exception: string | null = null;
   if (span.status.code === STATUS_ERROR) {
-    const thrown = events.get('exception')?.[0];
-    const fromEvent = thrown ? [get(thrown, 'exception.type'), get(thrown, 'exception.message')].filter((x) => typeof x === 'string' && x !== '').join(': ') : '';
+    const thrown = events?.get('exception')?.[0];
+    const fromEvent = thrown ? [get(thrown, EXCEPTION_TYPE), get(thrown, EXCEPTION_MESSAGE)].filter((x) => typeof x === 'string' && x !== '').join(': ') : '';
     exception = span.status.message || fromEvent || 'Span status ERROR';
   }
 
   return {
-    start: {
-      project_id: projectId,
-      id: span.spanId,
-      trace_id: span.traceId,
-      parent_id: span.parentSpanId || null,
-      op_name: opName(span.name),
-      display_name: str('wandb.display_name'),
-      thread_id: str('wandb.thread_id') ?? vertexSession,
-      turn_id: isTurn ? span.spanId : null,
-      started_at: startedAt,
-      attributes: callAttributes,
-      inputs,
-      otel_dump: dump(span, resource, scope),
-      wb_run_id: str('wandb.wb_run_id'),
-      wb_run_step: int('wandb.wb_run_step'),
-    },
-    end: {
-      project_id: projectId,
-      id: span.spanId,
-      ended_at: endedAt,
-      exception,
-      output,
-      summary,
-      wb_run_step_end: int('wandb.wb_run_step_end'),
-    },
+    project_id: context.projectId,
+    id: span.spanId,
+    trace_id: span.traceId,
+    parent_id: span.parentSpanId || null,
+    op_name: opName(span.name),
+    display_name: str(DISPLAY_NAME),
+    thread_id: str(THREAD_ID) ?? vertexSession,
+    turn_id: isTurn ? span.spanId : null,
+    started_at: startedAt,
+    attributes: callAttributes,
+    inputs,
+    otel_dump: dump(span, context),
+    wb_run_id: str(RUN_ID),
+    wb_run_step: int(RUN_STEP),
+    ended_at: endedAt,
+    exception,
+    output,
+    summary,
+    wb_run_step_end: int(RUN_STEP_END),
   };
 }

@@ -63,10 +63,9 @@ const MAX_SEGMENT_LENGTH = 256;
 /** Resolves a field of the calls table for the `$expr` compiler and for sorting. */
 export function resolveCallField(path: string): FieldValue {
   if (path === 'display_name') return { kind: 'typed', type: 'text', sql: displayName };
-  const columnType = COLUMNS[path];
-  if (columnType) return { kind: 'typed', type: columnType, sql: col(path) };
-  const derived = DERIVED[path];
-  if (derived) return { kind: 'typed', ...derived };
+  // Own keys only: a field named `constructor` or `__proto__` is no column (it is an unknown field, 403).
+  if (Object.hasOwn(COLUMNS, path)) return { kind: 'typed', type: COLUMNS[path], sql: col(path) };
+  if (Object.hasOwn(DERIVED, path)) return { kind: 'typed', ...DERIVED[path] };
 
   const [column, ...segments] = path.split('.');
   if (!JSON_COLUMNS.has(column)) throw new InvalidFieldError(path, 'not a column of calls');

@@ -21,8 +21,8 @@ const MAX_SEGMENTS = 32;
 export function tableFieldResolver(fields: TableFields): FieldResolver {
   const col = (name: string) => sql.ref(`${fields.table}.${name}`);
   return (path) => {
-    const type = fields.columns[path];
-    if (type) return { kind: 'typed', type, sql: col(path) };
+    // Own keys only: `constructor`, `toString` or `__proto__` are unknown fields (403), not prototype members.
+    if (Object.hasOwn(fields.columns, path)) return { kind: 'typed', type: fields.columns[path], sql: col(path) };
     const [column, ...segments] = path.split('.');
     if (column !== fields.json) throw new InvalidFieldError(path, `not a field of ${fields.table.replace(/^trace_/, '')}`);
     if (segments.length > MAX_SEGMENTS) throw new InvalidFieldError(path, 'path too deep');

@@ -1,6 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { InvalidRequestError } from '../../errors.js';
 import type { JsonValue } from '../json.js';
+import { isValidIsoDateTime } from '../schemas/common.js';
 
 /**
  * Typed SQL values and the conversions between them. Operands of the query language compile to one of
@@ -21,8 +22,14 @@ export type Value =
 export type FieldValue = Exclude<Value, { kind: 'literal' }>;
 
 // No backslashes in these patterns: kysely's `sql` tag reads cooked template strings.
-const NUMBER_PATTERN = `'^ *[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]{1,3})? *$'`;
-const ISO_TIMESTAMP = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$/i;
+/**
+ * Digits are bounded (200 before and 200 after the point; PostgreSQL's regex repeats go to 255): numeric
+ * holds 131,072 digits before the point, so one huge stored digit string would otherwise fail every
+ * query that casts that path. Longer digit runs read as "not a number".
+ */
+const NUMBER_PATTERN = `'^ *[-+]?([0-9]{1,200}[.]?[0-9]{0,200}|[.][0-9]{1,200})([eE][-+]?[0-9]{1,3})? *$'`;
+/** 9999-12-31T23:59:59Z, and as far before 1970. */
+const MAX_UNIX_SECONDS = 253402300799;
 
 /** The type a literal compares as: a bool literal compares as bool, a number as a number (reference §3.8). */
 export function literalType(value: JsonValue): SqlType | null {
@@ -104,8 +111,9 @@ function bindLiteral(value: JsonValue, type: SqlType): RawBuilder<unknown> {
       break;
     case 'timestamptz':
       // Numbers compared with a datetime column are unix seconds (reference §3.8).
-      if (typeof value === 'number') return sql`to_timestamp(${value}::double precision)`;
-      if (typeof value === 'string' && ISO_TIMESTAMP.test(value)) return sql`${value}::timestamptz`;
+      // Unix seconds within PostgreSQL's timestamptz range (years 1..9999 as ISO text); beyond: 400.
+      if (typeof value === 'number' && Math.abs(value) <= MAX_UNIX_SECONDS) return sql`to_timestamp(${value}::double precision)`;
+      if (typeof value === 'string' && isValidIsoDateTime(value, { dateOnly: true })) return sql`${value}::timestamptz`;
       break;
   }
   throw new InvalidRequestError(`Literal ${JSON.stringify(value)} cannot be compared as ${type}`, { code: 'invalid_query' });

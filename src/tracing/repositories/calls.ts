@@ -72,6 +72,63 @@ export async function upsertCalls(db: Executor, calls: readonly CallWrite[]): Pr
   }
 }
 
+/** A call whose start and end are both known (an OTel span): a whole trace_calls row, JSON columns as values. */
+export interface CompleteCallRow {
+  project_id: string;
+  id: string;
+  trace_id: string;
+  parent_id: string | null;
+  op_name: string;
+  display_name: string | null;
+  thread_id: string | null;
+  turn_id: string | null;
+  started_at: string;
+  attributes: unknown;
+  inputs: unknown;
+  input_refs: readonly string[];
+  otel_dump: unknown;
+  wb_user_id: string;
+  wb_run_id: string | null;
+  wb_run_step: number | null;
+  ended_at: string;
+  exception: string | null;
+  output: unknown;
+  output_refs: readonly string[];
+  summary: unknown;
+  wb_run_step_end: number | null;
+}
+
+const COMPLETE_COLUMNS: [keyof CompleteCallRow, string][] = [
+  ['project_id', 'text'], ['id', 'text'], ['trace_id', 'text'], ['parent_id', 'text'], ['op_name', 'text'], ['display_name', 'text'],
+  ['thread_id', 'text'], ['turn_id', 'text'], ['started_at', 'timestamptz'], ['attributes', 'jsonb'], ['inputs', 'jsonb'], ['input_refs', 'text[]'],
+  ['otel_dump', 'jsonb'], ['wb_user_id', 'text'], ['wb_run_id', 'text'], ['wb_run_step', 'bigint'], ['ended_at', 'timestamptz'], ['exception', 'text'],
+  ['output', 'jsonb'], ['output_refs', 'text[]'], ['summary', 'jsonb'], ['wb_run_step_end', 'bigint'],
+];
+const COMPLETE_INSERT = sql.raw(COMPLETE_COLUMNS.map(([name]) => name).join(', '));
+// A JSON null in `output` is the JSON value null (as upsertCalls stores it), not SQL NULL.
+const COMPLETE_SELECT = sql.raw(COMPLETE_COLUMNS.map(([name]) => (name === 'output' ? `coalesce(r.output, 'null'::jsonb)` : `r.${name}`)).join(', '));
+const COMPLETE_RECORD = sql.raw(COMPLETE_COLUMNS.map(([name, type]) => `${name} ${type}`).join(', '));
+// Both halves are present, so every start and end column takes the incoming value: the same result
+// as upsertCalls' merge for a row carrying a start and an end.
+const COMPLETE_SET = sql.raw(
+  [...START_COLUMNS, ...END_COLUMNS]
+    .map((column) => `${column} = excluded.${column}`)
+    .concat(['display_name = coalesce(trace_calls.display_name, excluded.display_name)', 'wb_user_id = coalesce(trace_calls.wb_user_id, excluded.wb_user_id)'])
+    .join(', '),
+);
+
+/**
+ * Writes complete calls as one statement: the rows arrive as one JSON array (`rowsJson`, the
+ * CompleteCallRow objects serialised and cleaned) and are expanded by json_to_recordset, so a batch is
+ * one bind parameter rather than 22 a row. Ids must be unique within the batch. Same conflict rule as
+ * upsertCalls for a call whose start and end are both given.
+ */
+export async function upsertCompleteCalls(db: Executor, rowsJson: string): Promise<void> {
+  await sql`insert into trace_calls (${COMPLETE_INSERT})
+    select ${COMPLETE_SELECT} from json_to_recordset(${rowsJson}::json) as r(${COMPLETE_RECORD})
+    on conflict (project_id, id) do update set ${COMPLETE_SET}`.execute(db);
+}
+
 /** The incoming value of `column` when the incoming row carries that half of the call, else the stored one. */
 function keepUnless(marker: string, column: string): RawBuilder<unknown> {
   return sql`case when excluded.${sql.raw(marker)} is not null then excluded.${sql.raw(column)} else trace_calls.${sql.raw(column)} end`;

@@ -18,21 +18,50 @@ export function jsonbText(text: string | null): RawBuilder<unknown> {
   return sql`${text}::jsonb`;
 }
 
+export const NUL_REASON =
+  'A string in the payload contains a NUL character (\\u0000), which PostgreSQL JSONB cannot store. Remove or replace it and resend.';
+
+/**
+ * A database data exception (SQLSTATE class 22, or 54000) caused by a value of the request, as the
+ * tracing API's 400 `{"reason"}` (reference status table) rather than the app-wide 422 backstop:
+ * NUL characters (22P05 in JSONB, 22021 in text), lone surrogates and other malformed text (22P02),
+ * out-of-range numbers and dates (22003, 22008, 22007). Undefined for any other error.
+ */
+export function tracingValueError(error: unknown): InvalidRequestError | undefined {
+  const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined;
+  if (typeof code !== 'string') return undefined;
+  switch (code) {
+    case '22P05':
+    case '22021':
+      return new InvalidRequestError(NUL_REASON, { code: 'nul_character' });
+    case '22P02':
+      return new InvalidRequestError(
+        'A value in the request is not valid text for PostgreSQL (for example a string with an unpaired UTF-16 surrogate such as \\ud800). Fix it and resend.',
+        { code: 'invalid_text' },
+      );
+    case '22003':
+      return new InvalidRequestError('A number in the request is out of the range PostgreSQL accepts.', { code: 'value_out_of_range' });
+    case '22007':
+    case '22008':
+      return new InvalidRequestError('A date or time in the request is not one PostgreSQL accepts (invalid or out of range).', { code: 'invalid_datetime' });
+    default:
+      if (code.startsWith('22') || code === '54000') {
+        return new InvalidRequestError(`A value in the request is out of the range or form PostgreSQL accepts (SQLSTATE ${code}).`, { code: 'invalid_value' });
+      }
+      return undefined;
+  }
+}
+
 /**
  * PostgreSQL's JSONB cannot hold U+0000 in a string (SQLSTATE 22P05). Such payloads are refused with
- * a 400 that says so, instead of a 500 (docs/tracing.md, "NUL characters").
+ * a 400 that says so, instead of a 500 (docs/tracing.md, "NUL characters"); so is any other value the
+ * database refuses (`tracingValueError`).
  */
 export async function mapJsonbErrors<T>(work: () => Promise<T>): Promise<T> {
   try {
     return await work();
   } catch (error) {
-    if (isPgError(error, '22P05')) {
-      throw new InvalidRequestError(
-        'A string in the payload contains a NUL character (\\u0000), which PostgreSQL JSONB cannot store. Remove or replace it and resend.',
-        { code: 'nul_character' },
-      );
-    }
-    throw error;
+    throw tracingValueError(error) ?? error;
   }
 }
 

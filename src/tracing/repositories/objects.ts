@@ -1,4 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
+import { parseStoredJson } from '../json.js';
 import { isoText, jsonbText, toInt, type Executor } from './common.js';
 
 /** trace_objects: one row per object version, keyed by (project, object id, kind, digest). */
@@ -33,7 +34,8 @@ function columns(options: { val?: boolean; size?: boolean } = {}): RawBuilder<un
     sql`${isoText(sql.ref('o.created_at'))} as created_at`,
     sql`${isoText(sql.ref('o.deleted_at'))} as deleted_at`,
   ];
-  if (options.val !== false) items.push(sql`o.val`);
+  // As text, parsed losslessly: `1.0` and big integers read back as they were sent (docs/tracing.md).
+  if (options.val !== false) items.push(sql`o.val::text as val`);
   if (options.size) items.push(sql`octet_length(o.val::text) as size_bytes`);
   return sql.join(items);
 }
@@ -43,6 +45,7 @@ function normalise(row: ObjectVersionRow): ObjectVersionRow {
     ...row,
     version_index: toInt(row.version_index),
     is_latest: toInt(row.is_latest),
+    ...(row.val !== undefined ? { val: parseStoredJson(row.val as string | null) } : {}),
     ...(row.size_bytes !== undefined ? { size_bytes: toInt(row.size_bytes) } : {}),
   };
 }
@@ -108,6 +111,8 @@ export async function readVersion(
   args: { projectId: string; objectId: string; selector: VersionSelector; metadataOnly?: boolean },
 ): Promise<ObjectVersionRow | undefined> {
   const { selector } = args;
+  // version_index is an int4: a larger vN names no version (rather than failing the bind).
+  if ('versionIndex' in selector && !(selector.versionIndex <= 2147483647)) return undefined;
   const condition =
     'latest' in selector ? sql`true` : 'versionIndex' in selector ? sql`o.version_index = ${selector.versionIndex}` : sql`o.digest = ${selector.digest}`;
   const { rows } = await sql<ObjectVersionRow>`select ${columns({ val: !args.metadataOnly })} from trace_objects o

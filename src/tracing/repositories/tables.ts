@@ -1,5 +1,6 @@
 import { sql, type RawBuilder } from 'kysely';
 import { InvalidRequestError } from '../../errors.js';
+import { parseStoredJson } from '../json.js';
 import { toType } from '../query/values.js';
 import { jsonbText, toInt, type Executor } from './common.js';
 
@@ -56,12 +57,13 @@ export async function storedRowDigests(db: Executor, args: { projectId: string; 
 }
 
 export async function readRow(db: Executor, args: { projectId: string; digest: string }): Promise<{ val: unknown } | undefined> {
-  return db
+  const row = await db
     .selectFrom('trace_table_rows')
-    .select('val')
+    .select(sql<string>`val::text`.as('val'))
     .where('project_id', '=', args.projectId)
     .where('digest', '=', args.digest)
     .executeTakeFirst();
+  return row && { val: parseStoredJson(row.val) };
 }
 
 export interface TableRowsQuery {
@@ -103,7 +105,7 @@ export function tableRowsQuery(q: TableRowsQuery, window?: { limit: number; offs
   order.push(sql`e.ord asc`);
   const limit = window ? window.limit : q.limit;
   const offset = window ? window.offset : q.offset;
-  return sql<TableRowOut>`select e.digest, r.val, (e.ord - 1)::int as original_index
+  return sql<TableRowOut>`select e.digest, r.val::text as val, (e.ord - 1)::int as original_index
     from trace_tables t
     cross join lateral unnest(t.row_digests) with ordinality as e(digest, ord)
     join trace_table_rows r on r.project_id = t.project_id and r.digest = e.digest
@@ -114,7 +116,7 @@ export function tableRowsQuery(q: TableRowsQuery, window?: { limit: number; offs
 
 export async function queryRows(db: Executor, q: TableRowsQuery, window?: { limit: number; offset: number }): Promise<TableRowOut[]> {
   const { rows } = await tableRowsQuery(q, window).execute(db);
-  return rows.map((row) => ({ ...row, original_index: toInt(row.original_index) }));
+  return rows.map((row) => ({ ...row, val: parseStoredJson(row.val as string), original_index: toInt(row.original_index) }));
 }
 
 export async function tableStats(

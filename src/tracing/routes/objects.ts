@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { LosslessJson } from '../json.js';
 import { depsOf, projectFor } from '../http/access.js';
 import { losslessBody } from '../http/body.js';
+import { sendLosslessJson } from '../http/jsonl.js';
 import { tags } from '../schemas/common.js';
 import { ObjCreateBody, ObjCreateResponse, ObjDeleteBody, ObjDeleteResponse, ObjQueryBody, ObjQueryResponse, ObjReadBody, ObjReadResponse } from '../schemas/objects.js';
 import * as objects from '../services/objects.js';
@@ -37,13 +38,15 @@ export const objectRoutes: FastifyPluginAsyncZod = async (app) => {
     },
   );
 
-  app.post('/obj/read', { schema: { tags, summary: 'Read an object version', body: ObjReadBody, response: { 200: ObjReadResponse } } }, async (request) => {
+  // Stored values are sent losslessly (`1.0`, big integers as stored): the body bypasses the schema's serializer.
+  app.post('/obj/read', { schema: { tags, summary: 'Read an object version', body: ObjReadBody, response: { 200: ObjReadResponse } } }, async (request, reply) => {
     const { body } = request;
     const projectId = projectFor(request, body.project_id);
-    return { obj: (await objects.readObject(deps, { projectId, objectId: body.object_id, digest: body.digest, metadataOnly: body.metadata_only ?? false })) as never };
+    const obj = await objects.readObject(deps, { projectId, objectId: body.object_id, digest: body.digest, metadataOnly: body.metadata_only ?? false });
+    return sendLosslessJson(reply, { obj });
   });
 
-  app.post('/objs/query', { schema: { tags, summary: 'Query object versions', body: ObjQueryBody, response: { 200: ObjQueryResponse } } }, async (request) => {
+  app.post('/objs/query', { schema: { tags, summary: 'Query object versions', body: ObjQueryBody, response: { 200: ObjQueryResponse } } }, async (request, reply) => {
     const { body } = request;
     const projectId = projectFor(request, body.project_id);
     const objs = await objects.queryObjects(deps, {
@@ -55,7 +58,7 @@ export const objectRoutes: FastifyPluginAsyncZod = async (app) => {
       metadataOnly: body.metadata_only,
       includeStorageSize: body.include_storage_size,
     });
-    return { objs: objs as never };
+    return sendLosslessJson(reply, { objs });
   });
 
   app.post('/obj/delete', { schema: { tags, summary: 'Delete object versions', body: ObjDeleteBody, response: { 200: ObjDeleteResponse } } }, async (request) => {

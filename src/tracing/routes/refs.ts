@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { principalOf } from '../../auth/plugin.js';
 import { depsOf } from '../http/access.js';
+import { sendLosslessJson } from '../http/jsonl.js';
 import { tags } from '../schemas/common.js';
 import { RefsReadBatchBody, RefsReadBatchResponse } from '../schemas/refs.js';
 import { readRefsBatch } from '../services/refs.js';
@@ -18,6 +19,6 @@ export const refRoutes: FastifyPluginAsyncZod = async (app) => {
         response: { 200: RefsReadBatchResponse },
       },
     },
-    async (request) => ({ vals: await readRefsBatch(deps, { refs: request.body.refs, entities: principalOf(request).entities }) }),
+    async (request, reply) => sendLosslessJson(reply, { vals: await readRefsBatch(deps, { refs: request.body.refs, entities: principalOf(request).entities }) }),
   );
 };

@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { depsOf, projectFor } from '../http/access.js';
 import { losslessBody } from '../http/body.js';
-import { sendJsonLines } from '../http/jsonl.js';
+import { sendJsonLines, sendLosslessJson } from '../http/jsonl.js';
 import type { LosslessJson } from '../json.js';
 import { tags } from '../schemas/common.js';
 import {
@@ -61,9 +61,9 @@ export const tableRoutes: FastifyPluginAsyncZod = async (app) => {
     offset: body.offset,
   });
 
-  app.post('/table/query', { schema: { tags, summary: 'Query table rows', body: TableQueryBody, response: { 200: TableQueryResponse } } }, async (request) => {
+  app.post('/table/query', { schema: { tags, summary: 'Query table rows', body: TableQueryBody, response: { 200: TableQueryResponse } } }, async (request, reply) => {
     projectFor(request, request.body.project_id);
-    return { rows: await tables.queryTable(deps, query(request.body)) };
+    return sendLosslessJson(reply, { rows: await tables.queryTable(deps, query(request.body)) });
   });
 
   app.post(
@@ -79,7 +79,7 @@ export const tableRoutes: FastifyPluginAsyncZod = async (app) => {
     },
     async (request, reply) => {
       projectFor(request, request.body.project_id);
-      return sendJsonLines(reply, tables.streamTable(deps, query(request.body)));
+      return sendJsonLines(reply, tables.streamTable(deps, query(request.body)), { lossless: true });
     },
   );
 

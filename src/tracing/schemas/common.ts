@@ -8,9 +8,34 @@ import { z } from 'zod';
 
 export const ProjectId = z.string().describe('`entity/project`');
 
-const ISO_DATETIME = /^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}(:?\d{2})?)?$/i;
+const ISO_DATETIME = /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?)?(?:Z|[+-](\d{2})(?::?(\d{2}))?)?$/i;
 
-export const DateTime = z.string().regex(ISO_DATETIME, 'must be an ISO-8601 datetime').describe('ISO-8601 datetime');
+/**
+ * Whether the text is an ISO-8601 datetime that exists (no 2025-02-30, no hour 99) and that PostgreSQL's
+ * timestamptz holds (years 1..9999 here). `dateOnly` also accepts a bare date (query literals).
+ */
+export function isValidIsoDateTime(text: string, options: { dateOnly?: boolean } = {}): boolean {
+  const match = ISO_DATETIME.exec(text);
+  if (!match) return false;
+  const [, y, mo, d, h, mi, sec, offH, offM] = match;
+  if (h === undefined && !options.dateOnly) return false;
+  const year = Number(y);
+  const month = Number(mo);
+  const day = Number(d);
+  if (year < 1 || month < 1 || month > 12 || day < 1) return false;
+  // Day 0 of the next month is the last day of this one (years 1..99 are set explicitly: Date.UTC maps them to 19xx).
+  const last = new Date(0);
+  last.setUTCFullYear(year, month, 0);
+  if (day > last.getUTCDate()) return false;
+  if (h !== undefined && (Number(h) > 23 || Number(mi) > 59 || (sec !== undefined && Number(sec) > 59))) return false;
+  if (offH !== undefined && (Number(offH) > 15 || (offM !== undefined && Number(offM) > 59))) return false;
+  return true;
+}
+
+export const DateTime = z
+  .string()
+  .refine((text) => isValidIsoDateTime(text), 'must be an ISO-8601 datetime that exists, in years 1 to 9999')
+  .describe('ISO-8601 datetime');
 
 export const AnyJson = z.unknown().describe('any JSON value');
 /**

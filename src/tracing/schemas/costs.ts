@@ -4,9 +4,12 @@ import { DateTime, Limit, Offset, ProjectId, SortBy } from './common.js';
 
 /** Custom LLM prices (reference §2.8). Costs are per token, e.g. 3e-05. */
 
+export const MAX_TOKEN_COST = 1e6;
+
 export const CostCreateInput = z.object({
-  prompt_token_cost: z.number().min(0),
-  completion_token_cost: z.number().min(0),
+  // Bounded so that cost totals stay finite numbers (a huge price made include_costs answer null).
+  prompt_token_cost: z.number().min(0).max(MAX_TOKEN_COST).describe('Per token, 0 to 1e6.'),
+  completion_token_cost: z.number().min(0).max(MAX_TOKEN_COST).describe('Per token, 0 to 1e6.'),
   prompt_token_cost_unit: z.string().min(1).nullish().describe('Default USD.'),
   completion_token_cost_unit: z.string().min(1).nullish().describe('Default USD.'),
   effective_date: DateTime.nullish().describe('Default: now.'),

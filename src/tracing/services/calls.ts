@@ -2,7 +2,7 @@ import { channel } from 'node:diagnostics_channel';
 import { sql } from 'kysely';
 import { InvalidRequestError } from '../../errors.js';
 import { uuidv7 } from '../ids.js';
-import { extractRefs, isWeaveRef } from '../refs.js';
+import { extractRefs, isWeaveRef, REF_SCHEME } from '../refs.js';
 import * as repo from '../repositories/calls.js';
 import { mapJsonbErrors, type Executor } from '../repositories/common.js';
 import type { CallsQueryBody, EndedCall, StartedCall } from '../schemas/calls.js';
@@ -10,6 +10,7 @@ import type { TracingDeps } from './deps.js';
 import { addCosts } from './costs.js';
 import { feedbackByCall } from './feedback.js';
 import { expandRefs } from './refs.js';
+import { cleanJsonText, cleanNullable, cleanString } from '../sanitize.js';
 
 /** Calls: start/end ingest, reads, queries, streaming, stats, update and delete (reference §2.2, §3.6, §3.7). */
 
@@ -42,10 +43,11 @@ export async function upsertBatch(deps: TracingDeps, args: { userId: string; ite
       results.push({ id: write.id, trace_id: write.start.traceId });
     } else {
       const end = endWrite(item.end);
-      const key = `${item.end.project_id}\u0000${item.end.id}`;
+      const id = cleanString(item.end.id);
+      const key = `${item.end.project_id}\u0000${id}`;
       const existing = merged.get(key);
-      merged.set(key, { ...(existing ?? { projectId: item.end.project_id, id: item.end.id }), end });
-      results.push({ id: item.end.id });
+      merged.set(key, { ...(existing ?? { projectId: item.end.project_id, id }), end });
+      results.push({ id });
     }
   }
   const calls = [...merged.values()];
@@ -53,25 +55,106 @@ export async function upsertBatch(deps: TracingDeps, args: { userId: string; ite
   return results;
 }
 
+const NO_REFS: readonly string[] = Object.freeze([]);
+
+/** Rows per statement of upsertCompleteCalls; a longer batch is several statements in one transaction. */
+const COMPLETE_ROWS_PER_STATEMENT = 2000;
+
+/**
+ * Stores calls whose start and end are both known (OTel spans) as whole rows: the same stored result
+ * as upsertBatch with a start and an end per call (a later repeat of an id wins; payloads cleaned the
+ * same way; wb_user_id stamped from the key's user), without the merge. All or nothing.
+ */
+export async function upsertCompleteCalls(deps: TracingDeps, args: { userId: string; calls: readonly CompleteCall[] }): Promise<void> {
+  const rows: repo.CompleteCallRow[] = [];
+  const seen = new Map<string, number>();
+  for (const call of args.calls) {
+    const output = call.output === undefined ? null : call.output;
+    const row: repo.CompleteCallRow = {
+      project_id: call.project_id,
+      id: call.id,
+      trace_id: call.trace_id,
+      parent_id: call.parent_id,
+      op_name: call.op_name,
+      display_name: call.display_name,
+      thread_id: call.thread_id,
+      turn_id: call.turn_id,
+      started_at: call.started_at,
+      attributes: call.attributes,
+      inputs: call.inputs,
+      input_refs: NO_REFS,
+      otel_dump: call.otel_dump,
+      wb_user_id: args.userId,
+      wb_run_id: call.wb_run_id,
+      wb_run_step: call.wb_run_step,
+      ended_at: call.ended_at,
+      exception: call.exception,
+      output,
+      output_refs: NO_REFS,
+      summary: call.summary,
+      wb_run_step_end: call.wb_run_step_end,
+    };
+    const key = `${call.project_id}\u0000${call.id}`;
+    const at = seen.get(key);
+    if (at === undefined) {
+      seen.set(key, rows.length);
+      rows.push(row);
+    } else rows[at] = row;
+  }
+  // One JSON text per statement. JSON.stringify writes U+0000 and lone surrogates as \u escapes, so
+  // cleanJsonText finds them in the whole text at once; only then does it clean every string (ids
+  // and text columns included, as cleanString does one by one in upsertBatch).
+  // Refs are strings starting with weave:///, written as such in JSON text: a chunk without that text
+  // has none, and its ref columns stay empty without walking every payload.
+  const texts: string[] = [];
+  for (let i = 0; i < rows.length; i += COMPLETE_ROWS_PER_STATEMENT) {
+    const chunk = rows.slice(i, i + COMPLETE_ROWS_PER_STATEMENT);
+    let text = JSON.stringify(chunk);
+    if (text.includes(REF_SCHEME)) {
+      for (const row of chunk) {
+        row.input_refs = extractRefs(row.inputs);
+        row.output_refs = extractRefs(row.output);
+      }
+      text = JSON.stringify(chunk);
+    }
+    texts.push(cleanJsonText(text));
+  }
+  if (texts.length === 1) await mapJsonbErrors(() => repo.upsertCompleteCalls(deps.db, texts[0]));
+  else if (texts.length > 1) {
+    await mapJsonbErrors(() =>
+      deps.db.transaction().execute(async (trx) => {
+        for (const text of texts) await repo.upsertCompleteCalls(trx, text);
+      }),
+    );
+  }
+}
+
+/** A complete call as upsertCompleteCalls takes it: a trace_calls row less wb_user_id and the ref columns. */
+export type CompleteCall = Omit<repo.CompleteCallRow, 'wb_user_id' | 'input_refs' | 'output_refs'>;
+
+/**
+ * Call payloads are stored with U+0000 and lone surrogates replaced by U+FFFD (src/tracing/sanitize.ts):
+ * refusing them would fail a whole SDK batch, and the JS SDK gives up on a process after ten.
+ */
 function startWrite(start: StartedCall, userId: string): { id: string; start: repo.CallStartWrite } {
-  const id = start.id ?? uuidv7();
+  const id = start.id == null ? uuidv7() : cleanString(start.id);
   return {
     id,
     start: {
-      traceId: start.trace_id ?? uuidv7(),
-      parentId: start.parent_id ?? null,
-      opName: start.op_name,
-      displayName: start.display_name ?? null,
-      threadId: start.thread_id ?? null,
-      turnId: start.turn_id ?? null,
+      traceId: start.trace_id == null ? uuidv7() : cleanString(start.trace_id),
+      parentId: cleanNullable(start.parent_id ?? null),
+      opName: cleanString(start.op_name),
+      displayName: cleanNullable(start.display_name ?? null),
+      threadId: cleanNullable(start.thread_id ?? null),
+      turnId: cleanNullable(start.turn_id ?? null),
       startedAt: start.started_at,
-      attributes: JSON.stringify(start.attributes),
-      inputs: JSON.stringify(start.inputs),
-      inputRefs: extractRefs(start.inputs),
-      otelDump: start.otel_dump ? JSON.stringify(start.otel_dump) : null,
+      attributes: cleanJsonText(JSON.stringify(start.attributes)),
+      inputs: cleanJsonText(JSON.stringify(start.inputs)),
+      inputRefs: extractRefs(start.inputs).map(cleanString),
+      otelDump: start.otel_dump ? cleanJsonText(JSON.stringify(start.otel_dump)) : null,
       // Stamped from the key's user: a client-sent wb_user_id is not trusted (reference §1.2).
       wbUserId: userId,
-      wbRunId: start.wb_run_id ?? null,
+      wbRunId: cleanNullable(start.wb_run_id ?? null),
       wbRunStep: start.wb_run_step ?? null,
     },
   };
@@ -81,12 +164,12 @@ function endWrite(end: EndedCall): repo.CallEndWrite {
   const output = end.output === undefined ? null : end.output;
   return {
     endedAt: end.ended_at,
-    exception: end.exception ?? null,
-    output: JSON.stringify(output),
-    outputRefs: extractRefs(output),
-    summary: JSON.stringify(end.summary),
+    exception: cleanNullable(end.exception ?? null),
+    output: cleanJsonText(JSON.stringify(output)),
+    outputRefs: extractRefs(output).map(cleanString),
+    summary: cleanJsonText(JSON.stringify(end.summary)),
     wbRunStepEnd: end.wb_run_step_end ?? null,
-    displayName: end.display_name ?? null,
+    displayName: cleanNullable(end.display_name ?? null),
   };
 }
 
@@ -94,8 +177,8 @@ export async function updateCall(deps: TracingDeps, args: { projectId: string; i
   if (args.displayName == null) {
     throw new InvalidRequestError('Nothing to update: send display_name (the only updatable field; "" removes the name).', { code: 'invalid_update' });
   }
-  const displayName = args.displayName;
-  await mapJsonbErrors(() => repo.setDisplayName(deps.db, { projectId: args.projectId, id: args.id, displayName }));
+  const displayName = cleanString(args.displayName);
+  await mapJsonbErrors(() => repo.setDisplayName(deps.db, { projectId: args.projectId, id: cleanString(args.id), displayName }));
 }
 
 export async function deleteCalls(deps: TracingDeps, args: { projectId: string; ids: readonly string[] }): Promise<number> {
@@ -152,6 +235,11 @@ export async function queryCalls(deps: TracingDeps, projectId: string, body: Omi
   return finish(deps, projectId, rows, args, body);
 }
 
+/**
+ * The rows as CallSchemas with expanded columns, costs and feedback. `deps.db` may be a stream's
+ * transaction: the lookups then run on the connection that holds the cursor, so that a stream never
+ * waits on the pool for a second connection while holding one (N such streams would deadlock a pool of N).
+ */
 async function finish(
   deps: TracingDeps,
   projectId: string,
@@ -191,7 +279,7 @@ export async function* streamCalls(deps: TracingDeps, projectId: string, body: O
         const { rows } = await sql<repo.CallRow>`fetch forward ${sql.raw(String(STREAM_BATCH_SIZE))} from calls_stream`.execute(trx);
         streamBatchChannel.publish({ rows: rows.length });
         if (rows.length === 0) break;
-        yield await finish(deps, projectId, rows, args, body);
+        yield await finish({ db: trx, kind: deps.kind }, projectId, rows, args, body);
         if (rows.length < STREAM_BATCH_SIZE) break;
       }
       done = true;

@@ -1,7 +1,6 @@
-import { stringify } from 'lossless-json';
 import { ConflictError, InvalidRequestError, NotFoundError } from '../../errors.js';
 import { objectDigest } from '../digest.js';
-import { toPlainJson, type LosslessJson } from '../json.js';
+import { storedJsonText, toPlainJson, type LosslessJson } from '../json.js';
 import { mapJsonbErrors } from '../repositories/common.js';
 import * as repo from '../repositories/objects.js';
 import type { TracingDeps } from './deps.js';
@@ -59,7 +58,7 @@ export async function createObject(deps: TracingDeps, input: ObjectCreate): Prom
       await repo.lockObjectId(trx, key);
       const existing = await repo.findVersion(trx, key);
       if (!existing) {
-        await repo.insertVersion(trx, { ...key, baseObjectClass: base, leafObjectClass: leaf, val: stringify(input.val) ?? 'null', wbUserId: input.userId });
+        await repo.insertVersion(trx, { ...key, baseObjectClass: base, leafObjectClass: leaf, val: storedJsonText(input.val), wbUserId: input.userId });
       } else if (existing.deleted_at) {
         // Publishing a deleted value again brings that version back, with its old index.
         await repo.undeleteVersion(trx, key);

@@ -1,7 +1,7 @@
 import { InvalidRequestError } from '../../errors.js';
 import type { OtlpTraceRequest } from '../otel/model.js';
-import { spanToCall, SpanRejected } from '../otel/mapping.js';
-import { upsertBatch, type UpsertItem } from './calls.js';
+import { spanContext, spanToCall, SpanRejected, type OtelCall } from '../otel/mapping.js';
+import { upsertCompleteCalls } from './calls.js';
 import type { TracingDeps } from './deps.js';
 
 /** OpenTelemetry ingest (reference §2.11, §6): every span of an OTLP export becomes one finished call. */
@@ -36,20 +36,20 @@ export function resourceProjects(request: OtlpTraceRequest, given: string | unde
 }
 
 /**
- * Stores the spans as calls in one transaction (the calls upsert of /call/upsert_batch). Malformed
- * spans are left out and counted; the rest are stored. `projects[i]` is resource i's project, already
- * checked for access.
+ * Stores the spans as calls, each a complete row (start and end known) written with one multi-row
+ * upsert per export. Malformed spans are left out and counted; the rest are stored. `projects[i]` is
+ * resource i's project, already checked for access.
  */
 export async function exportSpans(deps: TracingDeps, args: { userId: string; request: OtlpTraceRequest; projects: readonly string[] }): Promise<OtelExportResult> {
-  const items: UpsertItem[] = [];
+  const calls: OtelCall[] = [];
   const reasons: string[] = [];
   let rejected = 0;
   args.request.resourceSpans.forEach((resource, i) => {
     for (const scopeSpans of resource.scopeSpans) {
+      const context = spanContext(args.projects[i], resource, scopeSpans.scope);
       for (const span of scopeSpans.spans) {
         try {
-          const { start, end } = spanToCall(args.projects[i], span, resource, scopeSpans.scope);
-          items.push({ mode: 'start', start }, { mode: 'end', end });
+          calls.push(spanToCall(context, span));
         } catch (error) {
           if (!(error instanceof SpanRejected)) throw error;
           rejected++;
@@ -58,7 +58,7 @@ export async function exportSpans(deps: TracingDeps, args: { userId: string; req
       }
     }
   });
-  if (items.length > 0) await upsertBatch(deps, { userId: args.userId, items });
+  if (calls.length > 0) await upsertCompleteCalls(deps, { userId: args.userId, calls });
   const more = rejected > reasons.length ? `; and ${rejected - reasons.length} more` : '';
-  return { accepted: items.length / 2, rejectedSpans: rejected, errorMessage: rejected ? `${rejected} span(s) rejected: ${reasons.join('; ')}${more}` : '' };
+  return { accepted: calls.length, rejectedSpans: rejected, errorMessage: rejected ? `${rejected} span(s) rejected: ${reasons.join('; ')}${more}` : '' };
 }

@@ -1,5 +1,6 @@
 import { ForbiddenError, InvalidRequestError, NotFoundError } from '../../errors.js';
 import { isWeaveRef, parseRef, refProjectId, type ObjectRef, type RefPathStep, type WeaveRef } from '../refs.js';
+import { isLosslessNumber, toPlainJson } from '../json.js';
 import type { Executor } from '../repositories/common.js';
 import * as objects from '../repositories/objects.js';
 import * as tables from '../repositories/tables.js';
@@ -101,7 +102,8 @@ export class RefResolver {
 }
 
 const versionKey = (name: string, digest: string) => `${name}\u0000${digest}`;
-const isRecord = (value: unknown): value is Record<string, unknown> => value !== null && typeof value === 'object' && !Array.isArray(value);
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  value !== null && typeof value === 'object' && !Array.isArray(value) && !isLosslessNumber(value);
 const uriOf = (ref: ObjectRef) => `weave:///${ref.entity}/${ref.project}/${ref.kind}/${ref.name}:${ref.digest}`;
 
 /**
@@ -139,29 +141,33 @@ export async function readRefsBatch(deps: TracingDeps, args: { refs: readonly st
 
 /**
  * For expand_columns: the values of those refs that resolve (object and op refs into `projectId`).
- * Refs into other projects, deleted or missing objects and malformed refs are left as they are.
+ * A ref into another project, at the column or nested in the walk, is a 400 (`ref_other_project`), as
+ * everywhere refs are resolved; deleted or missing objects and malformed refs are left as they are.
  */
 export async function expandRefs(db: Executor, projectId: string, refs: readonly string[]): Promise<Map<string, unknown>> {
   const resolver = new RefResolver(db, projectId);
   const parsed = new Map<string, ObjectRef>();
   for (const uri of new Set(refs)) {
+    let ref: WeaveRef;
     try {
-      const ref = parseRef(uri);
-      if ((ref.kind === 'object' || ref.kind === 'op') && refProjectId(ref) === projectId && ref.digest !== 'latest' && ref.digest !== '*') {
-        parsed.set(uri, ref);
-      }
+      ref = parseRef(uri);
     } catch {
-      // not a ref we can expand: leave it
+      continue; // not a ref we can expand: leave it
     }
+    if (ref.kind !== 'object' && ref.kind !== 'op') continue;
+    resolver.checkProject(ref, uri);
+    if (ref.digest !== 'latest' && ref.digest !== '*') parsed.set(uri, ref);
   }
   await resolver.prefetch([...parsed.values()]);
   const out = new Map<string, unknown>();
   for (const [uri, ref] of parsed) {
     try {
       const result = await resolver.resolveObject(ref);
-      if (result.ok) out.set(uri, result.value);
-    } catch {
-      // a nested ref into another project: leave this one unexpanded
+      // Call payloads are plain JSON (docs/tracing.md): expanded values are too.
+      if (result.ok) out.set(uri, toPlainJson(result.value));
+    } catch (error) {
+      if (error instanceof InvalidRequestError && error.code === 'ref_other_project') throw error;
+      // a malformed nested ref: leave this one unexpanded
     }
   }
   return out;

@@ -1,7 +1,6 @@
-import { stringify } from 'lossless-json';
 import { ConflictError, InvalidRequestError, NotFoundError } from '../../errors.js';
 import { rowDigest, tableDigest } from '../digest.js';
-import type { LosslessJson } from '../json.js';
+import { storedJsonText, type LosslessJson } from '../json.js';
 import { mapJsonbErrors } from '../repositories/common.js';
 import * as repo from '../repositories/tables.js';
 import type { TracingDeps } from './deps.js';
@@ -19,7 +18,7 @@ function prepareRow(row: LosslessJson, where: string): PreparedRow {
   if (row === null || typeof row !== 'object' || Array.isArray(row) || 'isLosslessNumber' in row) {
     throw new InvalidRequestError(`${where}: every table row must be a JSON object.`, { code: 'invalid_row' });
   }
-  return { digest: rowDigest(row), val: stringify(row) ?? 'null' };
+  return { digest: rowDigest(row), val: storedJsonText(row) };
 }
 
 function checkExpected(expected: string | null | undefined, digest: string): void {

@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import * as repo from '../repositories/threads.js';
 import type { ThreadsQueryBody } from '../schemas/threads.js';
 import type { TracingDeps } from './deps.js';
@@ -6,12 +7,16 @@ import type { TracingDeps } from './deps.js';
 
 const num = (value: unknown): number | null => (value == null ? null : Number(value));
 
+/** Threads read per round trip: a cursor FETCH on PostgreSQL, a LIMIT/OFFSET window on PGlite. */
+export const THREADS_BATCH_SIZE = 500;
+
 /**
- * The threads of a project as one batch for the JSON Lines sender. Threads are aggregates (one row per
- * thread, far fewer than calls), so they are read in one query.
+ * The threads of a project in batches for the JSON Lines sender, each read only when the client has
+ * taken the previous one: through a cursor in its own transaction on PostgreSQL, in windows on PGlite
+ * (whose one connection a slow reader must not hold).
  */
 export async function* streamThreads(deps: TracingDeps, body: ThreadsQueryBody): AsyncGenerator<Record<string, unknown>[]> {
-  const rows = await repo.listThreads(deps.db, {
+  const args: repo.ThreadsArgs = {
     projectId: body.project_id,
     afterDatetime: body.filter?.after_datetime,
     beforeDatetime: body.filter?.before_datetime,
@@ -19,8 +24,37 @@ export async function* streamThreads(deps: TracingDeps, body: ThreadsQueryBody):
     sortBy: body.sort_by,
     limit: body.limit,
     offset: body.offset,
-  });
-  yield rows.map((row) => ({
+  };
+  const query = repo.threadsQuery(args); // validates the sort before anything is read
+  if (deps.kind === 'postgres') {
+    const trx = await deps.db.startTransaction().execute();
+    let done = false;
+    try {
+      await sql`declare threads_stream no scroll cursor for ${query}`.execute(trx);
+      for (;;) {
+        const { rows } = await sql<repo.ThreadRow>`fetch forward ${sql.raw(String(THREADS_BATCH_SIZE))} from threads_stream`.execute(trx);
+        if (rows.length > 0) yield rows.map(toThread);
+        if (rows.length < THREADS_BATCH_SIZE) break;
+      }
+      done = true;
+    } finally {
+      if (done) await trx.commit().execute();
+      else await trx.rollback().execute();
+    }
+    return;
+  }
+  const start = body.offset ?? 0;
+  const end = body.limit == null ? Infinity : start + body.limit;
+  for (let offset = start; offset < end; offset += THREADS_BATCH_SIZE) {
+    const limit = Math.min(THREADS_BATCH_SIZE, end - offset);
+    const rows = await repo.listThreads(deps.db, { ...args, limit, offset });
+    if (rows.length > 0) yield rows.map(toThread);
+    if (rows.length < limit) return;
+  }
+}
+
+function toThread(row: repo.ThreadRow): Record<string, unknown> {
+  return {
     thread_id: row.thread_id,
     turn_count: Number(row.turn_count),
     start_time: row.start_time,
@@ -29,5 +63,5 @@ export async function* streamThreads(deps: TracingDeps, body: ThreadsQueryBody):
     last_turn_id: row.last_turn_id,
     p50_turn_duration_ms: num(row.p50_turn_duration_ms),
     p99_turn_duration_ms: num(row.p99_turn_duration_ms),
-  }));
+  };
 }

@@ -348,7 +348,8 @@ export async function completeJob(
   });
   const done = await db
     .updateTable('training_jobs')
-    .set({ status: 'COMPLETED', training_end: sql`now()`, lease_expires_at: null, checkpoint_id: checkpoint.id })
+    // error_message is cleared: an earlier failed attempt's message does not describe a completed job.
+    .set({ status: 'COMPLETED', error_message: null, training_end: sql`now()`, lease_expires_at: null, checkpoint_id: checkpoint.id })
     .where('id', '=', row.id)
     .returningAll()
     .executeTakeFirstOrThrow();

@@ -57,10 +57,40 @@ export async function createModel(
   return findModel(db, { entityIds: [args.entityId], modelId: inserted.id });
 }
 
-export async function findModel(db: TrainingDb, args: EntityScope & { modelId: string }): Promise<StoredModel | undefined> {
+/**
+ * How a transaction holds the model row it reads, until it ends:
+ * - `share`: writers of the model's jobs, logs and metrics, so that a delete waits for them (and they for
+ *   it: a model deleted while they waited is not found);
+ * - `delete`: the delete itself. FOR NO KEY UPDATE conflicts with `share` and with another delete, but not
+ *   with the key-share lock a foreign key check takes, so a job completing (inserting its checkpoint)
+ *   while the model is deleted cannot deadlock with the delete.
+ * PGlite has one connection; the locks are harmless there.
+ */
+export type ModelLock = 'share' | 'delete';
+
+export async function findModel(
+  db: TrainingDb,
+  args: EntityScope & { modelId: string; lock?: ModelLock },
+): Promise<StoredModel | undefined> {
   if (args.entityIds.length === 0 || !isUuid(args.modelId)) return undefined;
-  const row = await liveModels(db, args).where('m.id', '=', args.modelId).executeTakeFirst();
+  let query = liveModels(db, args).where('m.id', '=', args.modelId);
+  if (args.lock === 'share') query = query.forShare('m');
+  if (args.lock === 'delete') query = query.forNoKeyUpdate('m');
+  const row = await query.executeTakeFirst();
   return row && toModel(row);
+}
+
+/** The id of a deleted model the caller reaches, else undefined (a retried DELETE answers as the first). */
+export async function findDeletedModelId(db: TrainingDb, args: EntityScope & { modelId: string }): Promise<string | undefined> {
+  if (args.entityIds.length === 0 || !isUuid(args.modelId)) return undefined;
+  const row = await db
+    .selectFrom('models')
+    .select('id')
+    .where('id', '=', args.modelId)
+    .where('entity_id', 'in', [...args.entityIds])
+    .where('deleted_at', 'is not', null)
+    .executeTakeFirst();
+  return row?.id;
 }
 
 export async function findModelByName(
@@ -111,17 +141,22 @@ export async function currentStep(db: TrainingDb, { model }: { model: StoredMode
 /**
  * Deletes a model: the row is kept, marked deleted, so that its jobs stay readable; its checkpoints, logged
  * trajectories and metrics go; queued jobs are canceled and running ones asked to stop. Several statements:
- * run it in a transaction.
+ * run it in a transaction, on a model read with the `delete` lock.
+ *
+ * The jobs come first: flagging them locks their rows, so a worker's complete in flight either commits
+ * first (and its checkpoint, visible to the next statement, is deleted and reported here) or waits and then
+ * finds the cancel (and registers no checkpoint). Deleting the checkpoints first would miss one committed
+ * between the two statements and leave it behind, unreported.
  */
 export async function deleteModel(
   db: TrainingDb,
   { model }: { model: StoredModel },
 ): Promise<{ deleted_checkpoints: number; deleted: { step: number; uri: string }[] }> {
   await db.updateTable('models').set({ deleted_at: new Date() }).where('id', '=', model.id).execute();
+  await cancelModelJobs(db, { modelId: model.id });
   const deleted = await db.deleteFrom('checkpoints').where('model_id', '=', model.id).returning(['step', 'uri']).execute();
   await db.deleteFrom('trajectory_logs').where('model_id', '=', model.id).execute();
   await db.deleteFrom('metric_history').where('model_id', '=', model.id).execute();
-  await cancelModelJobs(db, { modelId: model.id });
   return { deleted_checkpoints: deleted.length, deleted };
 }
 
