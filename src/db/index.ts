@@ -29,7 +29,7 @@ export function pgliteDataPath(dataDir: string): string {
 export const POOL_TIMEOUT_MESSAGE = 'timeout exceeded when trying to connect';
 
 export function createPgPool(connectionString: string, max: number, acquireTimeoutMs = 30_000): pg.Pool {
-  return new pg.Pool({
+  const pool = new pg.Pool({
     connectionString,
     max,
     connectionTimeoutMillis: acquireTimeoutMs,
@@ -40,6 +40,11 @@ export function createPgPool(connectionString: string, max: number, acquireTimeo
         typeParsers[oid] ?? pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
     },
   });
+  // An idle client whose connection dies (a server restart, a terminated backend) emits 'error' on the
+  // pool; unhandled, that would crash the process. The pool discards that client and opens a new one
+  // for the next query, so there is nothing else to do here.
+  pool.on('error', () => undefined);
+  return pool;
 }
 
 export async function createPglite(options: { dataDir?: string; loadDataDir?: Blob } = {}): Promise<PGlite> {

@@ -7,7 +7,9 @@ import { loadConfig } from '../../src/config.js';
 import { migrateDownAll, migrateToLatest, openDatabase, type DatabaseHandle } from '../../src/db/index.js';
 import { acquireDataDirLock, DataDirLockedError, lockFilePath } from '../../src/db/lock.js';
 import { migrations } from '../../migrations/index.js';
-import { freshDatabase } from '../helpers/database.js';
+import { createPgPool } from '../../src/db/index.js';
+import { freshDatabase, onPostgresServer } from '../helpers/database.js';
+import { adminPool, databaseUrl } from '../helpers/postgres.js';
 
 const handles: DatabaseHandle[] = [];
 afterEach(async () => {
@@ -96,5 +98,25 @@ describe('the data directory lock', () => {
     const again = await openDatabase(config);
     handles.push(again);
     expect(await tables(again)).toContain('api_keys');
+  });
+});
+
+describe.skipIf(!onPostgresServer)('the PostgreSQL pool', () => {
+  it('survives the server ending an idle connection, and serves the next query on a new one', async () => {
+    const name = `trainyard_pooltest_${process.pid}_${Date.now()}`;
+    const admin = adminPool();
+    await admin.query(`create database ${name}`);
+    const pool = createPgPool(databaseUrl(name), 1);
+    try {
+      const { rows } = await pool.query<{ pid: number }>('select pg_backend_pid() as pid');
+      await admin.query('select pg_terminate_backend($1)', [rows[0].pid]);
+      await new Promise((resolve) => setTimeout(resolve, 200)); // the idle client sees the disconnect
+      const again = await pool.query<{ pid: number }>('select pg_backend_pid() as pid');
+      expect(again.rows[0].pid).not.toBe(rows[0].pid);
+    } finally {
+      await pool.end();
+      await admin.query(`drop database if exists ${name} with (force)`);
+      await admin.end();
+    }
   });
 });
