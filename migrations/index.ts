@@ -4,6 +4,7 @@ import * as training from './0002_training.js';
 import * as tracing from './0003_tracing.js';
 import * as inference from './0004_inference.js';
 import * as tracingExtras from './0005_tracing_extras.js';
+import * as otelDumpJson from './0006_otel_dump_json.js';
 
 /**
  * Every migration, in order. Listed here rather than read from the folder so that the same list runs
@@ -15,4 +16,5 @@ export const migrations: Record<string, Migration> = {
   '0003_tracing': tracing,
   '0004_inference': inference,
   '0005_tracing_extras': tracingExtras,
+  '0006_otel_dump_json': otelDumpJson,
 };

@@ -31,6 +31,7 @@ export interface CallTable {
   inputs: Jsonb | null;
   output: Jsonb | null;
   summary: Jsonb | null;
+  /** Stored as `json`, not jsonb (migration 0006): returned whole, never queried. */
   otel_dump: Jsonb | null;
   /** Every `weave:///` string found in inputs / output, extracted on write for the ref filters. */
   input_refs: ColumnType<string[], string[] | undefined, string[]>;

@@ -1,7 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { callsOrderBy, callsWhere } from '../query/calls.js';
 import type { CallsFilter, Query, SortBy } from '../query/schema.js';
-import { isoText, jsonbText, toInt, type Executor } from './common.js';
+import { isoText, jsonbText, jsonText, toInt, type Executor } from './common.js';
 
 /** trace_calls: one row per call, merged from its start and its end in either order (reference §3.6). */
 
@@ -101,7 +101,7 @@ export interface CompleteCallRow {
 const COMPLETE_COLUMNS: [keyof CompleteCallRow, string][] = [
   ['project_id', 'text'], ['id', 'text'], ['trace_id', 'text'], ['parent_id', 'text'], ['op_name', 'text'], ['display_name', 'text'],
   ['thread_id', 'text'], ['turn_id', 'text'], ['started_at', 'timestamptz'], ['attributes', 'jsonb'], ['inputs', 'jsonb'], ['input_refs', 'text[]'],
-  ['otel_dump', 'jsonb'], ['wb_user_id', 'text'], ['wb_run_id', 'text'], ['wb_run_step', 'bigint'], ['ended_at', 'timestamptz'], ['exception', 'text'],
+  ['otel_dump', 'json'], ['wb_user_id', 'text'], ['wb_run_id', 'text'], ['wb_run_step', 'bigint'], ['ended_at', 'timestamptz'], ['exception', 'text'],
   ['output', 'jsonb'], ['output_refs', 'text[]'], ['summary', 'jsonb'], ['wb_run_step_end', 'bigint'],
 ];
 const COMPLETE_INSERT = sql.raw(COMPLETE_COLUMNS.map(([name]) => name).join(', '));
@@ -149,7 +149,7 @@ function toRow(call: CallWrite) {
     attributes: jsonbText(start?.attributes ?? null),
     inputs: jsonbText(start?.inputs ?? null),
     input_refs: start?.inputRefs ?? [],
-    otel_dump: jsonbText(start?.otelDump ?? null),
+    otel_dump: jsonText(start?.otelDump ?? null),
     wb_user_id: start?.wbUserId ?? null,
     wb_run_id: start?.wbRunId ?? null,
     wb_run_step: start?.wbRunStep ?? null,

@@ -18,6 +18,11 @@ export function jsonbText(text: string | null): RawBuilder<unknown> {
   return sql`${text}::jsonb`;
 }
 
+/** JSON text cast to json, for columns that are stored and returned but never queried. */
+export function jsonText(text: string | null): RawBuilder<unknown> {
+  return sql`${text}::json`;
+}
+
 export const NUL_REASON =
   'A string in the payload contains a NUL character (\\u0000), which PostgreSQL JSONB cannot store. Remove or replace it and resend.';
 
