@@ -1,11 +1,11 @@
 import { channel } from 'node:diagnostics_channel';
-import { sql } from 'kysely';
 import { InvalidRequestError } from '../../errors.js';
 import { uuidv7 } from '../ids.js';
 import { extractRefs, isWeaveRef, REF_SCHEME } from '../refs.js';
 import * as repo from '../repositories/calls.js';
 import { mapJsonbErrors, type Executor } from '../repositories/common.js';
 import type { CallsQueryBody, EndedCall, StartedCall } from '../schemas/calls.js';
+import { readInBatches } from './batches.js';
 import type { TracingDeps } from './deps.js';
 import { addCosts } from './costs.js';
 import { feedbackByCall } from './feedback.js';
@@ -262,41 +262,19 @@ async function finish(
   return calls;
 }
 
-/**
- * The calls of a query in batches, read as the consumer asks for them: through a server-side cursor on
- * PostgreSQL (one transaction holds it), and in LIMIT/OFFSET windows on PGlite, whose single connection
- * must not be held for as long as a slow client reads.
- */
+/** The calls of a query in batches, read as the consumer asks for them (see readInBatches). */
 export async function* streamCalls(deps: TracingDeps, projectId: string, body: Omit<CallsQueryBody, 'project_id'>): AsyncGenerator<Record<string, unknown>[]> {
   const args = listArgs(projectId, body);
-  const query = repo.callsListQuery(args); // compiles (and validates) the query before anything is read
-  if (deps.kind === 'postgres') {
-    const trx = await deps.db.startTransaction().execute();
-    let done = false;
-    try {
-      await sql`declare calls_stream no scroll cursor for ${query}`.execute(trx);
-      for (;;) {
-        const { rows } = await sql<repo.CallRow>`fetch forward ${sql.raw(String(STREAM_BATCH_SIZE))} from calls_stream`.execute(trx);
-        streamBatchChannel.publish({ rows: rows.length });
-        if (rows.length === 0) break;
-        yield await finish({ db: trx, kind: deps.kind }, projectId, rows, args, body);
-        if (rows.length < STREAM_BATCH_SIZE) break;
-      }
-      done = true;
-    } finally {
-      if (done) await trx.commit().execute();
-      else await trx.rollback().execute();
-    }
-    return;
-  }
-  const start = body.offset ?? 0;
-  const end = body.limit == null ? Infinity : start + body.limit;
-  for (let offset = start; offset < end; offset += STREAM_BATCH_SIZE) {
-    const limit = Math.min(STREAM_BATCH_SIZE, end - offset);
-    const { rows } = await repo.callsWindowQuery(args, { limit, offset }).execute(deps.db);
+  const batches = readInBatches(deps, {
+    query: repo.callsListQuery(args), // compiles (and validates) the query before anything is read
+    window: async (db, window) => (await repo.callsWindowQuery(args, window).execute(db)).rows,
+    limit: body.limit,
+    offset: body.offset,
+    size: STREAM_BATCH_SIZE,
+  });
+  for await (const { rows, db } of batches) {
     streamBatchChannel.publish({ rows: rows.length });
-    if (rows.length > 0) yield await finish(deps, projectId, rows, args, body);
-    if (rows.length < limit) return;
+    if (rows.length > 0) yield await finish({ db, kind: deps.kind }, projectId, rows, args, body);
   }
 }
 

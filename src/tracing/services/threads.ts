@@ -1,6 +1,6 @@
-import { sql } from 'kysely';
 import * as repo from '../repositories/threads.js';
 import type { ThreadsQueryBody } from '../schemas/threads.js';
+import { readInBatches } from './batches.js';
 import type { TracingDeps } from './deps.js';
 
 /** Threads (reference §2.9): one row per thread of turn calls, with turn counts, times and turn-duration percentiles. */
@@ -25,32 +25,14 @@ export async function* streamThreads(deps: TracingDeps, body: ThreadsQueryBody):
     limit: body.limit,
     offset: body.offset,
   };
-  const query = repo.threadsQuery(args); // validates the sort before anything is read
-  if (deps.kind === 'postgres') {
-    const trx = await deps.db.startTransaction().execute();
-    let done = false;
-    try {
-      await sql`declare threads_stream no scroll cursor for ${query}`.execute(trx);
-      for (;;) {
-        const { rows } = await sql<repo.ThreadRow>`fetch forward ${sql.raw(String(THREADS_BATCH_SIZE))} from threads_stream`.execute(trx);
-        if (rows.length > 0) yield rows.map(toThread);
-        if (rows.length < THREADS_BATCH_SIZE) break;
-      }
-      done = true;
-    } finally {
-      if (done) await trx.commit().execute();
-      else await trx.rollback().execute();
-    }
-    return;
-  }
-  const start = body.offset ?? 0;
-  const end = body.limit == null ? Infinity : start + body.limit;
-  for (let offset = start; offset < end; offset += THREADS_BATCH_SIZE) {
-    const limit = Math.min(THREADS_BATCH_SIZE, end - offset);
-    const rows = await repo.listThreads(deps.db, { ...args, limit, offset });
-    if (rows.length > 0) yield rows.map(toThread);
-    if (rows.length < limit) return;
-  }
+  const batches = readInBatches(deps, {
+    query: repo.threadsQuery(args), // validates the sort before anything is read
+    window: (db, window) => repo.listThreads(db, { ...args, ...window }),
+    limit: body.limit,
+    offset: body.offset,
+    size: THREADS_BATCH_SIZE,
+  });
+  for await (const { rows } of batches) if (rows.length > 0) yield rows.map(toThread);
 }
 
 function toThread(row: repo.ThreadRow): Record<string, unknown> {

@@ -1,0 +1,49 @@
+import { sql, type Kysely, type RawBuilder } from 'kysely';
+import type { Database } from '../../db/index.js';
+import type { TracingDeps } from './deps.js';
+
+export interface BatchPlan<Row> {
+  /** The whole query, with the request's own limit and offset. */
+  query: RawBuilder<Row>;
+  /** The same query cut to one window (PGlite). */
+  window(db: Kysely<Database>, window: { limit: number; offset: number }): Promise<Row[]>;
+  /** The request's limit and offset, to plan the windows. */
+  limit?: number | null;
+  offset?: number | null;
+  size: number;
+}
+
+/**
+ * Rows of a query in batches, each read only when the consumer asks for the next: through a
+ * server-side cursor in its own transaction on PostgreSQL, and in LIMIT/OFFSET windows on PGlite,
+ * whose single connection a slow reader must not hold. Each batch comes with the executor that holds
+ * the cursor, so that lookups made per batch use that connection rather than wait on the pool for a
+ * second one (N streams would otherwise deadlock a pool of N).
+ */
+export async function* readInBatches<Row>(deps: TracingDeps, plan: BatchPlan<Row>): AsyncGenerator<{ rows: Row[]; db: Kysely<Database> }> {
+  if (deps.kind === 'postgres') {
+    const trx = await deps.db.startTransaction().execute();
+    let done = false;
+    try {
+      await sql`declare batch_cursor no scroll cursor for ${plan.query}`.execute(trx);
+      for (;;) {
+        const { rows } = await sql<Row>`fetch forward ${sql.raw(String(plan.size))} from batch_cursor`.execute(trx);
+        yield { rows, db: trx };
+        if (rows.length < plan.size) break;
+      }
+      done = true;
+    } finally {
+      if (done) await trx.commit().execute();
+      else await trx.rollback().execute();
+    }
+    return;
+  }
+  const start = plan.offset ?? 0;
+  const end = plan.limit == null ? Infinity : start + plan.limit;
+  for (let offset = start; offset < end; offset += plan.size) {
+    const limit = Math.min(plan.size, end - offset);
+    const rows = await plan.window(deps.db, { limit, offset });
+    yield { rows, db: deps.db };
+    if (rows.length < limit) return;
+  }
+}
