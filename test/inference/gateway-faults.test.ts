@@ -7,7 +7,7 @@ import { createUserWithKey, testConfig, type TestUser } from '../helpers/app.js'
 import { freshDatabase } from '../helpers/database.js';
 import { listen } from '../helpers/listen.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
-import { backendEntry, chat, createGatewayApp, sseData, writeBackendsFile } from './gateway-helpers.js';
+import { backendEntry, chat, createGatewayApp, sseData, writeBackendsFile, usageRow } from './gateway-helpers.js';
 import { deadUrl, waitFor } from './helpers.js';
 
 let healthy: FakeEngine;
@@ -38,16 +38,6 @@ afterAll(async () => {
 const post = (body: unknown, headers: Record<string, string> = {}) =>
   app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { ...user.headers, ...headers }, payload: body as object });
 
-/** The usage row of one request, once the background writer has written it. */
-async function usageRow(requestId: string): Promise<Record<string, unknown>> {
-  let row: Record<string, unknown> | undefined;
-  for (let i = 0; i < 100 && !row; i++) {
-    row = await app.db.selectFrom('usage_records').selectAll().where('request_id', '=', requestId).executeTakeFirst();
-    if (!row) await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  if (!row) throw new Error(`no usage row for ${requestId}`);
-  return row;
-}
 
 describe('replica faults', () => {
   it('serves from another replica when one is down', async () => {
@@ -140,7 +130,7 @@ describe('usage records', () => {
   it('records a success with the engine\'s token counts', async () => {
     const response = await post(chat('fake/base-model'), { 'x-request-id': 'usage-ok-1' });
     expect(response.statusCode).toBe(200);
-    expect(await usageRow('usage-ok-1')).toMatchObject({
+    expect(await usageRow(app, 'usage-ok-1')).toMatchObject({
       entity: user.entity,
       project: 'inference',
       api_key_id: user.keyId,
@@ -163,13 +153,13 @@ describe('usage records', () => {
   it('records a streamed success from the usage chunk the client did not see', async () => {
     const response = await post(chat('fake/base-model', { stream: true }), { 'x-request-id': 'usage-stream-1' });
     expect(response.body).not.toContain('"usage"');
-    expect(await usageRow('usage-stream-1')).toMatchObject({ stream: true, prompt_tokens: 7, completion_tokens: 4, outcome: 'success', estimated: false });
+    expect(await usageRow(app, 'usage-stream-1')).toMatchObject({ stream: true, prompt_tokens: 7, completion_tokens: 4, outcome: 'success', estimated: false });
   });
 
   it('records a failure with its status and code', async () => {
     healthy.setBehaviour({ kind: 'status', status: 500 }, 1);
     await post(chat('fake/base-model'), { 'x-request-id': 'usage-fail-1' });
-    expect(await usageRow('usage-fail-1')).toMatchObject({ outcome: 'error', status: 502, error_code: 'upstream_error', prompt_tokens: 0 });
+    expect(await usageRow(app, 'usage-fail-1')).toMatchObject({ outcome: 'error', status: 502, error_code: 'upstream_error', prompt_tokens: 0 });
   });
 
   it('records a client that left mid-stream, with the tokens relayed so far, and aborts the engine', async () => {
@@ -191,7 +181,7 @@ describe('usage records', () => {
       // aborted
     }
     await waitFor(() => slow.disconnects.length > before);
-    const row = await usageRow('usage-gone-1');
+    const row = await usageRow(app, 'usage-gone-1');
     expect(row).toMatchObject({ outcome: 'client_disconnected', status: 499, estimated: true, stream: true });
     expect(row.completion_tokens).toBeGreaterThanOrEqual(3);
     expect(row.completion_tokens).toBeLessThan(50);
@@ -213,7 +203,7 @@ describe('usage records', () => {
       await pending;
       await waitFor(() => slow.disconnects.length > before);
       expect(slow.disconnects.at(-1)!.chunksSent).toBe(0);
-      expect(await usageRow('usage-gone-2')).toMatchObject({ outcome: 'client_disconnected', status: 499, completion_tokens: 0 });
+      expect(await usageRow(app, 'usage-gone-2')).toMatchObject({ outcome: 'client_disconnected', status: 499, completion_tokens: 0 });
     } finally {
       slow.options.latencyMs = 0;
     }
@@ -221,9 +211,9 @@ describe('usage records', () => {
 
   it('attributes usage to the Compat-Project or OpenAI-Project header, and refuses a project the key cannot reach', async () => {
     await post(chat('fake/base-model'), { 'compat-project': `${user.entity}/rollouts`, 'x-request-id': 'usage-proj-1' });
-    expect(await usageRow('usage-proj-1')).toMatchObject({ entity: user.entity, project: 'rollouts' });
+    expect(await usageRow(app, 'usage-proj-1')).toMatchObject({ entity: user.entity, project: 'rollouts' });
     await post(chat('fake/base-model'), { 'openai-project': `${user.entity}/evals`, 'x-request-id': 'usage-proj-2' });
-    expect(await usageRow('usage-proj-2')).toMatchObject({ entity: user.entity, project: 'evals' });
+    expect(await usageRow(app, 'usage-proj-2')).toMatchObject({ entity: user.entity, project: 'evals' });
 
     const refused = await post(chat('fake/base-model'), { 'compat-project': 'someone-else/secret' });
     expect(refused.statusCode).toBe(403);

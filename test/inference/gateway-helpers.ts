@@ -98,3 +98,14 @@ export async function checkpointAdapter(app: App, args: { entity: string; projec
     .executeTakeFirstOrThrow();
   return adapterName({ entity: args.entity, project: args.project, model: args.name }, args.step, row.id);
 }
+
+/** The usage row of one request, once the background writer has written it. */
+export async function usageRow(app: App, requestId: string): Promise<Record<string, unknown>> {
+  let row: Record<string, unknown> | undefined;
+  for (let i = 0; i < 100 && !row; i++) {
+    row = await app.db.selectFrom('usage_records').selectAll().where('request_id', '=', requestId).executeTakeFirst();
+    if (!row) await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  if (!row) throw new Error(`no usage row for ${requestId}`);
+  return row;
+}

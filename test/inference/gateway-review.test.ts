@@ -8,7 +8,7 @@ import { createTenants } from '../helpers/tenants.js';
 import { listen } from '../helpers/listen.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
 import { startBlackhole } from './blackhole.js';
-import { addCheckpoint, backendEntry, chat, checkpointAdapter, createTrainedModel, openaiClient, sseData, writeBackendsFile } from './gateway-helpers.js';
+import { addCheckpoint, backendEntry, chat, checkpointAdapter, createTrainedModel, openaiClient, sseData, writeBackendsFile, usageRow } from './gateway-helpers.js';
 import { waitFor } from './helpers.js';
 
 /**
@@ -69,15 +69,6 @@ const post = (user: TestUser, body: unknown, headers: Record<string, string> = {
   app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { ...user.headers, ...headers }, payload: body as object });
 const lastBody = () => engine.chatRequests().at(-1)!.body as Record<string, unknown>;
 
-async function usageRow(requestId: string): Promise<Record<string, unknown>> {
-  let row: Record<string, unknown> | undefined;
-  for (let i = 0; i < 100 && !row; i++) {
-    row = await app.db.selectFrom('usage_records').selectAll().where('request_id', '=', requestId).executeTakeFirst();
-    if (!row) await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  if (!row) throw new Error(`no usage row for ${requestId}`);
-  return row;
-}
 
 describe('routing off the request path', () => {
   // First in the file: the hanging backend's first discovery is still under way.
@@ -249,7 +240,7 @@ describe('metering', () => {
     expect(response.statusCode).toBe(422);
     // A later request's row is written; the refused one's never is.
     expect((await post(owner, chat('fake/base-model'), { 'x-request-id': 'review-priority-2' })).statusCode).toBe(200);
-    await usageRow('review-priority-2');
+    await usageRow(app, 'review-priority-2');
     expect(await app.db.selectFrom('usage_records').select('id').where('request_id', '=', 'review-priority-1').execute()).toEqual([]);
   });
 });
@@ -268,7 +259,7 @@ describe('a client gone before the handler starts', () => {
     );
     await new Promise((resolve) => setTimeout(resolve, 100));
     socket.destroy();
-    const row = await usageRow('review-gone-1');
+    const row = await usageRow(app, 'review-gone-1');
     expect(row).toMatchObject({ outcome: 'client_disconnected', status: 499, error_code: 'client_closed_request' });
     expect(engine.chatRequests().length).toBe(before);
   });

@@ -1,3 +1,9 @@
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
 import type { App } from '../../src/app.js';
 import type { TestUser } from '../helpers/app.js';
 
@@ -72,4 +78,28 @@ export function callItems(projectId: string, spec: CallSpec): unknown[] {
     req: { end: { project_id: projectId, id: spec.id, ended_at: ended, output: spec.output ?? null, exception: spec.exception, summary: spec.summary ?? {} } },
   };
   return [start, end];
+}
+
+/**
+ * Runs a fixture script that drives the npm weave SDK in a child process against `baseUrl`, with the
+ * key and project in its environment, and returns the JSON of its last stdout line. The SDK appends
+ * batch errors to weave_errors.log in its working directory, so it runs in a temporary one.
+ */
+export async function runWeaveFixture<T>(script: string, args: { baseUrl: string; key: string; project: string; env?: Record<string, string> }): Promise<T> {
+  const cwd = fs.mkdtempSync(path.join(os.tmpdir(), 'weave-sdk-'));
+  const loader = pathToFileURL(path.resolve('node_modules/tsx/dist/loader.mjs')).href;
+  const { stdout } = await promisify(execFile)(process.execPath, ['--import', loader, path.resolve(script)], {
+    cwd,
+    env: {
+      ...process.env,
+      WF_TRACE_SERVER_URL: `${args.baseUrl}/traces`,
+      WANDB_API_KEY: args.key,
+      WEAVE_PRINT_CALL_LINK: 'false',
+      TEST_PROJECT: args.project,
+      NODE_OPTIONS: '',
+      ...args.env,
+    },
+    timeout: 90_000,
+  });
+  return JSON.parse(stdout.trim().split('\n').pop()!) as T;
 }

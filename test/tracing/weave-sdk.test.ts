@@ -1,16 +1,8 @@
-import { execFile } from 'node:child_process';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
 import { listen } from '../helpers/listen.js';
-import { post } from './helpers.js';
-
-const run = promisify(execFile);
+import { post, runWeaveFixture } from './helpers.js';
 
 let app: App;
 let user: TestUser;
@@ -22,21 +14,7 @@ beforeAll(async () => {
   user = await createUserWithKey(app);
   project = `${user.entity}/${uniqueName('sdk')}`;
   const baseUrl = await listen(app);
-  // The SDK appends batch errors to weave_errors.log in its working directory: keep that out of the repo.
-  const cwd = fs.mkdtempSync(path.join(os.tmpdir(), 'weave-sdk-'));
-  const { stdout } = await run(process.execPath, ['--import', pathToFileURL(path.resolve('node_modules/tsx/dist/loader.mjs')).href, path.resolve('test/tracing/fixtures/weave-client.ts')], {
-    cwd,
-    env: {
-      ...process.env,
-      WF_TRACE_SERVER_URL: `${baseUrl}/traces`,
-      WANDB_API_KEY: user.key,
-      WEAVE_PRINT_CALL_LINK: 'false',
-      TEST_PROJECT: project,
-      NODE_OPTIONS: '',
-    },
-    timeout: 90_000,
-  });
-  seen = JSON.parse(stdout.trim().split('\n').pop()!);
+  seen = await runWeaveFixture('test/tracing/fixtures/weave-client.ts', { baseUrl, key: user.key, project });
 }, 120_000);
 afterAll(async () => {
   await app.close();

@@ -289,8 +289,13 @@ export async function heartbeat(
  * between the check and the caller's writes. Undefined for a stale or wrong token.
  */
 export async function findLeasedJob(db: TrainingDb, args: { jobId: string; leaseToken: string }): Promise<StoredJob | undefined> {
+  const row = await lockLeasedRow(db, args);
+  return row && toJob(row);
+}
+
+async function lockLeasedRow(db: TrainingDb, args: { jobId: string; leaseToken: string }): Promise<Selectable<TrainingJobTable> | undefined> {
   if (!isUuid(args.jobId) || !isUuid(args.leaseToken)) return undefined;
-  const row = await db
+  return db
     .selectFrom('training_jobs')
     .selectAll()
     .where('id', '=', args.jobId)
@@ -298,7 +303,6 @@ export async function findLeasedJob(db: TrainingDb, args: { jobId: string; lease
     .where('lease_token', '=', args.leaseToken)
     .forUpdate()
     .executeTakeFirst();
-  return row && toJob(row);
 }
 
 export type CompleteResult =
@@ -392,15 +396,7 @@ export async function failJob(
   db: TrainingDb,
   args: { jobId: string; leaseToken: string; errorMessage: string; retryable: boolean },
 ): Promise<StoredJob | undefined> {
-  if (!isUuid(args.jobId) || !isUuid(args.leaseToken)) return undefined;
-  const row = await db
-    .selectFrom('training_jobs')
-    .selectAll()
-    .where('id', '=', args.jobId)
-    .where('status', '=', 'RUNNING')
-    .where('lease_token', '=', args.leaseToken)
-    .forUpdate()
-    .executeTakeFirst();
+  const row = await lockLeasedRow(db, args);
   return row && endAttempt(db, row, args);
 }
 
