@@ -9,7 +9,7 @@ import { adminRoutes } from './admin/routes.js';
 import { registerAuth } from './auth/plugin.js';
 import { AuthService } from './auth/service.js';
 import type { Config } from './config.js';
-import { migrateToLatest, openDatabase, ping, type Database, type DatabaseHandle } from './db/index.js';
+import { migrateToLatest, openDatabase, type Database, type DatabaseHandle } from './db/index.js';
 import { DomainEvents } from './events.js';
 import { SystemChecks } from './health/checks.js';
 import { healthRoutes } from './health/routes.js';
@@ -67,6 +67,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
     bodyLimit: config.bodyLimitBytes,
   }).withTypeProvider<ZodTypeProvider>();
 
+  database.embedded?.useLog(app.log);
   app.decorate('config', config);
   app.decorate('database', database);
   app.decorate('db', database.db);
@@ -88,7 +89,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   registerAuth(app, app.auth);
 
   app.systemChecks.register('api', async () => undefined);
-  app.systemChecks.register('database', async () => ping(database.db));
+  app.systemChecks.register('database', async () => database.check());
   // cpu_queue and gpu_queue are registered by the training plugin, which owns the job queue.
 
   await app.register(swagger, {

@@ -32,7 +32,8 @@ const EnvSchema = z.object({
     .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
     .optional(),
   DATABASE_POOL_SIZE: integer(1, 1000).default(10),
-  DATABASE_POOL_TIMEOUT_MS: integer(1, 3_600_000).default(30_000),
+  DATABASE_POOL_TIMEOUT_MS: integer(1, 3_600_000).default(5_000),
+  DATABASE_STATEMENT_TIMEOUT_MS: integer(100, 3_600_000).default(30_000),
   DATA_DIR: z.string().min(1, 'must not be empty').default('./data'),
   LOG_LEVEL: z
     .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
@@ -66,8 +67,10 @@ export interface Config {
   readonly host: string;
   readonly databaseUrl: string | undefined;
   readonly databasePoolSize: number;
-  /** How long a request waits for a pooled connection before it answers 503. */
+  /** How long a request waits to connect to PostgreSQL, or for a pooled connection, before it answers 503. */
   readonly databasePoolTimeoutMs: number;
+  /** PostgreSQL's statement_timeout for every statement (the client gives up a little later). */
+  readonly databaseStatementTimeoutMs: number;
   readonly dataDir: string;
   readonly logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   readonly bodyLimitBytes: number;
@@ -127,6 +130,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     databaseUrl: e.DATABASE_URL,
     databasePoolSize: e.DATABASE_POOL_SIZE,
     databasePoolTimeoutMs: e.DATABASE_POOL_TIMEOUT_MS,
+    databaseStatementTimeoutMs: e.DATABASE_STATEMENT_TIMEOUT_MS,
     dataDir: path.resolve(e.DATA_DIR),
     logLevel: e.LOG_LEVEL,
     bodyLimitBytes: e.BODY_LIMIT_MB,

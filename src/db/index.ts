@@ -1,11 +1,14 @@
 import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
-import { Kysely, Migrator, PostgresDialect, sql, type MigrationResult } from 'kysely';
+import { Kysely, Migrator, PostgresDialect, sql, type MigrationResult, type QueryCompiler } from 'kysely';
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import { migrations } from '../../migrations/index.js';
 import type { Config } from '../config.js';
+import { DatabaseUnavailable } from './faults.js';
+import { GuardedQueryCompiler } from './limits.js';
 import { acquireDataDirLock, type DataDirLock } from './lock.js';
+import { EmbeddedPglite } from './pglite.js';
 import type { Database } from './schema.js';
 import { typeParsers } from './types.js';
 
@@ -18,21 +21,48 @@ export interface DatabaseHandle {
   readonly kind: DatabaseKind;
   /** Where the embedded database keeps its files; undefined on a server. */
   readonly dataDir: string | undefined;
+  /** The embedded instance, on PGlite. */
+  readonly embedded?: EmbeddedPglite;
+  /** Runs a query and checks its answer (the system check); throws when the database is not serving. */
+  check(): Promise<void>;
   close(): Promise<void>;
+}
+
+/** Both dialects compile through the guard on bind parameters (src/db/limits.ts). */
+class GuardedPostgresDialect extends PostgresDialect {
+  override createQueryCompiler(): QueryCompiler {
+    return new GuardedQueryCompiler();
+  }
+}
+class GuardedPgliteDialect extends PGliteDialect {
+  override createQueryCompiler(): QueryCompiler {
+    return new GuardedQueryCompiler();
+  }
 }
 
 export function pgliteDataPath(dataDir: string): string {
   return path.join(dataDir, 'pgdata');
 }
 
-/** What pg's pool throws when no connection became free in time (the request then answers 503). */
-export const POOL_TIMEOUT_MESSAGE = 'timeout exceeded when trying to connect';
+export interface PoolTimeouts {
+  /** Connecting to the server, and waiting for a free pooled connection (pg-pool uses one setting for both). */
+  connectMs: number;
+  /** A statement: the server cancels it after this (statement_timeout), the client gives up a little later. */
+  statementMs: number;
+}
 
-export function createPgPool(connectionString: string, max: number, acquireTimeoutMs = 30_000): pg.Pool {
+/** The client waits this much longer than the server's statement_timeout, so the server cancels first. */
+const CLIENT_TIMEOUT_SLACK_MS = 2_000;
+
+export function createPgPool(connectionString: string, max: number, timeouts: PoolTimeouts = { connectMs: 5_000, statementMs: 30_000 }): pg.Pool {
   const pool = new pg.Pool({
     connectionString,
     max,
-    connectionTimeoutMillis: acquireTimeoutMs,
+    connectionTimeoutMillis: timeouts.connectMs,
+    statement_timeout: timeouts.statementMs,
+    // A frozen server (or a partition) answers nothing, not even the server's own timeout.
+    query_timeout: timeouts.statementMs + CLIENT_TIMEOUT_SLACK_MS,
+    keepAlive: true,
     // A stream whose client stopped reading holds its transaction; the server ends it after this.
     idle_in_transaction_session_timeout: 300_000,
     types: {
@@ -57,12 +87,21 @@ export async function createPglite(options: { dataDir?: string; loadDataDir?: Bl
 
 /** Wraps an already open PGlite instance (tests start each one from a template dump). */
 export function pgliteHandle(pglite: PGlite, extra: { dataDir?: string; lock?: DataDirLock } = {}): DatabaseHandle {
-  const db = new Kysely<Database>({ dialect: new PGliteDialect(pglite) });
+  const dataDir = extra.dataDir;
+  const embedded = new EmbeddedPglite(pglite, dataDir === undefined ? undefined : () => createPglite({ dataDir: pgliteDataPath(dataDir) }));
+  // The dialect needs only query() and close(), which EmbeddedPglite provides.
+  const db = new Kysely<Database>({ dialect: new GuardedPgliteDialect(embedded as unknown as PGlite) });
   let closed = false;
   return {
     db,
     kind: 'pglite',
-    dataDir: extra.dataDir,
+    dataDir,
+    embedded,
+    async check() {
+      if (closed) throw new DatabaseUnavailable('The database is closed.');
+      // Through kysely, so the probe waits its turn on the one connection like any query.
+      await db.connection().execute(() => embedded.check());
+    },
     async close() {
       if (closed) return;
       closed = true;
@@ -76,12 +115,13 @@ export function pgliteHandle(pglite: PGlite, extra: { dataDir?: string; lock?: D
 }
 
 export function postgresHandle(pool: pg.Pool): DatabaseHandle {
-  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  const db = new Kysely<Database>({ dialect: new GuardedPostgresDialect({ pool }) });
   let closed = false;
   return {
     db,
     kind: 'postgres',
     dataDir: undefined,
+    check: () => ping(db),
     async close() {
       if (closed) return;
       closed = true;
@@ -96,7 +136,12 @@ export function postgresHandle(pool: pg.Pool): DatabaseHandle {
  */
 export async function openDatabase(config: Config): Promise<DatabaseHandle> {
   if (config.databaseUrl) {
-    return postgresHandle(createPgPool(config.databaseUrl, config.databasePoolSize, config.databasePoolTimeoutMs));
+    return postgresHandle(
+      createPgPool(config.databaseUrl, config.databasePoolSize, {
+        connectMs: config.databasePoolTimeoutMs,
+        statementMs: config.databaseStatementTimeoutMs,
+      }),
+    );
   }
   const lock = acquireDataDirLock(config.dataDir);
   try {
@@ -133,6 +178,8 @@ export async function migrateDownAll(db: Kysely<Database>): Promise<void> {
   }
 }
 
+/** A query whose answer is checked: a connection that answers nothing (or garbage) fails it. */
 export async function ping(db: Kysely<Database>): Promise<void> {
-  await sql`select 1`.execute(db);
+  const { rows } = await sql<{ ok: number }>`select 42 as ok`.execute(db);
+  if (rows.length !== 1 || Number(rows[0].ok) !== 42) throw new DatabaseUnavailable('The database answered a probe wrongly.');
 }

@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { POOL_TIMEOUT_MESSAGE } from '../db/index.js';
+import { DATABASE_RETRY_AFTER_SECONDS, databaseFault } from '../db/faults.js';
+import { MAX_BIND_PARAMETERS, TooManyParametersError } from '../db/limits.js';
 import { AppError, UnprocessableError } from '../errors.js';
 import { RequestValidationError, type ValidationDetail } from './validation.js';
 
@@ -29,6 +30,8 @@ interface ErrorShape {
   param: string | null;
   extra: Record<string, unknown>;
   detail?: ValidationDetail[];
+  /** Sent as Retry-After: the fault is temporary. */
+  retryAfterSeconds?: number;
 }
 
 /** OpenAI's `type` vocabulary, by status. */
@@ -133,15 +136,13 @@ function toShape(error: unknown, request: FastifyRequest): ErrorShape | undefine
   const fastifyError = error as FastifyError;
   const known = fastifyError?.code ? FASTIFY_ERRORS[fastifyError.code] : undefined;
   if (known) return { ...known(request), param: null, extra: {} };
-  if (error instanceof Error && error.message === POOL_TIMEOUT_MESSAGE) {
-    request.log.error({ err: error }, 'no database connection became free');
-    return {
-      status: 503,
-      message: 'The database is busy: no connection became free in time (DATABASE_POOL_TIMEOUT_MS). Try again shortly.',
-      code: 'database_busy',
-      param: null,
-      extra: {},
-    };
+  const fault = databaseFault(error);
+  if (fault) return { status: 503, message: fault.message, code: fault.code, param: null, extra: {}, retryAfterSeconds: DATABASE_RETRY_AFTER_SECONDS };
+  if (error instanceof TooManyParametersError) {
+    return valueError(
+      `Value error, the request names too many values to process at once (at most ${MAX_BIND_PARAMETERS}); send fewer in each request`,
+      'too many values',
+    );
   }
   if (isTooDeep(error)) return valueError('Value error, the request is nested too deeply to process', 'nested too deeply');
   if (isRefusedValue(error)) {
@@ -174,6 +175,7 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, error: u
     );
   }
   if (shape.status >= 500) request.log.error({ err: error }, shape.message);
+  if (shape.retryAfterSeconds !== undefined) reply.header('retry-after', String(shape.retryAfterSeconds));
   return reply.status(shape.status).send(errorBody(family, shape));
 }
 

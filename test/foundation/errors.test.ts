@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { POOL_TIMEOUT_MESSAGE } from '../../src/db/index.js';
+import { POOL_TIMEOUT_MESSAGE } from '../../src/db/faults.js';
 import { registerJsonBodyParser } from '../../src/http/json-body.js';
 import { z } from 'zod';
 import { CreateKeyBody, CreateUserBody } from '../../src/admin/routes.js';

@@ -1,4 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
+import { chunksForParameters } from '../../db/limits.js';
 import { compileExpr } from '../query/expr.js';
 import type { Query, SortBy } from '../query/schema.js';
 import { tableFieldResolver, tableOrderBy, type TableFields } from '../query/table-fields.js';
@@ -39,26 +40,30 @@ export interface PriceWrite {
   createdBy: string;
 }
 
+/** Columns one inserted price row binds. */
+const PRICE_COLUMNS = 11;
+
 export async function insertProjectPrices(db: Executor, rows: readonly PriceWrite[]): Promise<void> {
-  if (rows.length === 0) return;
-  await db
-    .insertInto('trace_llm_prices')
-    .values(
-      rows.map((r) => ({
-        id: r.id,
-        pricing_level: 'project' as const,
-        pricing_level_id: r.projectId,
-        provider_id: r.providerId,
-        llm_id: r.llmId,
-        effective_date: r.effectiveDate,
-        prompt_token_cost: r.promptTokenCost,
-        completion_token_cost: r.completionTokenCost,
-        prompt_token_cost_unit: r.promptTokenCostUnit,
-        completion_token_cost_unit: r.completionTokenCostUnit,
-        created_by: r.createdBy,
-      })),
-    )
-    .execute();
+  for (const chunk of chunksForParameters(rows, PRICE_COLUMNS)) {
+    await db
+      .insertInto('trace_llm_prices')
+      .values(
+        chunk.map((r) => ({
+          id: r.id,
+          pricing_level: 'project' as const,
+          pricing_level_id: r.projectId,
+          provider_id: r.providerId,
+          llm_id: r.llmId,
+          effective_date: r.effectiveDate,
+          prompt_token_cost: r.promptTokenCost,
+          completion_token_cost: r.completionTokenCost,
+          prompt_token_cost_unit: r.promptTokenCostUnit,
+          completion_token_cost_unit: r.completionTokenCostUnit,
+          created_by: r.createdBy,
+        })),
+      )
+      .execute();
+  }
 }
 
 /** Only the project's own rows: the default table is neither visible to /cost/query nor purgeable. */
@@ -89,14 +94,17 @@ function normalise(value: unknown): unknown {
 }
 
 export async function deleteProjectPrices(db: Executor, args: { projectId: string; ids: readonly string[] }): Promise<number> {
-  if (args.ids.length === 0) return 0;
-  const result = await db
-    .deleteFrom('trace_llm_prices')
-    .where('pricing_level', '=', 'project')
-    .where('pricing_level_id', '=', args.projectId)
-    .where('id', 'in', [...args.ids])
-    .executeTakeFirst();
-  return toInt(result.numDeletedRows);
+  let deleted = 0;
+  for (const ids of chunksForParameters(args.ids, 1)) {
+    const result = await db
+      .deleteFrom('trace_llm_prices')
+      .where('pricing_level', '=', 'project')
+      .where('pricing_level_id', '=', args.projectId)
+      .where('id', 'in', ids)
+      .executeTakeFirst();
+    deleted += toInt(result.numDeletedRows);
+  }
+  return deleted;
 }
 
 export interface PriceRow {
@@ -116,12 +124,17 @@ export interface PriceRow {
 
 /** Every default and project price row for these models: the candidates include_costs chooses from. */
 export async function pricesFor(db: Executor, args: { projectId: string; llmIds: readonly string[] }): Promise<PriceRow[]> {
-  if (args.llmIds.length === 0) return [];
+  const rows: PriceRow[] = [];
+  for (const llmIds of chunksForParameters(args.llmIds, 1)) rows.push(...(await pricesOf(db, args.projectId, llmIds)));
+  return rows.map((row) => ({ ...row, prompt_token_cost: Number(row.prompt_token_cost), completion_token_cost: Number(row.completion_token_cost) }));
+}
+
+async function pricesOf(db: Executor, projectId: string, llmIds: readonly string[]): Promise<PriceRow[]> {
   const { rows } = await sql<PriceRow>`select id, llm_id, provider_id, pricing_level, pricing_level_id, prompt_token_cost, completion_token_cost,
       prompt_token_cost_unit, completion_token_cost_unit, ${isoText(sql.ref('effective_date'))} as effective_date, created_by,
       ${isoText(sql.ref('created_at'))} as created_at
     from trace_llm_prices
-    where llm_id in (${sql.join([...args.llmIds])})
-      and (pricing_level = 'default' or (pricing_level = 'project' and pricing_level_id = ${args.projectId}))`.execute(db);
-  return rows.map((row) => ({ ...row, prompt_token_cost: Number(row.prompt_token_cost), completion_token_cost: Number(row.completion_token_cost) }));
+    where llm_id in (${sql.join([...llmIds])})
+      and (pricing_level = 'default' or (pricing_level = 'project' and pricing_level_id = ${projectId}))`.execute(db);
+  return rows;
 }

@@ -1,4 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
+import { chunksForParameters } from '../../db/limits.js';
 import { ConflictError } from '../../errors.js';
 import { compileExpr } from '../query/expr.js';
 import type { Query, SortBy } from '../query/schema.js';
@@ -48,26 +49,31 @@ export interface FeedbackWrite {
 export async function insertFeedback(db: Executor, rows: readonly FeedbackWrite[]): Promise<string[]> {
   if (rows.length === 0) return [];
   try {
-    const inserted = await db
-      .insertInto('trace_feedback')
-      .values(
-        rows.map((r) => ({
-          project_id: r.projectId,
-          id: r.id,
-          weave_ref: r.weaveRef,
-          wb_user_id: r.wbUserId,
-          creator: r.creator,
-          feedback_type: r.feedbackType,
-          payload: sql`${r.payload}::jsonb`,
-          annotation_ref: r.annotationRef,
-          runnable_ref: r.runnableRef,
-          call_ref: r.callRef,
-          trigger_ref: r.triggerRef,
-          queue_id: r.queueId,
-        })) as never,
-      )
-      .returning([sql<string>`${isoText(sql.ref('created_at'))}`.as('created_at'), 'id'])
-      .execute();
+    const inserted: { id: string; created_at: string }[] = [];
+    for (const chunk of chunksForParameters(rows, FEEDBACK_COLUMNS.length)) {
+      inserted.push(
+        ...(await db
+          .insertInto('trace_feedback')
+          .values(
+            chunk.map((r) => ({
+              project_id: r.projectId,
+              id: r.id,
+              weave_ref: r.weaveRef,
+              wb_user_id: r.wbUserId,
+              creator: r.creator,
+              feedback_type: r.feedbackType,
+              payload: sql`${r.payload}::jsonb`,
+              annotation_ref: r.annotationRef,
+              runnable_ref: r.runnableRef,
+              call_ref: r.callRef,
+              trigger_ref: r.triggerRef,
+              queue_id: r.queueId,
+            })) as never,
+          )
+          .returning([sql<string>`${isoText(sql.ref('created_at'))}`.as('created_at'), 'id'])
+          .execute()),
+      );
+    }
     const byId = new Map(inserted.map((row) => [row.id, row.created_at]));
     return rows.map((r) => byId.get(r.id)!);
   } catch (error) {
@@ -80,9 +86,12 @@ export async function insertFeedback(db: Executor, rows: readonly FeedbackWrite[
 }
 
 export async function deleteFeedback(db: Executor, args: { projectId: string; ids: readonly string[] }): Promise<number> {
-  if (args.ids.length === 0) return 0;
-  const result = await db.deleteFrom('trace_feedback').where('project_id', '=', args.projectId).where('id', 'in', [...args.ids]).executeTakeFirst();
-  return toInt(result.numDeletedRows);
+  let deleted = 0;
+  for (const ids of chunksForParameters(args.ids, 1)) {
+    const result = await db.deleteFrom('trace_feedback').where('project_id', '=', args.projectId).where('id', 'in', ids).executeTakeFirst();
+    deleted += toInt(result.numDeletedRows);
+  }
+  return deleted;
 }
 
 export interface FeedbackQueryArgs {
@@ -122,10 +131,14 @@ export async function countFeedback(db: Executor, args: { projectId: string; que
 
 /** Every feedback row on the given refs, oldest first (include_feedback on calls queries). */
 export async function feedbackForRefs(db: Executor, args: { projectId: string; refs: readonly string[] }): Promise<Record<string, unknown>[]> {
-  if (args.refs.length === 0) return [];
   const items = FEEDBACK_COLUMNS.map((column) => sql`${feedbackFieldSql(column)} as ${sql.ref(column)}`);
-  const { rows } = await sql<Record<string, unknown>>`select ${sql.join(items)} from trace_feedback
-    where trace_feedback.project_id = ${args.projectId} and trace_feedback.weave_ref in (${sql.join([...args.refs])})
-    order by trace_feedback.created_at asc, trace_feedback.id asc`.execute(db);
-  return rows;
+  const found: Record<string, unknown>[] = [];
+  // Each ref falls in one chunk, so every ref's rows stay in order.
+  for (const refs of chunksForParameters(args.refs, 1)) {
+    const { rows } = await sql<Record<string, unknown>>`select ${sql.join(items)} from trace_feedback
+      where trace_feedback.project_id = ${args.projectId} and trace_feedback.weave_ref in (${sql.join(refs)})
+      order by trace_feedback.created_at asc, trace_feedback.id asc`.execute(db);
+    found.push(...rows);
+  }
+  return found;
 }

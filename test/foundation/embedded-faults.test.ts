@@ -1,0 +1,93 @@
+import { sql } from 'kysely';
+import { afterEach, describe, expect, it } from 'vitest';
+import { buildApp, type App } from '../../src/app.js';
+import { MAX_BIND_PARAMETERS, TooManyParametersError } from '../../src/db/limits.js';
+import { createTestApp, createUserWithKey, testConfig, type TestUser } from '../helpers/app.js';
+import { onPostgresServer } from '../helpers/database.js';
+
+let app: App | undefined;
+afterEach(async () => {
+  await app?.close();
+  app = undefined;
+});
+
+/** A statement of `count` bind parameters, sent to PGlite past the guard that refuses it in the app. */
+function oversized(count: number): [string, number[]] {
+  const params = Array.from({ length: count }, (_, i) => i);
+  return [`select 1 as x where -1 in (${params.map((_, i) => `$${i + 1}::int`).join(', ')})`, params];
+}
+
+async function expectServing(app: App, user: TestUser) {
+  const models = await app.inject({ method: 'GET', url: '/v1/preview/models', headers: user.headers });
+  expect(models.statusCode, models.body).not.toBe(401);
+  expect(models.statusCode, models.body).toBeLessThan(500);
+}
+
+describe('the bind-parameter guard', () => {
+  it('refuses a statement past the protocol limit before it reaches the database, which keeps serving', async () => {
+    app = await createTestApp({}, (a) => {
+      a.get('/v1/probe/many', async () => sql`select 1 where 1 in (${sql.join(Array.from({ length: MAX_BIND_PARAMETERS + 1 }, () => 1))})`.execute(a.db));
+    });
+    await expect(sql`select ${sql.join(Array.from({ length: MAX_BIND_PARAMETERS + 1 }, () => 1))}`.execute(app.db)).rejects.toThrow(TooManyParametersError);
+    const user = await createUserWithKey(app);
+    const response = await app.inject({ method: 'GET', url: '/v1/probe/many', headers: user.headers });
+    expect(response.statusCode).toBe(422);
+    expect(response.json()).toEqual({
+      detail: [
+        {
+          type: 'value_error',
+          loc: ['body'],
+          msg: `Value error, the request names too many values to process at once (at most ${MAX_BIND_PARAMETERS}); send fewer in each request`,
+          input: null,
+          ctx: { error: 'too many values' },
+        },
+      ],
+    });
+    const check = await app.inject({ method: 'GET', url: '/v1/system-check' });
+    expect(check.json().database).toEqual({ success: true, duration_ms: expect.any(Number) });
+  });
+});
+
+describe.skipIf(onPostgresServer)('a corrupted embedded database', () => {
+  it('is seen by the system check, reopened from its data directory, and serves its data again', async () => {
+    app = await buildApp(testConfig({ AUTH_CACHE_TTL_MS: '0' }));
+    const user = await createUserWithKey(app);
+    // PGlite's protocol parser misreads 32,768+ parameters and then answers every query with no rows.
+    const [text, params] = oversized(40_000);
+    await app.database.embedded!.instance.query(text, params).catch(() => undefined);
+    expect((await app.database.embedded!.instance.query('select 1 as x')).rows).toEqual([]);
+
+    const check = await app.inject({ method: 'GET', url: '/v1/system-check' });
+    expect(check.statusCode).toBe(503);
+    expect(check.json().database).toEqual({
+      success: false,
+      duration_ms: expect.any(Number),
+      error: 'The embedded database answered a probe wrongly and was reopened.',
+    });
+    await expectServing(app, user);
+    const again = await app.inject({ method: 'GET', url: '/v1/system-check' });
+    expect(again.json().database).toEqual({ success: true, duration_ms: expect.any(Number) });
+  });
+
+  it('is reopened right after a query fails inside PGlite, so the next request is served', async () => {
+    app = await buildApp(testConfig({ AUTH_CACHE_TTL_MS: '0' }));
+    const user = await createUserWithKey(app);
+    const [text, params] = oversized(120_000); // this count makes the parser throw
+    await expect(app.database.embedded!.query(text, params)).rejects.toThrow(RangeError);
+    await expectServing(app, user);
+  });
+
+  it('in memory, answers every request 503 with Retry-After rather than serving from a corrupt instance', async () => {
+    app = await createTestApp({ AUTH_CACHE_TTL_MS: '0' });
+    const user = await createUserWithKey(app);
+    const [text, params] = oversized(120_000);
+    await expect(app.database.embedded!.query(text, params)).rejects.toThrow(RangeError);
+    const response = await app.inject({ method: 'GET', url: '/v1/preview/models', headers: user.headers });
+    expect(response.statusCode).toBe(503);
+    expect(response.headers['retry-after']).toBe('5');
+    expect(response.json()).toEqual({ detail: 'The embedded database failed and cannot be reopened (it is in memory). Restart the server.' });
+    const check = await app.inject({ method: 'GET', url: '/v1/system-check' });
+    expect(check.statusCode).toBe(503);
+    expect(check.json().database.success).toBe(false);
+  });
+});

@@ -1,0 +1,20 @@
+import fs from 'node:fs'; import os from 'node:os'; import path from 'node:path';
+import { buildApp } from './src/app.js';
+import { loadConfig } from './src/config.js';
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'secdb-'));
+const lines: string[] = [];
+const app = await buildApp(loadConfig({ DATA_DIR: dir, LOG_LEVEL: 'error', BOOTSTRAP_ADMIN: 'false', AUTH_CACHE_TTL_MS: '0' }), { logStream: { write: (l) => lines.push(l) } });
+await app.ready();
+await app.auth.createUser({ username: 'u1' });
+const { key } = await app.auth.createKey({ username: 'u1' });
+const h = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+const project = 'u1/p';
+const batch = Array.from({ length: 10000 }, (_, i) => ({ project_id: project, weave_ref: `weave:///${project}/call/c${i}`, feedback_type: 'custom', payload: { i } }));
+let r = await app.inject({ method: 'POST', url: '/traces/feedback/batch/create', headers: h, payload: JSON.stringify({ batch }) });
+console.log(r.statusCode, r.body.slice(0, 200));
+console.log(lines.map((l) => JSON.parse(l).err?.stack).join('\n'));
+const pg = (app.database as any);
+try { console.log(await (app.db as any).executeQuery({ sql: 'select 1 as x', parameters: [], query: { kind: 'RawNode' } })); } catch (e) { console.log('q err', e); }
+r = await app.inject({ method: 'POST', url: '/traces/feedback/query', headers: h, payload: JSON.stringify({ project_id: project }) });
+console.log(r.statusCode, r.body.slice(0, 200));
+await app.close();
