@@ -53,7 +53,7 @@ function requestId(request: IncomingMessage): string {
 export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App> {
   const database = deps.database ?? (await openDatabase(config));
   try {
-    await migrateToLatest(database.db);
+    await database.unbounded(migrateToLatest);
   } catch (error) {
     await database.close();
     throw error;

@@ -33,7 +33,7 @@ const EnvSchema = z.object({
     .optional(),
   DATABASE_POOL_SIZE: integer(1, 1000).default(10),
   DATABASE_POOL_TIMEOUT_MS: integer(1, 3_600_000).default(5_000),
-  DATABASE_STATEMENT_TIMEOUT_MS: integer(100, 3_600_000).default(30_000),
+  DATABASE_STATEMENT_TIMEOUT_MS: integer(100, 3_600_000).default(10_000),
   DATA_DIR: z.string().min(1, 'must not be empty').default('./data'),
   LOG_LEVEL: z
     .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {

@@ -97,7 +97,7 @@ async function run(argv: string[], config: Config): Promise<unknown> {
 async function withDatabase(config: Config, fn: (auth: AuthService) => Promise<unknown>, reportMigrations: boolean): Promise<unknown> {
   const database = await openDatabase(config);
   try {
-    const results = await migrateToLatest(database.db);
+    const results = await database.unbounded(migrateToLatest);
     const result = await fn(new AuthService(database.db, 0));
     return reportMigrations ? { migrated: results.map((r) => r.migrationName) } : result;
   } finally {

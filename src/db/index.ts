@@ -25,6 +25,8 @@ export interface DatabaseHandle {
   readonly embedded?: EmbeddedPglite;
   /** Runs a query and checks its answer (the system check); throws when the database is not serving. */
   check(): Promise<void>;
+  /** Runs `work` on a connection without the statement timeouts (migrations may take long on big tables). */
+  unbounded<T>(work: (db: Kysely<Database>) => Promise<T>): Promise<T>;
   close(): Promise<void>;
 }
 
@@ -47,21 +49,23 @@ export function pgliteDataPath(dataDir: string): string {
 export interface PoolTimeouts {
   /** Connecting to the server, and waiting for a free pooled connection (pg-pool uses one setting for both). */
   connectMs: number;
-  /** A statement: the server cancels it after this (statement_timeout), the client gives up a little later. */
+  /** A statement: the server cancels it after this (statement_timeout), the client gives up a little later; 0: no limit. */
   statementMs: number;
 }
 
 /** The client waits this much longer than the server's statement_timeout, so the server cancels first. */
 const CLIENT_TIMEOUT_SLACK_MS = 2_000;
 
-export function createPgPool(connectionString: string, max: number, timeouts: PoolTimeouts = { connectMs: 5_000, statementMs: 30_000 }): pg.Pool {
+export function createPgPool(connectionString: string, max: number, timeouts: PoolTimeouts = { connectMs: 5_000, statementMs: 10_000 }): pg.Pool {
   const pool = new pg.Pool({
     connectionString,
     max,
     connectionTimeoutMillis: timeouts.connectMs,
-    statement_timeout: timeouts.statementMs,
-    // A frozen server (or a partition) answers nothing, not even the server's own timeout.
-    query_timeout: timeouts.statementMs + CLIENT_TIMEOUT_SLACK_MS,
+    ...(timeouts.statementMs > 0 && {
+      statement_timeout: timeouts.statementMs,
+      // A frozen server (or a partition) answers nothing, not even the server's own timeout.
+      query_timeout: timeouts.statementMs + CLIENT_TIMEOUT_SLACK_MS,
+    }),
     keepAlive: true,
     // A stream whose client stopped reading holds its transaction; the server ends it after this.
     idle_in_transaction_session_timeout: 300_000,
@@ -74,6 +78,10 @@ export function createPgPool(connectionString: string, max: number, timeouts: Po
   // pool; unhandled, that would crash the process. The pool discards that client and opens a new one
   // for the next query, so there is nothing else to do here.
   pool.on('error', () => undefined);
+  // A checked-out client has no pool listener: its connection dying between two queries (a server
+  // stopped mid-transaction) would be an uncaught 'error'. Its next query fails, and the pool drops
+  // it on release because it is no longer queryable.
+  pool.on('connect', (client) => client.on('error', () => undefined));
   return pool;
 }
 
@@ -102,6 +110,7 @@ export function pgliteHandle(pglite: PGlite, extra: { dataDir?: string; lock?: D
       // Through kysely, so the probe waits its turn on the one connection like any query.
       await db.connection().execute(() => embedded.check());
     },
+    unbounded: (work) => work(db),
     async close() {
       if (closed) return;
       closed = true;
@@ -114,7 +123,8 @@ export function pgliteHandle(pglite: PGlite, extra: { dataDir?: string; lock?: D
   };
 }
 
-export function postgresHandle(pool: pg.Pool): DatabaseHandle {
+/** `openUnbounded`: a pool of one connection without statement timeouts, for `unbounded` work. */
+export function postgresHandle(pool: pg.Pool, openUnbounded?: () => pg.Pool): DatabaseHandle {
   const db = new Kysely<Database>({ dialect: new GuardedPostgresDialect({ pool }) });
   let closed = false;
   return {
@@ -122,6 +132,15 @@ export function postgresHandle(pool: pg.Pool): DatabaseHandle {
     kind: 'postgres',
     dataDir: undefined,
     check: () => ping(db),
+    async unbounded(work) {
+      if (!openUnbounded) return work(db);
+      const other = new Kysely<Database>({ dialect: new GuardedPostgresDialect({ pool: openUnbounded() }) });
+      try {
+        return await work(other);
+      } finally {
+        await other.destroy();
+      }
+    },
     async close() {
       if (closed) return;
       closed = true;
@@ -136,11 +155,10 @@ export function postgresHandle(pool: pg.Pool): DatabaseHandle {
  */
 export async function openDatabase(config: Config): Promise<DatabaseHandle> {
   if (config.databaseUrl) {
-    return postgresHandle(
-      createPgPool(config.databaseUrl, config.databasePoolSize, {
-        connectMs: config.databasePoolTimeoutMs,
-        statementMs: config.databaseStatementTimeoutMs,
-      }),
+    const url = config.databaseUrl;
+    const connectMs = config.databasePoolTimeoutMs;
+    return postgresHandle(createPgPool(url, config.databasePoolSize, { connectMs, statementMs: config.databaseStatementTimeoutMs }), () =>
+      createPgPool(url, 1, { connectMs, statementMs: 0 }),
     );
   }
   const lock = acquireDataDirLock(config.dataDir);
