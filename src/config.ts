@@ -49,6 +49,9 @@ const EnvSchema = z.object({
   JOB_MAX_ATTEMPTS: integer(1, 100).default(3),
   WORKER_SEEN_SECONDS: integer(1, 86_400).default(120),
   LEASE_SWEEP_INTERVAL_MS: integer(100, 3_600_000).default(5_000),
+  CHECKPOINT_URI_PREFIXES: list
+    .pipe(z.array(z.string().regex(/\/$/, 'each prefix must end with "/"')).min(1, 'must name at least one prefix'))
+    .default(['/adapters/', 's3://']),
   SFT_ALLOW_HTTP_URLS: boolean.default(false),
   BACKENDS_FILE: z.string().min(1).optional(),
   USAGE_FLUSH_INTERVAL_MS: integer(10, 60_000).default(1_000),
@@ -85,6 +88,8 @@ export interface Config {
   /** The system check's gpu_queue passes when a trainer worker was seen within this window. */
   readonly workerSeenSeconds: number;
   readonly leaseSweepIntervalMs: number;
+  /** A checkpoint URI a worker registers must start with one of these (the engines load what it names). */
+  readonly checkpointUriPrefixes: readonly string[];
   /** Whether SFT jobs may name http(s) URLs as training data (a server-side request forgery risk). */
   readonly sftAllowHttpUrls: boolean;
   /** The inference backends file (JSON or YAML); unset: no engine configured. */
@@ -142,6 +147,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     jobMaxAttempts: e.JOB_MAX_ATTEMPTS,
     workerSeenSeconds: e.WORKER_SEEN_SECONDS,
     leaseSweepIntervalMs: e.LEASE_SWEEP_INTERVAL_MS,
+    checkpointUriPrefixes: Object.freeze([...e.CHECKPOINT_URI_PREFIXES]),
     sftAllowHttpUrls: e.SFT_ALLOW_HTTP_URLS,
     backendsFile: e.BACKENDS_FILE === undefined ? undefined : path.resolve(e.BACKENDS_FILE),
     usageFlushIntervalMs: e.USAGE_FLUSH_INTERVAL_MS,

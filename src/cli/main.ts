@@ -16,7 +16,8 @@ const USAGE = `Usage: npm run cli -- <command>
   teams create <name>                       create a team entity
   teams add-member <team> <username> [--role admin|member]
   keys create <username> [--name NAME] [--kind user|worker]
-                                            create an API key; the key is printed once
+                                            create an API key; the key is printed once. A worker
+                                            key runs the jobs of the user's entities (an admin's: all)
   keys list [--user USERNAME]
   keys revoke <key-id>
 

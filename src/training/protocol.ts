@@ -20,3 +20,17 @@ export function checkWorkerEvents(
   }
   return null;
 }
+
+/**
+ * Why a worker may not register this checkpoint URI, or null. The inference engines load whatever a
+ * checkpoint's URI names, so it must lie under one of the operator's prefixes (CHECKPOINT_URI_PREFIXES),
+ * with no `.` or `..` segment (percent-encoded or not) to climb out of it.
+ */
+export function checkpointUriProblem(uri: string, prefixes: readonly string[]): string | null {
+  if (!prefixes.some((prefix) => uri.startsWith(prefix))) {
+    return `it must start with one of ${prefixes.join(', ')} (CHECKPOINT_URI_PREFIXES)`;
+  }
+  const segments = uri.replace(/%2e/gi, '.').split(/[/\\]|%2f|%5c/i);
+  if (segments.some((segment) => segment === '.' || segment === '..')) return 'it must not contain "." or ".." path segments';
+  return null;
+}

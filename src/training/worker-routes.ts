@@ -20,8 +20,9 @@ import type { WorkerService } from './worker-service.js';
 const ErrorDetail = z.object({ detail: z.string() });
 
 /**
- * The trainer-worker protocol under /v1/workers (worker keys only; docs/workers.md). Every call that
- * carries a lease token answers 409 `{"detail": ...}` when the token is not the job's current lease.
+ * The trainer-worker protocol under /v1/workers (worker keys only, each reaching the jobs of its user's
+ * entities, an admin's every job; docs/workers.md). Every call that carries a lease token answers 409
+ * `{"detail": ...}` when the token is not the job's current lease.
  */
 export const workerRoutes: FastifyPluginAsyncZod<{ workers: WorkerService }> = async (app, { workers }) => {
   const tags = ['workers'];
@@ -63,7 +64,7 @@ export const workerRoutes: FastifyPluginAsyncZod<{ workers: WorkerService }> = a
       },
     },
     async (request, reply) => {
-      await workers.requireJob(request.params.job_id);
+      await workers.requireJob(principalOf(request), request.params.job_id);
       reply.type('application/x-ndjson; charset=utf-8');
       return reply.send(Readable.from(workers.inputLines(request.params.job_id)));
     },
@@ -82,7 +83,7 @@ export const workerRoutes: FastifyPluginAsyncZod<{ workers: WorkerService }> = a
         response: { 200: HeartbeatResponse, 409: ErrorDetail },
       },
     },
-    async (request) => workers.heartbeat(request.params.job_id, request.body.lease_token),
+    async (request) => workers.heartbeat(principalOf(request), request.params.job_id, request.body.lease_token),
   );
 
   app.post(
@@ -99,7 +100,7 @@ export const workerRoutes: FastifyPluginAsyncZod<{ workers: WorkerService }> = a
         response: { 200: PostEventsResponse, 409: ErrorDetail },
       },
     },
-    async (request) => workers.postEvents(request.params.job_id, request.body),
+    async (request) => workers.postEvents(principalOf(request), request.params.job_id, request.body),
   );
 
   app.post(
@@ -110,13 +111,13 @@ export const workerRoutes: FastifyPluginAsyncZod<{ workers: WorkerService }> = a
         tags,
         summary: 'Complete a job with its checkpoint',
         description:
-          'In one transaction: the checkpoint at `target_step`, the `training_ended` event, COMPLETED and `training_end`. The same call with the same token again returns the same result. 409 for a stale token, or when the job was canceled (no checkpoint is registered then).',
+          'In one transaction: the checkpoint at `target_step`, the `training_ended` event, COMPLETED and `training_end`. The same call with the same token again returns the same result. 409 for a stale token, or when the job was canceled (no checkpoint is registered then). 422 for a `uri` outside CHECKPOINT_URI_PREFIXES or with `.`/`..` segments.',
         params: WorkerJobParams,
         body: CompleteRequest,
         response: { 200: CompleteResponse, 409: ErrorDetail },
       },
     },
-    async (request) => workers.complete(request.params.job_id, request.body),
+    async (request) => workers.complete(principalOf(request), request.params.job_id, request.body),
   );
 
   app.post(
@@ -133,6 +134,6 @@ export const workerRoutes: FastifyPluginAsyncZod<{ workers: WorkerService }> = a
         response: { 200: FailResponse, 409: ErrorDetail },
       },
     },
-    async (request) => workers.fail(request.params.job_id, request.body),
+    async (request) => workers.fail(principalOf(request), request.params.job_id, request.body),
   );
 };

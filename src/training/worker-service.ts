@@ -2,7 +2,7 @@ import type { Principal } from '../auth/principal.js';
 import type { Config } from '../config.js';
 import { ConflictError, NotFoundError, UnprocessableError } from '../errors.js';
 import type { JobSignal } from './job-signal.js';
-import { checkWorkerEvents } from './protocol.js';
+import { checkpointUriProblem, checkWorkerEvents } from './protocol.js';
 import * as repo from './repository.js';
 import type {
   ClaimRequest,
@@ -36,9 +36,17 @@ function staleLease(jobId: string): ConflictError {
 }
 
 /**
+ * The jobs a worker key reaches: its user's own entity and teams; every entity for an admin's worker key,
+ * the operator's shared pool (docs/workers.md).
+ */
+function reachOf(principal: Principal): repo.WorkerReach {
+  return principal.isAdmin ? 'all' : [...principal.entities];
+}
+
+/**
  * The trainer-worker protocol (docs/workers.md): claim with a lease, read inputs, heartbeat, post events,
- * complete or fail. A stale or wrong lease token is a 409 and changes nothing. Worker keys serve every
- * entity: a worker is the operator's machine, not a tenant's.
+ * complete or fail. A stale or wrong lease token is a 409 and changes nothing. Every call is scoped to the
+ * jobs the worker key reaches; another tenant's job reads as an unknown one (404, or 409 on lease calls).
  */
 export class WorkerService {
   private readonly db: repo.TrainingDb;
@@ -60,7 +68,7 @@ export class WorkerService {
       if (signal.isClosed || abort?.aborted) return undefined;
       const seen = signal.version;
       const claim = await this.db.transaction().execute((trx) =>
-        repo.claimJob(trx, { workerId: body.worker_id, kinds: body.kinds, baseModels: body.base_models, leaseSeconds: config.workerLeaseSeconds }),
+        repo.claimJob(trx, { reach: reachOf(principal), workerId: body.worker_id, kinds: body.kinds, baseModels: body.base_models, leaseSeconds: config.workerLeaseSeconds }),
       );
       if (claim) return this.claimJson(claim);
       const left = deadline - Date.now();
@@ -87,11 +95,19 @@ export class WorkerService {
     };
   }
 
-  /** 404 unless the job exists; inputs are readable by any worker key, in any state. */
-  async requireJob(jobId: string): Promise<repo.StoredJob> {
-    const job = await repo.findJobForWorker(this.db, { jobId });
+  /** 404 unless the job exists and the key reaches it; its inputs are readable then, in any state. */
+  async requireJob(principal: Principal, jobId: string): Promise<repo.StoredJob> {
+    const job = await repo.findJobForWorker(this.db, { jobId, reach: reachOf(principal) });
     if (!job) throw new NotFoundError('training job', jobId);
     return job;
+  }
+
+  /**
+   * 409 like a stale token unless the key reaches the job, before any lease call looks at it: another
+   * tenant's job is indistinguishable from an unknown one. (A job's model never changes entity.)
+   */
+  private async requireReach(principal: Principal, jobId: string): Promise<void> {
+    if (!(await repo.findJobForWorker(this.db, { jobId, reach: reachOf(principal) }))) throw staleLease(jobId);
   }
 
   /** The job's inputs as JSON Lines, read a page at a time so that a large job is never held in memory. */
@@ -106,7 +122,8 @@ export class WorkerService {
     }
   }
 
-  async heartbeat(jobId: string, leaseToken: string): Promise<HeartbeatResponse> {
+  async heartbeat(principal: Principal, jobId: string, leaseToken: string): Promise<HeartbeatResponse> {
+    await this.requireReach(principal, jobId);
     const renewed = await repo.heartbeat(this.db, { jobId, leaseToken, leaseSeconds: this.deps.config.workerLeaseSeconds });
     if (!renewed) throw staleLease(jobId);
     await repo.touchWorkerOfJob(this.db, { jobId });
@@ -118,7 +135,8 @@ export class WorkerService {
    * `gradient_step` events (their data was checked to be finite numbers by the schema). A batch that breaks
    * the order is refused whole.
    */
-  async postEvents(jobId: string, body: PostEventsRequest): Promise<PostEventsResponse> {
+  async postEvents(principal: Principal, jobId: string, body: PostEventsRequest): Promise<PostEventsResponse> {
+    await this.requireReach(principal, jobId);
     // Errors are thrown after the transaction: a throw inside would only roll back what was not written.
     const outcome = await this.db.transaction().execute(async (trx) => {
       const job = await repo.findLeasedJob(trx, { jobId, leaseToken: body.lease_token });
@@ -139,9 +157,18 @@ export class WorkerService {
   /**
    * Registers the checkpoint at the job's target step, its `training_ended` event, COMPLETED and
    * `training_end` in one transaction. The same call again with the same token answers the same result.
-   * A job whose cancel was asked for ends CANCELED without a checkpoint: 409.
+   * A job whose cancel was asked for ends CANCELED without a checkpoint: 409. A URI outside
+   * CHECKPOINT_URI_PREFIXES is a 422 that changes nothing (the worker then fails the job for good).
    */
-  async complete(jobId: string, body: CompleteRequest): Promise<CompleteResponse> {
+  async complete(principal: Principal, jobId: string, body: CompleteRequest): Promise<CompleteResponse> {
+    const requested = body.checkpoint.uri;
+    const problem = checkpointUriProblem(requested, this.deps.config.checkpointUriPrefixes);
+    if (problem) {
+      throw new UnprocessableError(`Value error, checkpoint URI ${JSON.stringify(requested)} is not allowed: ${problem}`, ['body', 'checkpoint', 'uri'], {
+        input: requested,
+      });
+    }
+    await this.requireReach(principal, jobId);
     const result = await this.db.transaction().execute((trx) =>
       repo.completeJob(trx, { jobId, leaseToken: body.lease_token, uri: body.checkpoint.uri, metrics: body.checkpoint.metrics }),
     );
@@ -155,7 +182,8 @@ export class WorkerService {
   }
 
   /** Ends the attempt: requeued when retryable with attempts left, else FAILED (or CANCELED if asked). */
-  async fail(jobId: string, body: FailRequest): Promise<FailResponse> {
+  async fail(principal: Principal, jobId: string, body: FailRequest): Promise<FailResponse> {
+    await this.requireReach(principal, jobId);
     const job = await this.db.transaction().execute((trx) =>
       repo.failJob(trx, { jobId, leaseToken: body.lease_token, errorMessage: body.error_message, retryable: body.retryable }),
     );

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { ClaimResponse } from '../training/schemas.js';
-import { LeaseLostError, type WorkerClient } from './client.js';
+import { LeaseLostError, ProtocolError, type WorkerClient } from './client.js';
 import { EventBatcher } from './event-batcher.js';
 import { buildJobSpec, jobPaths, prepareJobDirs, removeJobFiles, writeJobSpec } from './job-files.js';
 import { EventOrder, parseTrainerLine } from './trainer-output.js';
@@ -188,6 +188,9 @@ export class JobRun {
       }
       const checkpoint = output.checkpoint;
       const sent = await this.send(() => this.client.complete(this.jobId, this.leaseToken, checkpoint));
+      // A refused checkpoint (a URI outside the server's CHECKPOINT_URI_PREFIXES, say) is refused again on
+      // every attempt: fail the job for good rather than let the lease lapse into a retry.
+      if (!sent.ok && sent.refused) return this.reportFailure(`the server refused the checkpoint ${checkpoint.uri}: ${sent.reason}`, false);
       if (!sent.ok) return unreported(sent.reason);
       const registered = sent.value.checkpoint;
       this.log.info({ checkpoint_id: registered.id, step: registered.step, uri: checkpoint.uri }, 'job completed');
@@ -210,9 +213,10 @@ export class JobRun {
   /**
    * A report call. Not ok when it could not be made: the lease is gone (409; a job canceled while its
    * trainer was finishing answers complete this way too), or the server stayed away past the retries, in
-   * which case the server's lease sweep ends the attempt as a retryable failure.
+   * which case the server's lease sweep ends the attempt as a retryable failure. `refused`: the server
+   * answered a 4xx that retrying cannot change.
    */
-  private async send<T>(call: () => Promise<T>): Promise<{ ok: true; value: T } | { ok: false; reason: string }> {
+  private async send<T>(call: () => Promise<T>): Promise<{ ok: true; value: T } | { ok: false; reason: string; refused: boolean }> {
     try {
       return { ok: true, value: await call() };
     } catch (error) {
@@ -223,7 +227,7 @@ export class JobRun {
       } else {
         this.log.error({ err: reason }, 'could not report the job; its lease will lapse');
       }
-      return { ok: false, reason };
+      return { ok: false, reason, refused: error instanceof ProtocolError && error.status >= 400 && error.status < 500 };
     }
   }
 

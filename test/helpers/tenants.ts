@@ -9,6 +9,16 @@ export async function createTenants(app: App): Promise<{ owner: TestUser; other:
   return { owner: await createUserWithKey(app, { prefix: 'owner' }), other: await createUserWithKey(app, { prefix: 'other' }) };
 }
 
+/** A request as `as` (a user, or a user with a worker key's headers), with a JSON body when one is given. */
+export function jsonRequest(method: InjectOptions['method'], url: string, as: TestUser, body?: unknown): InjectOptions {
+  return {
+    method,
+    url,
+    headers: body === undefined ? as.headers : { ...as.headers, 'content-type': 'application/json' },
+    payload: body === undefined ? undefined : JSON.stringify(body),
+  };
+}
+
 /**
  * A digest of every row of every table, to prove that a rejected request wrote nothing.
  * Test databases are small, so hashing them whole is cheap.
@@ -35,7 +45,7 @@ export async function databaseFingerprint(app: App): Promise<Record<string, stri
 export async function expectOtherTenantRefused(
   app: App,
   request: InjectOptions,
-  expected: { status: 403 | 404; body?: unknown; secrets?: string[] },
+  expected: { status: 403 | 404 | 409; body?: unknown; secrets?: string[] },
 ): Promise<void> {
   const before = await databaseFingerprint(app);
   const response = await app.inject(request);

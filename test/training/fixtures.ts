@@ -149,6 +149,11 @@ export function groupGenerationC(): Record<string, unknown> {
 
 export const THREE_GENERATIONS = () => [groupGenerationA(), groupGenerationB(), groupGenerationC()];
 
+/** The 409 body of every worker call whose lease token is not the job's current lease. */
+export const staleBody = (jobId: string) => ({
+  detail: `The lease token is not the current lease of training job ${jobId}: the lease expired, the job was requeued or reclaimed, or it already ended. Stop working on this job.`,
+});
+
 export interface ClaimedJob {
   job: {
     id: string;

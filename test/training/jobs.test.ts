@@ -58,7 +58,7 @@ function newJob(model: StoredModel, overrides: Partial<{ kind: 'rl' | 'sft'; inp
 }
 
 const claim = (model: StoredModel, extra: { kinds?: ('rl' | 'sft')[] } = {}) =>
-  claimJob(db, { workerId: 'w1', baseModels: [model.base_model], leaseSeconds: 60, ...extra });
+  claimJob(db, { reach: 'all', workerId: 'w1', baseModels: [model.base_model], leaseSeconds: 60, ...extra });
 
 const complete = (jobId: string, leaseToken: string, metrics: Record<string, number> = {}) =>
   db.transaction().execute((trx) => completeJob(trx, { jobId, leaseToken, uri: `s3://ckpt/${jobId}`, metrics }));

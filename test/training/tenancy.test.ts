@@ -2,8 +2,8 @@ import type { InjectOptions } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { createTestApp, createUserWithKey, createWorkerKey, uniqueName, type TestUser } from '../helpers/app.js';
-import { createTenants, expectOtherTenantRefused } from '../helpers/tenants.js';
-import { call, groupGenerationA, ScriptedWorker, sftRows, storeDataset, userWithModel } from './fixtures.js';
+import { createTenants, expectOtherTenantRefused, jsonRequest as json } from '../helpers/tenants.js';
+import { call, groupGenerationA, sftRows, storeDataset, userWithModel } from './fixtures.js';
 
 let app: App;
 let owner: TestUser;
@@ -25,12 +25,6 @@ afterAll(async () => {
   await app.close();
 });
 
-const json = (method: InjectOptions['method'], url: string, as: TestUser, body?: unknown): InjectOptions => ({
-  method,
-  url,
-  headers: body === undefined ? as.headers : { ...as.headers, 'content-type': 'application/json' },
-  payload: body === undefined ? undefined : JSON.stringify(body),
-});
 
 describe('another tenant', () => {
   it('finds none of the owner\'s models, checkpoints, logs, metrics or jobs (404) and changes nothing', async () => {
@@ -129,12 +123,5 @@ describe('key kinds', () => {
         body: { detail: 'This route is for trainer workers: call it with a worker key (npm run cli -- keys create USER --kind worker).' },
       });
     }
-  });
-
-  it('a worker key serves every entity: it claims and reads jobs of any tenant', async () => {
-    const worker = await ScriptedWorker.create(app, other, [model.base_model]);
-    const claimed = (await worker.claim())!;
-    expect(claimed.job).toMatchObject({ id: jobId, model: { entity: owner.entity } });
-    expect(await worker.inputs(claimed)).toHaveLength(1);
   });
 });

@@ -4,7 +4,7 @@ import type { App } from '../../src/app.js';
 import { createTestApp, createUserWithKey, createWorkerKey, type TestUser } from '../helpers/app.js';
 import { onPostgresServer } from '../helpers/database.js';
 import { databaseFingerprint } from '../helpers/tenants.js';
-import { call, groupGenerationA, ScriptedWorker, userWithModel, type ClaimedJob } from './fixtures.js';
+import { call, groupGenerationA, ScriptedWorker, staleBody, userWithModel, type ClaimedJob } from './fixtures.js';
 
 let app: App;
 
@@ -16,9 +16,6 @@ afterAll(async () => {
   await app.close();
 });
 
-const staleBody = (jobId: string) => ({
-  detail: `The lease token is not the current lease of training job ${jobId}: the lease expired, the job was requeued or reclaimed, or it already ended. Stop working on this job.`,
-});
 
 /** A user, a model of its own base model, a worker that claims only that base model, and a way to queue jobs. */
 async function setup(): Promise<{ user: TestUser; model: any; worker: ScriptedWorker; queue: (groups?: number) => Promise<string> }> {

@@ -13,8 +13,13 @@ import { createUserWithKey, createWorkerKey, uniqueName, type TestUser } from '.
 export const FIXTURE_TRAINER = path.resolve('test/fixtures/trainer.mjs');
 export const TRAINER_COMMAND = [process.execPath, FIXTURE_TRAINER];
 
-/** Short leases so that a dead worker's job comes back within seconds. */
-export const SERVER_ENV = { WORKER_LEASE_SECONDS: '5', LEASE_SWEEP_INTERVAL_MS: '200', JOB_MAX_ATTEMPTS: '2' };
+/** Short leases so that a dead worker's job comes back within seconds; checkpoints are written under the temp dir. */
+export const SERVER_ENV = {
+  WORKER_LEASE_SECONDS: '5',
+  LEASE_SWEEP_INTERVAL_MS: '200',
+  JOB_MAX_ATTEMPTS: '2',
+  CHECKPOINT_URI_PREFIXES: path.join(os.tmpdir(), '/'),
+};
 
 export interface Tenant {
   user: TestUser;

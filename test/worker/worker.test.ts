@@ -61,6 +61,25 @@ describe('the worker runtime against the server', () => {
     }
   });
 
+  it('fails the job for good when the server refuses the checkpoint URI the trainer reported', async () => {
+    const tenant = await createTenant(app);
+    const { modelId, jobId } = await createJob(app, tenant, { fixture_uri: '/etc/trainyard-adapter' });
+    const { worker, outcomes, done } = startWorker(baseUrl, tenant);
+    try {
+      const job = await waitForStatus(app, tenant, jobId, ['COMPLETED', 'FAILED']);
+      expect(job).toMatchObject({ status: 'FAILED', attempt: 1 });
+      expect(job.error_message).toContain('the server refused the checkpoint /etc/trainyard-adapter: HTTP 422');
+      expect(job.error_message).toContain('is not allowed: it must start with one of');
+      await waitFor(() => outcomes.has(jobId));
+      expect(outcomes.get(jobId)).toMatchObject({ status: 'failed', retryable: false });
+      expect(await listCheckpoints(app, tenant, modelId)).toEqual([]);
+      expect(fixtureRuns(tenant)).toHaveLength(1);
+    } finally {
+      worker.drain();
+      await done;
+    }
+  });
+
   it('fails a crashing trainer as retryable, runs it again, then fails the job with its stderr tail', async () => {
     const tenant = await createTenant(app);
     const { jobId } = await createJob(app, tenant, { fixture_mode: 'crash' });

@@ -198,6 +198,12 @@ export async function cancelModelJobs(db: TrainingDb, args: { modelId: string })
 
 const leaseEnd = (seconds: number) => sql<Date>`now() + make_interval(secs => ${seconds})`;
 
+/**
+ * The jobs a worker key reaches: those of the entities (by name) its user belongs to, or every entity's
+ * for an admin's worker key, the operator's shared pool (docs/workers.md).
+ */
+export type WorkerReach = readonly string[] | 'all';
+
 export interface Claim {
   job: StoredJob;
   lease_token: string;
@@ -213,8 +219,10 @@ export interface Claim {
  */
 export async function claimJob(
   db: TrainingDb,
-  args: { workerId: string; kinds?: readonly JobKind[]; baseModels?: readonly string[]; leaseSeconds: number },
+  args: { reach: WorkerReach; workerId: string; kinds?: readonly JobKind[]; baseModels?: readonly string[]; leaseSeconds: number },
 ): Promise<Claim | undefined> {
+  const { reach } = args;
+  if (reach !== 'all' && reach.length === 0) return undefined;
   let candidate = db
     .selectFrom('training_jobs as j')
     .innerJoin('models as m', 'm.id', 'j.model_id')
@@ -231,6 +239,9 @@ export async function claimJob(
         ),
       ),
     );
+  if (reach !== 'all') {
+    candidate = candidate.where('m.entity_id', 'in', (eb) => eb.selectFrom('entities').select('entities.id').where('entities.name', 'in', [...reach]));
+  }
   if (args.kinds?.length) candidate = candidate.where('j.kind', 'in', [...args.kinds]);
   if (args.baseModels?.length) candidate = candidate.where('m.base_model', 'in', [...args.baseModels]);
 
@@ -441,9 +452,17 @@ export async function readJobInputs(
     .execute();
 }
 
-/** A job as the worker protocol sees it: any job, by id (worker keys serve every entity). */
-export async function findJobForWorker(db: TrainingDb, args: { jobId: string }): Promise<StoredJob | undefined> {
-  if (!isUuid(args.jobId)) return undefined;
-  const row = await db.selectFrom('training_jobs').selectAll().where('id', '=', args.jobId).executeTakeFirst();
+/** A job as the worker protocol sees it: by id, if the worker key reaches its model's entity. */
+export async function findJobForWorker(db: TrainingDb, args: { jobId: string; reach: WorkerReach }): Promise<StoredJob | undefined> {
+  const { reach } = args;
+  if (!isUuid(args.jobId) || (reach !== 'all' && reach.length === 0)) return undefined;
+  let query = db.selectFrom('training_jobs as j').selectAll('j').where('j.id', '=', args.jobId);
+  if (reach !== 'all') {
+    query = query
+      .innerJoin('models as m', 'm.id', 'j.model_id')
+      .innerJoin('entities as e', 'e.id', 'm.entity_id')
+      .where('e.name', 'in', [...reach]);
+  }
+  const row = await query.executeTakeFirst();
   return row && toJob(row);
 }
