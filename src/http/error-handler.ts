@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { DATABASE_RETRY_AFTER_SECONDS, databaseFault } from '../db/faults.js';
 import { MAX_BIND_PARAMETERS, TooManyParametersError } from '../db/limits.js';
@@ -159,7 +160,36 @@ function toShape(error: unknown, request: FastifyRequest): ErrorShape | undefine
   return undefined;
 }
 
-export function sendError(request: FastifyRequest, reply: FastifyReply, error: unknown): FastifyReply {
+/** At most this much more of a refused body is read and thrown away (or for this long) before the answer. */
+const DISCARD_CAP_BYTES = 256 * 1024 * 1024;
+const DISCARD_TIMEOUT_MS = 30_000;
+
+/**
+ * Reads and throws away what is left of a request body, up to DISCARD_CAP_BYTES or DISCARD_TIMEOUT_MS;
+ * resolves when it has ended, or at the cap. A 413 is answered after this: closing the connection while
+ * the client is still sending makes the kernel answer the unread bytes with a reset, which takes the 413
+ * with it, and clients then report a broken connection (EPIPE, ECONNRESET) and retry the same body.
+ */
+function discardRestOfBody(raw: IncomingMessage): Promise<void> {
+  if (raw.complete || raw.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    let discarded = 0;
+    const done = () => {
+      clearTimeout(timer);
+      raw.off('data', onData).off('end', done).off('error', done).off('close', done);
+      resolve();
+    };
+    const onData = (chunk: Buffer) => {
+      discarded += chunk.length;
+      if (discarded > DISCARD_CAP_BYTES) done();
+    };
+    const timer = setTimeout(done, DISCARD_TIMEOUT_MS);
+    raw.on('data', onData).once('end', done).once('error', done).once('close', done);
+    raw.resume();
+  });
+}
+
+export function sendError(request: FastifyRequest, reply: FastifyReply, error: unknown): FastifyReply | Promise<FastifyReply> {
   const family = apiFamily(request.url);
   const shape = toShape(error, request);
   if (!shape) {
@@ -176,7 +206,8 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, error: u
   }
   if (shape.status >= 500) request.log.error({ err: error }, shape.message);
   if (shape.retryAfterSeconds !== undefined) reply.header('retry-after', String(shape.retryAfterSeconds));
-  return reply.status(shape.status).send(errorBody(family, shape));
+  const send = () => reply.status(shape.status).send(errorBody(family, shape));
+  return shape.status === 413 ? discardRestOfBody(request.raw).then(send) : send();
 }
 
 export function registerErrorHandlers(app: FastifyInstance): void {

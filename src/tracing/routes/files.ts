@@ -8,6 +8,21 @@ import { FileContentBody, FileCreateResponse } from '../schemas/files.js';
 import * as files from '../services/files.js';
 
 /**
+ * busboy's parse errors carry no code, only these messages: a content type without a boundary, and a body
+ * that ends before its closing boundary (none, a different one, or a part cut short).
+ */
+const MULTIPART_PARSE_ERROR = /^(Multipart: Boundary not found|Unexpected end of multipart data|\w+ terminated early due to unexpected end of multipart data)$/;
+
+/** A body that is not the multipart form its Content-Type announces is the client's error (400). */
+function malformed(error: unknown): InvalidRequestError | undefined {
+  if (!(error instanceof Error) || !MULTIPART_PARSE_ERROR.test(error.message)) return undefined;
+  return new InvalidRequestError(
+    `Malformed multipart body (${error.message}): send multipart/form-data with a boundary parameter, fields project_id and file, each part complete, and the closing boundary.`,
+    { code: 'malformed_multipart' },
+  );
+}
+
+/**
  * /file/create (multipart: `project_id`, `file`) and /file/content, with the /files/* aliases the
  * Python client uses. The upload is held in memory up to config.traceFileLimitBytes (413 beyond).
  */
@@ -48,7 +63,7 @@ export const fileRoutes: FastifyPluginAsyncZod = async (app) => {
           if ((error as { code?: string }).code === 'FST_FILES_LIMIT') {
             throw new InvalidRequestError('Send one file per request.', { code: 'too_many_files' });
           }
-          throw error;
+          throw malformed(error) ?? error;
         }
         if (fields.project_id === undefined) throw new UnprocessableError('Field required', ['body', 'project_id'], { type: 'missing' });
         if (!upload) throw new UnprocessableError('Field required', ['body', 'file'], { type: 'missing' });
