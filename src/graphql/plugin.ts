@@ -3,10 +3,16 @@ import { z } from 'zod';
 import { principalOf } from '../auth/plugin.js';
 import { answerGraphQL, GraphQLRequestError } from './viewer.js';
 
+/** The documents the weave SDKs send are a few hundred characters. */
+const GRAPHQL_QUERY_LENGTH = 100_000;
+
 const GraphQLBody = z.object({
-  query: z.string().describe('A GraphQL document: `viewer { username defaultEntity { name } }`, `project(name, entityName) { name }` or `upsertModel(input) { model { name description } }`.'),
-  variables: z.record(z.string(), z.unknown()).nullish(),
-  operationName: z.string().nullish(),
+  query: z.string().max(GRAPHQL_QUERY_LENGTH).describe('A GraphQL document: `viewer { username defaultEntity { name } }`, `project(name, entityName) { name }` or `upsertModel(input) { model { name description } }`.'),
+  variables: z
+    .record(z.string().max(256), z.unknown())
+    .refine((variables) => Object.keys(variables).length <= 100, 'at most 100 variables')
+    .nullish(),
+  operationName: z.string().max(256).nullish(),
 });
 
 const GraphQLResponse = z.object({

@@ -22,9 +22,30 @@ export const MAX_NAME_LENGTH = 128;
  */
 const queryText = textWithoutNul;
 
+/**
+ * Bounds on the lists one request carries (docs/training.md, "Limits"): far above what ART sends (a
+ * step logs tens of groups of a few dozen trajectories, each with a handful of metrics), so that no
+ * single request holds the database for long. Past one, the request answers 422 naming the field.
+ */
+export const TRAINING_LIMITS = {
+  /** Trajectory groups of one log call or RL job. */
+  groups: 10_000,
+  /** Trajectories, exceptions or log lines of one group or trajectory; tools of one trajectory. */
+  items: 10_000,
+  /** Messages and choices of one trajectory or history. */
+  messages: 100_000,
+  /** Keys of one metrics map, and characters of a metric name. */
+  metrics: 1000,
+  metricName: 256,
+  /** Steps of one checkpoint delete. */
+  steps: 1000,
+} as const;
+
 /** Metric values from clients: numbers, and booleans that newer ART versions put in `metrics`. */
 const MetricValue = z.union([z.number(), z.boolean()]);
-const MetricMap = z.record(z.string(), MetricValue);
+const MetricMap = z
+  .record(z.string().max(TRAINING_LIMITS.metricName), MetricValue)
+  .refine((metrics) => Object.keys(metrics).length <= TRAINING_LIMITS.metrics, `at most ${TRAINING_LIMITS.metrics} metrics in one map`);
 const NumberMap = z.record(z.string(), z.number());
 
 // ---------------------------------------------------------------------------------------------------------
@@ -113,7 +134,7 @@ export const CheckpointPage = Page(Checkpoint);
 export type CheckpointPage = z.infer<typeof CheckpointPage>;
 
 export const DeleteCheckpointsRequest = z.object({
-  steps: z.array(z.int().min(0).max(MAX_INT4)),
+  steps: z.array(z.int().min(0).max(MAX_INT4)).max(TRAINING_LIMITS.steps),
 });
 export type DeleteCheckpointsRequest = z.infer<typeof DeleteCheckpointsRequest>;
 
@@ -160,8 +181,8 @@ export const Tool = z
 
 export const History = z
   .object({
-    messages_and_choices: z.array(MessageOrChoice).optional(),
-    tools: z.array(Tool).nullish(),
+    messages_and_choices: z.array(MessageOrChoice).max(TRAINING_LIMITS.messages).optional(),
+    tools: z.array(Tool).max(TRAINING_LIMITS.items).nullish(),
   })
   .loose();
 
@@ -182,16 +203,16 @@ export const Exchanges = z
  */
 export const Trajectory = z
   .object({
-    messages_and_choices: z.array(MessageOrChoice).optional(),
-    tools: z.array(Tool).nullish(),
-    additional_histories: z.array(History).optional(),
+    messages_and_choices: z.array(MessageOrChoice).max(TRAINING_LIMITS.messages).optional(),
+    tools: z.array(Tool).max(TRAINING_LIMITS.items).nullish(),
+    additional_histories: z.array(History).max(TRAINING_LIMITS.items).optional(),
     reward: z.number().default(0),
     initial_policy_version: z.int().nullish(),
     final_policy_version: z.int().nullish(),
     metrics: MetricMap.optional(),
     auto_metrics: MetricMap.optional(),
     metadata: z.record(z.string(), z.unknown()).optional(),
-    logs: z.array(z.string()).optional(),
+    logs: z.array(z.string()).max(TRAINING_LIMITS.items).optional(),
     start_time: z.string().nullish(),
     exchanges: Exchanges.optional(),
   })
@@ -209,11 +230,11 @@ export const GroupException = z
 
 export const TrajectoryGroup = z
   .object({
-    trajectories: z.array(Trajectory).optional(),
-    exceptions: z.array(GroupException).optional(),
+    trajectories: z.array(Trajectory).max(TRAINING_LIMITS.items).optional(),
+    exceptions: z.array(GroupException).max(TRAINING_LIMITS.items).optional(),
     metadata: z.record(z.string(), z.unknown()).optional(),
     metrics: MetricMap.optional(),
-    logs: z.array(z.string()).optional(),
+    logs: z.array(z.string()).max(TRAINING_LIMITS.items).optional(),
   })
   .loose();
 export type TrajectoryGroup = z.infer<typeof TrajectoryGroup>;
@@ -223,7 +244,7 @@ export type TrajectoryGroup = z.infer<typeof TrajectoryGroup>;
 
 export const LogRequest = z.object({
   split: z.string().min(1).max(MAX_NAME_LENGTH),
-  trajectory_groups: z.array(TrajectoryGroup),
+  trajectory_groups: z.array(TrajectoryGroup).max(TRAINING_LIMITS.groups),
 });
 export type LogRequest = z.infer<typeof LogRequest>;
 
@@ -292,7 +313,7 @@ export type ExperimentalTrainingConfig = z.infer<typeof ExperimentalTrainingConf
 
 export const CreateTrainingJob = z.object({
   model_id: Uuid,
-  trajectory_groups: z.array(TrajectoryGroup),
+  trajectory_groups: z.array(TrajectoryGroup).max(TRAINING_LIMITS.groups),
   experimental_config: ExperimentalTrainingConfig.nullish(),
 });
 export type CreateTrainingJob = z.infer<typeof CreateTrainingJob>;
@@ -310,7 +331,7 @@ export const SFTMetricLoggingConfig = z
 export const SFTTrainingConfig = z
   .object({
     batch_size: z.union([z.int().min(1), z.literal('auto')]).nullish(),
-    learning_rate: z.union([z.number(), z.array(z.number()).min(1)]).nullish(),
+    learning_rate: z.union([z.number(), z.array(z.number()).min(1).max(TRAINING_LIMITS.messages)]).nullish(),
     assistant_turns: z.enum(['all', 'last']).nullish(),
     metric_logging: SFTMetricLoggingConfig.nullish(),
   })
@@ -343,8 +364,8 @@ export type CreateSFTTrainingJob = z.output<typeof CreateSFTTrainingJob>;
 /** One SFT training row as the worker receives it (ART's `train.jsonl` line). */
 export const SFTRow = z
   .object({
-    messages: z.array(z.record(z.string(), z.unknown())).min(1),
-    tools: z.array(Tool).nullish(),
+    messages: z.array(z.record(z.string(), z.unknown())).min(1).max(TRAINING_LIMITS.messages),
+    tools: z.array(Tool).max(TRAINING_LIMITS.items).nullish(),
   })
   .loose();
 export type SFTRow = z.infer<typeof SFTRow>;
@@ -410,8 +431,8 @@ export const TrainingJobEventPage = Page(TrainingJobEvent);
 
 export const ClaimRequest = z.object({
   worker_id: z.string().min(1).max(200),
-  kinds: z.array(JobKind).min(1).optional(),
-  base_models: z.array(z.string().min(1)).min(1).optional(),
+  kinds: z.array(JobKind).min(1).max(10).optional(),
+  base_models: z.array(z.string().min(1).max(512)).min(1).max(100).optional(),
   wait_seconds: z.number().min(0).max(30).default(0),
 });
 export type ClaimRequest = z.infer<typeof ClaimRequest>;

@@ -1,6 +1,13 @@
 import { z } from 'zod';
 import { InvalidRequestError } from '../../errors.js';
 import type { JsonValue } from '../json.js';
+import { Key, KeyList, TRACING_LIMITS } from '../schemas/common.js';
+
+/**
+ * Bounds on one query: the compiled SQL grows with each, and on PGlite a long statement blocks the
+ * event loop. Filters of the weave UI nest a few levels and hold a few dozen operands.
+ */
+export const QUERY_LIMITS = { depth: 32, operands: 2000, listItems: TRACING_LIMITS.listItems } as const;
 
 /**
  * The weave query language (reference §3.8) and the calls filter and sort (§3.7). Each operation is an
@@ -31,7 +38,7 @@ export type Operation =
 export const Operand: z.ZodType<Operand> = z.lazy(() =>
   z.union([
     z.strictObject({ $literal: z.json() as z.ZodType<JsonValue> }),
-    z.strictObject({ $getField: z.string() }),
+    z.strictObject({ $getField: Key }),
     z.strictObject({ $convert: z.object({ input: Operand, to: z.enum(CONVERT_TARGETS) }) }),
     Operation,
   ]),
@@ -41,25 +48,49 @@ const pair = z.lazy(() => z.tuple([Operand, Operand]));
 
 export const Operation: z.ZodType<Operation> = z.lazy(() =>
   z.union([
-    z.strictObject({ $and: z.array(Operand) }),
-    z.strictObject({ $or: z.array(Operand) }),
+    z.strictObject({ $and: z.array(Operand).max(QUERY_LIMITS.listItems) }),
+    z.strictObject({ $or: z.array(Operand).max(QUERY_LIMITS.listItems) }),
     z.strictObject({ $not: z.tuple([Operand]) }),
     z.strictObject({ $eq: pair }),
     z.strictObject({ $gt: pair }),
     z.strictObject({ $gte: pair }),
     z.strictObject({ $lt: pair }),
     z.strictObject({ $lte: pair }),
-    z.strictObject({ $in: z.tuple([Operand, z.array(Operand)]) }),
+    z.strictObject({ $in: z.tuple([Operand, z.array(Operand).max(QUERY_LIMITS.listItems)]) }),
     z.strictObject({
       $contains: z.object({ input: Operand, substr: Operand, case_insensitive: z.boolean().nullish() }),
     }),
   ]),
 );
 
-export const Query = z.strictObject({ $expr: Operation });
+export const Query = z.strictObject({ $expr: Operation }).superRefine((query, ctx) => {
+  const size = measure(query.$expr);
+  if (size.depth > QUERY_LIMITS.depth) {
+    ctx.addIssue({ code: 'custom', path: ['$expr'], message: `the query nests ${size.depth} levels deep; at most ${QUERY_LIMITS.depth}` });
+  } else if (size.operands > QUERY_LIMITS.operands) {
+    ctx.addIssue({ code: 'custom', path: ['$expr'], message: `the query has ${size.operands} operands; at most ${QUERY_LIMITS.operands}` });
+  }
+});
+
+/** Depth and operand count of a parsed query (literal values count as one operand each). */
+function measure(node: unknown): { depth: number; operands: number } {
+  let operands = 0;
+  let deepest = 0;
+  const stack: { value: unknown; depth: number }[] = [{ value: node, depth: 1 }];
+  while (stack.length > 0) {
+    const { value, depth } = stack.pop()!;
+    operands += 1;
+    deepest = Math.max(deepest, depth);
+    if (value === null || typeof value !== 'object' || '$literal' in value) continue;
+    for (const child of Object.values(value as Record<string, unknown>).flat()) {
+      if (child !== null && typeof child === 'object') stack.push({ value: child, depth: depth + 1 });
+    }
+  }
+  return { depth: deepest, operands };
+}
 export type Query = z.infer<typeof Query>;
 
-const ids = z.array(z.string()).nullish();
+const ids = KeyList.nullish();
 
 /** All optional; lists are IN lists, and an empty list filters nothing (the Python servers test truthiness). */
 export const CallsFilter = z.object({
@@ -78,7 +109,7 @@ export const CallsFilter = z.object({
 export type CallsFilter = z.infer<typeof CallsFilter>;
 
 /** `direction` is checked when compiled, because a bad one is a 400 rather than a schema error. */
-export const SortBy = z.object({ field: z.string(), direction: z.string() });
+export const SortBy = z.object({ field: Key, direction: z.string().max(16) });
 export type SortBy = z.infer<typeof SortBy>;
 
 /** Validates a query taken from a body that was not schema-checked; a malformed one is a 400. */

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { CallsFilter, Query } from '../query/schema.js';
-import { AnyJson, DateTime, JsonObject, Limit, Offset, ProjectId, SortBy } from './common.js';
+import { AnyJson, DateTime, FieldList, JsonObject, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
 
 /** Calls (reference §2.2). */
 
@@ -44,7 +44,7 @@ export const UpsertItem = z.discriminatedUnion('mode', [
   z.object({ mode: z.literal('start'), req: CallStartBody }),
   z.object({ mode: z.literal('end'), req: CallEndBody }),
 ]);
-export const UpsertBatchBody = z.object({ batch: z.array(UpsertItem) });
+export const UpsertBatchBody = z.object({ batch: z.array(UpsertItem).max(TRACING_LIMITS.batchItems) });
 export const UpsertBatchResponse = z.object({ res: z.array(z.union([CallStartResponse, z.object({})])) });
 
 export const CallSchema = z
@@ -103,14 +103,14 @@ export const CallsQueryBody = z.object({
   filter: CallsFilter.nullish(),
   limit: Limit,
   offset: Offset,
-  sort_by: z.array(SortBy).nullish(),
+  sort_by: SortByList.nullish(),
   query: Query.nullish(),
   include_costs: z.boolean().nullish(),
   include_feedback: z.boolean().nullish(),
   include_storage_size: z.boolean().nullish(),
   include_total_storage_size: z.boolean().nullish(),
-  columns: z.array(z.string()).nullish(),
-  expand_columns: z.array(z.string()).nullish(),
+  columns: FieldList.nullish(),
+  expand_columns: FieldList.nullish(),
   return_expanded_column_values: z.boolean().nullish(),
 });
 export type CallsQueryBody = z.infer<typeof CallsQueryBody>;
@@ -122,7 +122,7 @@ export const CallsQueryStatsBody = z.object({
   query: Query.nullish(),
   limit: Limit,
   include_total_storage_size: z.boolean().nullish(),
-  expand_columns: z.array(z.string()).nullish(),
+  expand_columns: FieldList.nullish(),
 });
 export const CallsQueryStatsResponse = z.object({
   count: z.number(),

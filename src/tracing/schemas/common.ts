@@ -6,7 +6,34 @@ import { z } from 'zod';
  * (reference §1.2). Optional fields are `nullish`: Python clients send `null` for unset fields.
  */
 
-export const ProjectId = z.string().describe('`entity/project`');
+/**
+ * Bounds on what one request may carry (docs/tracing.md, "Limits"). Real clients send far less; each
+ * bound keeps one request from holding the database (or, on PGlite, the event loop) for long, and a
+ * request past one answers 422 naming the field.
+ */
+export const TRACING_LIMITS = {
+  /** Ids, refs, digests and names in one filter or id list. */
+  listItems: 1000,
+  /** Keys of one sort_by. */
+  sortKeys: 32,
+  /** Entries of fields, columns, expand_columns. */
+  fields: 500,
+  /** Items of one batch write (calls, feedback, costs), and updates of one table update. */
+  batchItems: 10_000,
+  /** Rows of one table create. */
+  tableRows: 100_000,
+  /** Characters of an id, ref, digest or name in a list, and of a field path. */
+  keyLength: 2048,
+} as const;
+
+/** An id, ref, digest or name as list items and field paths carry them. */
+export const Key = z.string().max(TRACING_LIMITS.keyLength);
+/** A filter or id list. */
+export const KeyList = z.array(Key).max(TRACING_LIMITS.listItems);
+/** fields, columns, expand_columns. */
+export const FieldList = z.array(Key).max(TRACING_LIMITS.fields);
+
+export const ProjectId = z.string().max(512).describe('`entity/project`');
 
 const ISO_DATETIME = /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?)?(?:Z|[+-](\d{2})(?::?(\d{2}))?)?$/i;
 
@@ -48,7 +75,8 @@ export const JsonObject = z
   })
   .meta({ type: 'object', additionalProperties: true });
 
-export const SortBy = z.object({ field: z.string(), direction: z.string().describe('asc or desc') });
+export const SortBy = z.object({ field: Key, direction: z.string().max(16).describe('asc or desc') });
+export const SortByList = z.array(SortBy).max(TRACING_LIMITS.sortKeys);
 
 export const Limit = z.number().int().min(0).nullish();
 export const Offset = z.number().int().min(0).nullish();

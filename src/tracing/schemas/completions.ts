@@ -1,12 +1,12 @@
 import { z } from 'zod';
-import { JsonObject, ProjectId } from './common.js';
+import { JsonObject, ProjectId, TRACING_LIMITS } from './common.js';
 
 /** Completions through the inference gateway (reference §2.10). */
 
 export const CompletionsInputs = z
   .looseObject({
     model: z.string().min(1).describe('Any model the key can reach on this server\'s gateway (GET /v1/models).'),
-    messages: z.array(JsonObject).describe('OpenAI chat messages'),
+    messages: z.array(JsonObject).max(TRACING_LIMITS.batchItems).describe('OpenAI chat messages'),
     template_vars: z.record(z.string(), z.unknown()).nullish().describe('`{name}` placeholders in string message contents are replaced.'),
     prompt: z.string().nullish().describe('Saved Prompt refs are not supported (400).'),
   })

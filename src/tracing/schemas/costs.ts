@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { Query } from '../query/schema.js';
-import { DateTime, Limit, Offset, ProjectId, SortBy } from './common.js';
+import { DateTime, FieldList, Key, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
 
 /** Custom LLM prices (reference §2.8). Costs are per token, e.g. 3e-05. */
 
@@ -19,16 +19,19 @@ export type CostCreateInput = z.infer<typeof CostCreateInput>;
 
 export const CostCreateBody = z.object({
   project_id: ProjectId,
-  costs: z.record(z.string().min(1), CostCreateInput).describe('llm_id → price'),
+  costs: z
+    .record(Key.min(1), CostCreateInput)
+    .refine((costs) => Object.keys(costs).length <= TRACING_LIMITS.batchItems, `at most ${TRACING_LIMITS.batchItems} models in one request`)
+    .describe(`llm_id → price; at most ${TRACING_LIMITS.batchItems} models`),
   wb_user_id: z.string().nullish().describe('Ignored: set from the key.'),
 });
 export const CostCreateResponse = z.object({ ids: z.array(z.tuple([z.string(), z.string()])).describe('[cost_id, llm_id] pairs') });
 
 export const CostQueryBody = z.object({
   project_id: ProjectId,
-  fields: z.array(z.string()).nullish(),
+  fields: FieldList.nullish(),
   query: Query.nullish(),
-  sort_by: z.array(SortBy).nullish(),
+  sort_by: SortByList.nullish(),
   limit: Limit,
   offset: Offset,
 });

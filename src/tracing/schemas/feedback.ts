@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { Query } from '../query/schema.js';
-import { AnyJson, JsonObject, Limit, Offset, ProjectId, SortBy } from './common.js';
+import { AnyJson, FieldList, JsonObject, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
 
 /** Feedback (reference §2.7). */
 
@@ -27,16 +27,16 @@ export const FeedbackCreateResponse = z.object({
   payload: JsonObject,
 });
 
-export const FeedbackBatchCreateBody = z.object({ batch: z.array(FeedbackCreateBody) });
+export const FeedbackBatchCreateBody = z.object({ batch: z.array(FeedbackCreateBody).max(TRACING_LIMITS.batchItems) });
 export const FeedbackBatchCreateResponse = z.object({ res: z.array(FeedbackCreateResponse) });
 
 export const FeedbackReplaceBody = FeedbackCreateBody.extend({ feedback_id: z.string().describe('The row to replace.') });
 
 export const FeedbackQueryBody = z.object({
   project_id: ProjectId,
-  fields: z.array(z.string()).nullish().describe('Columns, `<column>_dump`, `payload.<path>` or `count(*)`; default all columns.'),
+  fields: FieldList.nullish().describe('Columns, `<column>_dump`, `payload.<path>` or `count(*)`; default all columns.'),
   query: Query.nullish(),
-  sort_by: z.array(SortBy).nullish(),
+  sort_by: SortByList.nullish(),
   limit: Limit,
   offset: Offset,
 });

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AnyJson, Limit, Offset, ProjectId, SortBy } from './common.js';
+import { AnyJson, KeyList, Limit, Offset, ProjectId, SortByList } from './common.js';
 
 /** Objects (reference §2.3). */
 
@@ -44,17 +44,17 @@ export const ObjQueryBody = z.object({
   project_id: ProjectId,
   filter: z
     .object({
-      base_object_classes: z.array(z.string()).nullish(),
-      exclude_base_object_classes: z.array(z.string()).nullish(),
-      leaf_object_classes: z.array(z.string()).nullish(),
-      object_ids: z.array(z.string()).nullish(),
+      base_object_classes: KeyList.nullish(),
+      exclude_base_object_classes: KeyList.nullish(),
+      leaf_object_classes: KeyList.nullish(),
+      object_ids: KeyList.nullish(),
       is_op: z.boolean().nullish(),
       latest_only: z.boolean().nullish(),
     })
     .nullish(),
   limit: Limit,
   offset: Offset,
-  sort_by: z.array(SortBy).nullish().describe('object_id or created_at'),
+  sort_by: SortByList.nullish().describe('object_id or created_at'),
   metadata_only: z.boolean().nullish(),
   include_storage_size: z.boolean().nullish(),
 });

@@ -1,12 +1,12 @@
 import { z } from 'zod';
-import { AnyJson, Limit, Offset, ProjectId, SortBy } from './common.js';
+import { AnyJson, KeyList, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
 
 /** Tables (reference §2.4). Row values are checked to be objects by the service (400, not 422). */
 
 export const TableCreateBody = z.object({
   table: z.object({
     project_id: ProjectId,
-    rows: z.array(AnyJson),
+    rows: z.array(AnyJson).max(TRACING_LIMITS.tableRows),
     expected_digest: z.string().nullish(),
   }),
 });
@@ -21,17 +21,17 @@ export const TableUpdateSpec = z.union([
 export const TableUpdateBody = z.object({
   project_id: ProjectId,
   base_digest: z.string(),
-  updates: z.array(TableUpdateSpec),
+  updates: z.array(TableUpdateSpec).max(TRACING_LIMITS.batchItems),
 });
 export const TableUpdateResponse = z.object({ digest: z.string(), updated_row_digests: z.array(z.string()) });
 
 export const TableQueryBody = z.object({
   project_id: ProjectId,
   digest: z.string(),
-  filter: z.object({ row_digests: z.array(z.string()).nullish() }).nullish(),
+  filter: z.object({ row_digests: KeyList.nullish() }).nullish(),
   limit: Limit,
   offset: Offset,
-  sort_by: z.array(SortBy).nullish().describe('Dotted paths into the row value.'),
+  sort_by: SortByList.nullish().describe('Dotted paths into the row value.'),
 });
 export const TableRow = z.object({ digest: z.string(), val: AnyJson, original_index: z.number() });
 export const TableQueryResponse = z.object({ rows: z.array(TableRow) });
@@ -41,7 +41,7 @@ export const TableQueryStatsResponse = z.object({ count: z.number() });
 
 export const TableQueryStatsBatchBody = z.object({
   project_id: ProjectId,
-  digests: z.array(z.string()).nullish(),
+  digests: KeyList.nullish(),
   include_storage_size: z.boolean().nullish(),
 });
 export const TableQueryStatsBatchResponse = z.object({
@@ -50,7 +50,7 @@ export const TableQueryStatsBatchResponse = z.object({
 
 export const TableCreateFromDigestsBody = z.object({
   project_id: ProjectId,
-  row_digests: z.array(z.string()),
+  row_digests: z.array(z.string()).max(TRACING_LIMITS.tableRows),
   expected_digest: z.string().nullish(),
 });
 export const TableCreateFromDigestsResponse = z.object({ digest: z.string() });

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { DateTime, Limit, Offset, ProjectId, SortBy } from './common.js';
+import { DateTime, KeyList, Limit, Offset, ProjectId, SortByList } from './common.js';
 
 /** Threads (reference §2.9). */
 
@@ -9,14 +9,12 @@ export const ThreadsQueryBody = z.object({
     .object({
       after_datetime: DateTime.nullish().describe('Threads whose first turn started after this.'),
       before_datetime: DateTime.nullish().describe('Threads last updated before this.'),
-      thread_ids: z.array(z.string()).nullish(),
+      thread_ids: KeyList.nullish(),
     })
     .nullish(),
   limit: Limit,
   offset: Offset,
-  sort_by: z
-    .array(SortBy)
-    .nullish()
+  sort_by: SortByList.nullish()
     .describe('Fields: thread_id, turn_count, start_time, last_updated, p50_turn_duration_ms, p99_turn_duration_ms. Default last_updated desc.'),
 });
 export type ThreadsQueryBody = z.infer<typeof ThreadsQueryBody>;

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { CallEndBody, CallStartBody, StartedCall } from './calls.js';
-import { AnyJson, DateTime, JsonObject } from './common.js';
+import { AnyJson, DateTime, JsonObject, TRACING_LIMITS } from './common.js';
 
 /** The v2 call routes of newer Python clients (reference §2.12). */
 
@@ -18,6 +18,6 @@ export const CompletedCall = StartedCall.extend({
 });
 export type CompletedCall = z.infer<typeof CompletedCall>;
 
-export const CallsCompleteBody = z.object({ batch: z.array(CompletedCall) });
+export const CallsCompleteBody = z.object({ batch: z.array(CompletedCall).max(TRACING_LIMITS.batchItems) });
 export const V2CallStartBody = CallStartBody;
 export const V2CallEndBody = CallEndBody;
