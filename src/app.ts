@@ -3,7 +3,7 @@ import type { IncomingMessage } from 'node:http';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
-import { jsonSchemaTransform, type ZodTypeProvider } from 'fastify-type-provider-zod';
+import { jsonSchemaTransform, jsonSchemaTransformObject, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Kysely } from 'kysely';
 import { adminRoutes } from './admin/routes.js';
 import { registerAuth } from './auth/plugin.js';
@@ -117,6 +117,8 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
       ],
     },
     transform: jsonSchemaTransform,
+    // Puts the named (registered) zod schemas into components.schemas, where the routes' $refs point.
+    transformObject: jsonSchemaTransformObject,
   });
   await app.register(async (docs) => {
     docs.addHook('onRoute', (route) => {

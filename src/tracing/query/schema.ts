@@ -28,9 +28,11 @@ export type Operation =
   | { $in: [Operand, Operand[]] }
   | { $contains: { input: Operand; substr: Operand; case_insensitive?: boolean | null } };
 
+const Literal = z.json() as z.ZodType<JsonValue>;
+
 export const Operand: z.ZodType<Operand> = z.lazy(() =>
   z.union([
-    z.strictObject({ $literal: z.json() as z.ZodType<JsonValue> }),
+    z.strictObject({ $literal: Literal }),
     z.strictObject({ $getField: z.string() }),
     z.strictObject({ $convert: z.object({ input: Operand, to: z.enum(CONVERT_TARGETS) }) }),
     Operation,
@@ -55,6 +57,12 @@ export const Operation: z.ZodType<Operation> = z.lazy(() =>
     }),
   ]),
 );
+
+// Recursive schemas are named so the OpenAPI document can reference them as components
+// (#/components/schemas/Operation and Operand); an unnamed cycle would reference nothing.
+z.globalRegistry.add(Literal, { id: 'JsonValue' });
+z.globalRegistry.add(Operand, { id: 'Operand' });
+z.globalRegistry.add(Operation, { id: 'Operation' });
 
 export const Query = z.strictObject({ $expr: Operation });
 export type Query = z.infer<typeof Query>;
