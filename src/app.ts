@@ -15,6 +15,7 @@ import { SystemChecks } from './health/checks.js';
 import { healthRoutes } from './health/routes.js';
 import { graphqlPlugin } from './graphql/plugin.js';
 import { registerErrorHandlers } from './http/error-handler.js';
+import { documentErrorResponses } from './http/error-responses.js';
 import { registerJsonBodyParser } from './http/json-body.js';
 import { registerMetrics } from './http/metrics.js';
 import { validatorCompiler } from './http/validation.js';
@@ -127,6 +128,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
     await docs.register(swaggerUi, { routePrefix: '/docs' });
   });
 
+  documentErrorResponses(app);
   await app.register(healthRoutes);
   app.get('/metrics', { config: { auth: 'none' }, schema: { hide: true } }, async (_request, reply) => {
     reply.type(metrics.contentType);

@@ -48,7 +48,9 @@ export const fileRoutes: FastifyPluginAsyncZod = async (app) => {
           if ((error as { code?: string }).code === 'FST_FILES_LIMIT') {
             throw new InvalidRequestError('Send one file per request.', { code: 'too_many_files' });
           }
-          throw error;
+          // Everything else the parser throws is the body's fault: no boundary, a part cut short, a bad header.
+          const reason = error instanceof Error ? error.message : String(error);
+          throw new InvalidRequestError(`Malformed multipart/form-data body: ${reason}`, { code: 'invalid_multipart' });
         }
         if (fields.project_id === undefined) throw new UnprocessableError('Field required', ['body', 'project_id'], { type: 'missing' });
         if (!upload) throw new UnprocessableError('Field required', ['body', 'file'], { type: 'missing' });
