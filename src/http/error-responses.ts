@@ -10,16 +10,7 @@ import { apiFamily, type ApiFamily } from './error-handler.js';
  * Clients, validators and schema-driven fuzzers (test/fuzz) then find every status the server sends
  * documented.
  */
-// FastAPI's 422 detail; `input` is left out when the field was absent.
-const detailList = z.array(
-  z.object({
-    type: z.string(),
-    loc: z.array(z.union([z.string(), z.number()])),
-    msg: z.string(),
-    input: z.unknown().optional(),
-    ctx: z.record(z.string(), z.unknown()).optional(),
-  }),
-);
+const detailList = ValidationErrorBody.shape.detail;
 
 const ERROR_BODIES: Record<ApiFamily, z.ZodType> = {
   training: z
@@ -29,7 +20,7 @@ const ERROR_BODIES: Record<ApiFamily, z.ZodType> = {
   tracing: z
     .union([z.object({ reason: z.string() }).loose(), z.object({ detail: detailList })])
     .describe('{"reason": "<message>"}, or a validation error\'s {"detail": [...]}'),
-  inference: z.union([ErrorEnvelope, ValidationErrorBody.extend({ detail: detailList })]).describe('OpenAI\'s {"error": {...}} envelope'),
+  inference: z.union([ErrorEnvelope, ValidationErrorBody]).describe('OpenAI\'s {"error": {...}} envelope'),
 };
 // Named components, referenced from every route rather than repeated in each.
 for (const [family, body] of Object.entries(ERROR_BODIES)) {
