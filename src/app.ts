@@ -3,7 +3,7 @@ import type { IncomingMessage } from 'node:http';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
-import { jsonSchemaTransform, type ZodTypeProvider } from 'fastify-type-provider-zod';
+import { jsonSchemaTransform, jsonSchemaTransformObject, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Kysely } from 'kysely';
 import { adminRoutes } from './admin/routes.js';
 import { registerAuth } from './auth/plugin.js';
@@ -15,6 +15,7 @@ import { SystemChecks } from './health/checks.js';
 import { healthRoutes } from './health/routes.js';
 import { graphqlPlugin } from './graphql/plugin.js';
 import { registerErrorHandlers } from './http/error-handler.js';
+import { documentErrorResponses } from './http/error-responses.js';
 import { registerJsonBodyParser } from './http/json-body.js';
 import { registerMetrics } from './http/metrics.js';
 import { validatorCompiler } from './http/validation.js';
@@ -118,6 +119,8 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
       ],
     },
     transform: jsonSchemaTransform,
+    // Puts the named (registered) zod schemas into components.schemas, where the routes' $refs point.
+    transformObject: jsonSchemaTransformObject,
   });
   await app.register(async (docs) => {
     docs.addHook('onRoute', (route) => {
@@ -126,6 +129,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
     await docs.register(swaggerUi, { routePrefix: '/docs' });
   });
 
+  documentErrorResponses(app);
   await app.register(healthRoutes);
   app.get('/metrics', { config: { auth: 'none' }, schema: { hide: true } }, async (_request, reply) => {
     reply.type(metrics.contentType);

@@ -361,7 +361,7 @@ export const ValidationErrorBody = z.object({
       type: z.string(),
       loc: z.array(z.union([z.string(), z.number()])),
       msg: z.string(),
-      input: z.unknown(),
+      input: z.unknown().optional().describe('Absent when the field was'),
       ctx: z.record(z.string(), z.unknown()).optional(),
     }),
   ),

@@ -60,13 +60,16 @@ export const workerRoutes: FastifyPluginAsyncZod<{ workers: WorkerService }> = a
         summary: 'Stream a job\'s inputs',
         description: 'JSON Lines (application/x-ndjson): one trajectory group per line for RL, one training row {messages, tools?} per line for SFT, in the order sent. Streamed as read.',
         params: WorkerJobParams,
-        response: { 200: z.unknown().describe('JSON Lines (application/x-ndjson), one input per line'), 404: ErrorDetail },
+        response: {
+          200: { description: 'JSON Lines, one input per line', content: { 'application/x-ndjson': { schema: z.string() } } },
+          404: ErrorDetail,
+        },
       },
     },
     async (request, reply) => {
       await workers.requireJob(principalOf(request), request.params.job_id);
       reply.type('application/x-ndjson; charset=utf-8');
-      return reply.send(Readable.from(workers.inputLines(request.params.job_id)));
+      return reply.send(Readable.from(workers.inputLines(request.params.job_id)) as never);
     },
   );
 

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
-import { generateOpenApi, OPENAPI_PATH } from '../../src/openapi.js';
+import { generateOpenApi, OPENAPI_PATH, validateOpenApi } from '../../src/openapi.js';
 import { createTestApp, createUserWithKey, testConfig } from '../helpers/app.js';
 import { freshDatabase } from '../helpers/database.js';
 
@@ -88,6 +88,45 @@ describe('metrics', () => {
 describe('API documents', () => {
   it('the committed openapi/openapi.json matches the routes', async () => {
     expect(fs.readFileSync(OPENAPI_PATH, 'utf8')).toBe(await generateOpenApi());
+  });
+
+  it('the committed document is valid OpenAPI 3.1 and every $ref in it resolves', async () => {
+    const document = fs.readFileSync(OPENAPI_PATH, 'utf8');
+    expect(await validateOpenApi(document)).toEqual([]);
+    // The recursive weave query schemas are components, not dangling references.
+    expect(Object.keys(JSON.parse(document).components.schemas)).toEqual(
+      expect.arrayContaining(['OperationInput', 'OperandInput', 'JsonValueInput']),
+    );
+  });
+
+  it('every operation documents its 4XX and 503 answers in its API\'s error form', () => {
+    const document = JSON.parse(fs.readFileSync(OPENAPI_PATH, 'utf8'));
+    const family = (url: string) =>
+      url.startsWith('/traces') || url === '/graphql' ? 'TracingError' : /^\/v1\/(chat\/completions|models|usage)/.test(url) ? 'InferenceError' : 'TrainingError';
+    for (const [url, operations] of Object.entries<Record<string, { responses: Record<string, any> }>>(document.paths)) {
+      for (const [method, operation] of Object.entries(operations)) {
+        // /v1/system-check and chat completions declare 503 bodies of their own.
+        const own503 = url === '/v1/system-check' || url.startsWith('/v1/chat/completions');
+        for (const status of own503 ? ['4XX'] : ['4XX', '503']) {
+          const schema = operation.responses[status]?.content?.['application/json']?.schema;
+          expect(schema, `${method} ${url} ${status}`).toEqual(expect.objectContaining({ $ref: `#/components/schemas/${family(url)}` }));
+        }
+      }
+    }
+    expect(document.paths['/v1/workers/jobs/{job_id}/inputs'].get.responses['200'].content).toEqual({
+      'application/x-ndjson': { schema: { type: 'string' } },
+    });
+  });
+
+  it('the OpenAPI validation reports a reference to a missing component', async () => {
+    const document = JSON.parse(fs.readFileSync(OPENAPI_PATH, 'utf8'));
+    document.components.schemas = {};
+    expect(await validateOpenApi(JSON.stringify(document))).toEqual([expect.stringMatching(/^Can't resolve #\/components\/schemas\/\w+$/)]);
+    document.paths['/v1/health'].get.responses['200'].content['application/json'].schema = {
+      $ref: '#/components/schemas/OperationInput#/$defs/y',
+    };
+    document.components.schemas = JSON.parse(fs.readFileSync(OPENAPI_PATH, 'utf8')).components.schemas;
+    expect(await validateOpenApi(JSON.stringify(document))).toEqual(['$ref #/components/schemas/OperationInput#/$defs/y does not resolve']);
   });
 
   it('/docs serves a browsable UI and the document without a key', async () => {

@@ -35,9 +35,11 @@ export type Operation =
   | { $in: [Operand, Operand[]] }
   | { $contains: { input: Operand; substr: Operand; case_insensitive?: boolean | null } };
 
+const Literal = z.json() as z.ZodType<JsonValue>;
+
 export const Operand: z.ZodType<Operand> = z.lazy(() =>
   z.union([
-    z.strictObject({ $literal: z.json() as z.ZodType<JsonValue> }),
+    z.strictObject({ $literal: Literal }),
     z.strictObject({ $getField: Key }),
     z.strictObject({ $convert: z.object({ input: Operand, to: z.enum(CONVERT_TARGETS) }) }),
     Operation,
@@ -62,6 +64,12 @@ export const Operation: z.ZodType<Operation> = z.lazy(() =>
     }),
   ]),
 );
+
+// Recursive schemas are named so the OpenAPI document can reference them as components
+// (#/components/schemas/Operation and Operand); an unnamed cycle would reference nothing.
+z.globalRegistry.add(Literal, { id: 'JsonValue' });
+z.globalRegistry.add(Operand, { id: 'Operand' });
+z.globalRegistry.add(Operation, { id: 'Operation' });
 
 export const Query = z.strictObject({ $expr: Operation }).superRefine((query, ctx) => {
   const size = measure(query.$expr);
@@ -88,6 +96,7 @@ function measure(node: unknown): { depth: number; operands: number } {
   }
   return { depth: deepest, operands };
 }
+
 export type Query = z.infer<typeof Query>;
 
 const ids = KeyList.nullish();

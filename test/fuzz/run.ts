@@ -1,0 +1,175 @@
+/**
+ * Schema-driven fuzzing of the whole API with schemathesis (PyPI), from openapi/openapi.json, against a
+ * real trainyard process on loopback with its bootstrap admin key. `npm run test:fuzz`.
+ *
+ * - The tool lives in test/fuzz/.venv, made from test/fuzz/requirements.lock (exact pins) on first run
+ *   and remade when the lock changes.
+ * - The database is a fresh embedded PGlite in a temporary DATA_DIR, or, with TEST_DATABASE_URL set, a
+ *   fresh database created on that PostgreSQL server and dropped afterwards.
+ * - Checks: no 5xx, and every status code, content type and body conforms to the document.
+ * - Bounded: FUZZ_MAX_EXAMPLES cases per operation and phase (default 10), a fixed FUZZ_SEED (default 1).
+ *   Reports go to test/fuzz/report/ (JUnit), the server's log to test/fuzz/report/server.log.
+ * Extra arguments are passed to `schemathesis run` (e.g. --include-path-regex '^/traces').
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+
+const ROOT = path.resolve(import.meta.dirname, '../..');
+const FUZZ = path.join(ROOT, 'test/fuzz');
+const VENV = path.join(FUZZ, '.venv');
+const LOCK = path.join(FUZZ, 'requirements.lock');
+const REPORT = path.join(FUZZ, 'report');
+const CHECKS = ['not_a_server_error', 'status_code_conformance', 'content_type_conformance', 'response_schema_conformance'];
+
+/** The venv from the lock: made when missing, remade when the lock changed since it was made. */
+function ensureVenv(): string {
+  const stamp = path.join(VENV, '.lock-sha256');
+  const digest = createHash('sha256').update(fs.readFileSync(LOCK)).digest('hex');
+  const bin = path.join(VENV, 'bin', 'schemathesis');
+  if (fs.existsSync(bin) && fs.existsSync(stamp) && fs.readFileSync(stamp, 'utf8') === digest) return bin;
+  console.log(`fuzz: creating ${path.relative(ROOT, VENV)} from ${path.relative(ROOT, LOCK)}`);
+  fs.rmSync(VENV, { recursive: true, force: true });
+  execFileSync(process.env.PYTHON ?? 'python3', ['-m', 'venv', VENV], { stdio: 'inherit' });
+  execFileSync(path.join(VENV, 'bin', 'pip'), ['install', '--quiet', '--no-deps', '--disable-pip-version-check', '-r', LOCK], {
+    stdio: 'inherit',
+  });
+  fs.writeFileSync(stamp, digest);
+  return bin;
+}
+
+/**
+ * openapi/openapi.json with one narrowing, so that the run stays short: a claim long-polls up to
+ * `wait_seconds` (0..30) when no job is queued, so the fuzz run's claims wait at most 1 s.
+ */
+function fuzzDocument(): string {
+  const document = JSON.parse(fs.readFileSync(path.join(ROOT, 'openapi/openapi.json'), 'utf8'));
+  document.paths['/v1/workers/claim'].post.requestBody.content['application/json'].schema.properties.wait_seconds.maximum = 1;
+  const file = path.join(REPORT, 'openapi.json');
+  fs.writeFileSync(file, JSON.stringify(document));
+  return file;
+}
+
+interface Database {
+  url: string;
+  drop(): Promise<void>;
+}
+
+/** A fresh database on the TEST_DATABASE_URL server, or none (the server's embedded PGlite). */
+async function freshDatabase(): Promise<Database | undefined> {
+  const server = process.env.TEST_DATABASE_URL;
+  if (!server) return undefined;
+  const name = `fuzz_${Date.now()}_${randomBytes(3).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: server });
+  await admin.connect();
+  await admin.query(`create database ${name}`);
+  await admin.end();
+  const url = new URL(server);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    async drop() {
+      const client = new pg.Client({ connectionString: server });
+      await client.connect();
+      await client.query(`drop database if exists ${name} with (force)`);
+      await client.end();
+    },
+  };
+}
+
+/** Starts src/main.ts; resolves with its URL and the admin key it printed. */
+async function startServer(env: NodeJS.ProcessEnv, log: fs.WriteStream) {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (chunk) => {
+    out += chunk;
+    log.write(chunk);
+  });
+  child.stderr.on('data', (chunk) => log.write(chunk));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const started = await new Promise<{ key: string; url: string }>((resolve, reject) => {
+    const timer = setInterval(() => {
+      const match = out.match(/\n {4}(ty_\w+)\n[\s\S]*?Try: curl -H "Authorization: Bearer ty_\w+" (http:\/\/[\d.:]+)\/v1\/system-check/);
+      if (match) {
+        clearInterval(timer);
+        resolve({ key: match[1], url: match[2] });
+      }
+    }, 100);
+    void exited.then((code) => {
+      clearInterval(timer);
+      reject(new Error(`the server exited (${code}) before it was ready; see ${path.relative(ROOT, log.path as string)}`));
+    });
+  });
+  return { ...started, child, exited };
+}
+
+async function main(): Promise<number> {
+  const schemathesis = ensureVenv();
+  fs.rmSync(REPORT, { recursive: true, force: true });
+  fs.mkdirSync(REPORT, { recursive: true });
+  const log = fs.createWriteStream(path.join(REPORT, 'server.log'));
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-fuzz-'));
+  const database = await freshDatabase();
+  const where = database ? 'PostgreSQL' : 'PGlite';
+  let server: Awaited<ReturnType<typeof startServer>> | undefined;
+  try {
+    server = await startServer(
+      {
+        ...process.env,
+        PORT: '0',
+        HOST: '127.0.0.1',
+        DATA_DIR: dataDir,
+        DATABASE_URL: database?.url ?? '',
+        BOOTSTRAP_ADMIN: 'true',
+        LOG_LEVEL: 'warn',
+      },
+      log,
+    );
+    console.log(`fuzz: trainyard on ${where} at ${server.url}`);
+    const workerKey = await fetch(`${server.url}/v1/admin/keys`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${server.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ username: 'admin', kind: 'worker', name: 'fuzz worker' }),
+    }).then(async (response) => ((await response.json()) as { key: string }).key);
+    const args = [
+      '--config-file',
+      path.join(FUZZ, 'schemathesis.toml'),
+      'run',
+      fuzzDocument(),
+      '--url',
+      server.url,
+      '--checks',
+      CHECKS.join(','),
+      '--max-examples',
+      process.env.FUZZ_MAX_EXAMPLES ?? '10',
+      '--seed',
+      process.env.FUZZ_SEED ?? '1',
+      '--workers',
+      '4',
+      '--request-timeout',
+      '30',
+      '--suppress-health-check',
+      'all',
+      '--report',
+      'junit',
+      '--report-dir',
+      REPORT,
+      ...process.argv.slice(2),
+    ];
+    const child = spawn(schemathesis, args, { cwd: ROOT, stdio: 'inherit', env: { ...process.env, FUZZ_ADMIN_KEY: server.key, FUZZ_WORKER_KEY: workerKey } });
+    return await new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? 1)));
+  } finally {
+    if (server) {
+      server.child.kill('SIGTERM');
+      await server.exited;
+    }
+    log.end();
+    await database?.drop();
+    fs.rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+process.exitCode = await main();
