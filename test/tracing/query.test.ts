@@ -124,7 +124,7 @@ describe('$expr', () => {
     const { sql: text } = where({
       expr: { $and: [{ $not: [{ $eq: [field('id'), lit('a')] }] }, { $or: [{ $eq: [field('id'), lit('b')] }, { $eq: [field('id'), lit('c')] }] }] },
     });
-    expect(text).toBe(' and ((not coalesce(("trace_calls"."id" = $2::text), false)) and (("trace_calls"."id" = $3::text) or ("trace_calls"."id" = $4::text)))');
+    expect(text).toBe(' and ((not ("trace_calls"."id" = $2::text)) and (("trace_calls"."id" = $3::text) or ("trace_calls"."id" = $4::text)))');
   });
 
   it('compiles $in with bound items and an empty $in as false', () => {

@@ -48,8 +48,9 @@ function compileOperation(op: Operation, resolve: FieldResolver): RawBuilder<unk
     if (list.length === 0) throw invalid(`${'$and' in op ? '$and' : '$or'} needs at least one operand`);
     return sql`(${sql.join(list.map(asBool), sql.raw(joiner))})`;
   }
-  // A comparison with a missing column value is unknown; "not" of it should match, as it does for JSON paths.
-  if ('$not' in op) return sql`(not coalesce(${asBool(op.$not[0])}, false))`;
+  // SQL's three-valued NOT, as weave's stores answer (docs/tracing.md): a comparison with a NULL column
+  // is unknown and so is its negation, which does not match. Missing JSON paths read as '' and do.
+  if ('$not' in op) return sql`(not ${asBool(op.$not[0])})`;
   if ('$in' in op) {
     const [left, right] = op.$in;
     return membership(compileOperand(left, resolve), right.map((item) => compileOperand(item, resolve)));
