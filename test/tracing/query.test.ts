@@ -233,12 +233,12 @@ describe('calls sort', () => {
 
   it('orders a JSON path by its number, then its text', () => {
     const { sql: text, params } = orderBy([{ field: 'summary.usage.tokens', direction: 'desc' }]);
-    expect(text).toMatch(/^\(case when .* end\) desc nulls last, jsonb_extract_path\("trace_calls"."summary", \$\d::text, \$\d::text\) #>> '\{\}' desc nulls last, "trace_calls"."id" asc$/);
+    expect(text).toMatch(/^\(case when .* end\) desc nulls last, \(jsonb_extract_path\("trace_calls"."summary", \$\d::text, \$\d::text\) #>> '\{\}'\) collate "C" desc nulls last, "trace_calls"."id" asc$/);
     expect(params).toEqual(['usage', 'tokens', 'usage', 'tokens', 'usage', 'tokens']);
   });
 
-  it('does not add id twice', () => {
-    expect(orderBy([{ field: 'id', direction: 'desc' }]).sql).toBe('"trace_calls"."id" desc');
+  it('does not add id twice, and sorts text in byte order', () => {
+    expect(orderBy([{ field: 'id', direction: 'desc' }]).sql).toBe('("trace_calls"."id") collate "C" desc');
   });
 
   it('rejects a bad direction and an unknown field', () => {

@@ -3,7 +3,7 @@ import { InvalidRequestError } from '../../errors.js';
 import { CALLS_TABLE, callFieldResolver } from './call-fields.js';
 import { compileExpr } from './expr.js';
 import type { CallsFilter, Query, SortBy } from './schema.js';
-import { toType } from './values.js';
+import { byteOrder, sortExprs } from './values.js';
 
 /**
  * The WHERE and ORDER BY of a calls query (reference §3.7): project scope, the filter, the `$expr`
@@ -102,8 +102,8 @@ export function callsOrderBy(sortBy?: readonly SortBy[] | null, expandColumns?: 
     const dir = sql.raw(direction);
     const value = resolveCallField(field);
     // Visible calls always have these: a plain direction lets a backward index scan serve `desc`.
-    if (NEVER_NULL.has(field)) return [sql`${value.sql} ${dir}`];
-    const exprs = value.kind === 'typed' ? [value.sql] : [toType(value, 'numeric'), sql`${value.sql} #>> '{}'`];
+    if (NEVER_NULL.has(field) && value.kind === 'typed') return [sql`${value.type === 'text' ? byteOrder(value.sql) : value.sql} ${dir}`];
+    const exprs = sortExprs(value);
     return exprs.map((expr) => sql`${expr} ${dir} nulls last`);
   });
   if (!items.some((item) => item.field === 'id')) keys.push(sql`${col('id')} asc`);

@@ -1,7 +1,7 @@
 import { sql, type RawBuilder, type SqlBool } from 'kysely';
 import { ForbiddenError, InvalidRequestError } from '../../errors.js';
 import type { ConvertTarget, Operand, Operation } from './schema.js';
-import { exists, isNull, literalType, toType, type FieldValue, type SqlType, type Value } from './values.js';
+import { byteOrder, exists, isNull, literalType, toType, type FieldValue, type SqlType, type Value } from './values.js';
 
 /**
  * Compiles a `$expr` to a SQL boolean. Fields are resolved by the table's resolver (calls, and later
@@ -74,7 +74,9 @@ function compare(key: ComparisonKey, left: Value, right: Value): RawBuilder<unkn
     return isNull(nullSide === left ? right : left);
   }
   const type = comparisonType(left, right);
-  return sql`(${toType(left, type)} ${sql.raw(COMPARISONS[key])} ${toType(right, type)})`;
+  // Strings order by bytes, whatever the database's collation (equality does not depend on it).
+  const lhs = type === 'text' && key !== '$eq' ? byteOrder(toType(left, type)) : toType(left, type);
+  return sql`(${lhs} ${sql.raw(COMPARISONS[key])} ${toType(right, type)})`;
 }
 
 function membership(left: Value, items: Value[]): RawBuilder<unknown> {
