@@ -28,6 +28,9 @@ const CONVERT_TYPES: Record<Exclude<ConvertTarget, 'exists'>, SqlType> = {
   bool: 'bool',
 };
 
+/** ASCII characters that are not letters or digits: what separates tokens for $containsToken. */
+const TOKEN_SEPARATORS = '[\\x01-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7f]+';
+
 const invalid = (message: string) => new InvalidRequestError(message, { code: 'invalid_query' });
 
 export function compileExpr(expr: Operation, resolve: FieldResolver): RawBuilder<SqlBool> {
@@ -61,6 +64,15 @@ function compileOperation(op: Operation, resolve: FieldResolver): RawBuilder<unk
     const needle = toType(compileOperand(substr, resolve), 'text');
     // strpos rather than LIKE: the needle is data, and LIKE would read its % and _ as wildcards.
     return caseInsensitive ? sql`(strpos(lower(${haystack}), lower(${needle})) > 0)` : sql`(strpos(${haystack}, ${needle}) > 0)`;
+  }
+  if ('$containsToken' in op) {
+    const { input, substr, case_insensitive: caseInsensitive } = op.$containsToken;
+    const fold = (text: RawBuilder<unknown>) => (caseInsensitive ? sql`lower(${text})` : text);
+    const haystack = fold(toType(compileOperand(input, resolve), 'text'));
+    const needle = fold(toType(compileOperand(substr, resolve), 'text'));
+    // A whole token: the text split on runs of ASCII characters that are not letters or digits
+    // (ClickHouse's hasToken; other characters belong to tokens).
+    return sql`(${needle} <> '' and ${needle} = any(regexp_split_to_array(${haystack}, ${TOKEN_SEPARATORS})))`;
   }
   const key = Object.keys(op)[0] as ComparisonKey;
   const [left, right] = (op as Record<ComparisonKey, [Operand, Operand]>)[key];

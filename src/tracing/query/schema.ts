@@ -26,7 +26,8 @@ export type Operation =
   | { $lt: [Operand, Operand] }
   | { $lte: [Operand, Operand] }
   | { $in: [Operand, Operand[]] }
-  | { $contains: { input: Operand; substr: Operand; case_insensitive?: boolean | null } };
+  | { $contains: { input: Operand; substr: Operand; case_insensitive?: boolean | null } }
+  | { $containsToken: { input: Operand; substr: Operand; case_insensitive?: boolean | null } };
 
 export const Operand: z.ZodType<Operand> = z.lazy(() =>
   z.union([
@@ -52,6 +53,9 @@ export const Operation: z.ZodType<Operation> = z.lazy(() =>
     z.strictObject({ $in: z.tuple([Operand, z.array(Operand)]) }),
     z.strictObject({
       $contains: z.object({ input: Operand, substr: Operand, case_insensitive: z.boolean().nullish() }),
+    }),
+    z.strictObject({
+      $containsToken: z.object({ input: Operand, substr: Operand, case_insensitive: z.boolean().nullish() }),
     }),
   ]),
 );

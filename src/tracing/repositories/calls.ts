@@ -217,7 +217,8 @@ const TIME_COLUMNS = ['started_at', 'ended_at', 'deleted_at'];
 const JSON_COLUMNS = ['attributes', 'inputs', 'output', 'summary', 'otel_dump'];
 const ALWAYS = new Set(['id', 'project_id', 'trace_id', 'op_name', 'started_at']);
 
-const size = (alias: string) =>
+/** The stored size of a call's payloads (attributes, inputs, output, summary) as JSON text, in bytes. */
+export const size = (alias: string) =>
   sql`(coalesce(octet_length(${sql.ref(`${alias}.attributes`)}::text), 0) + coalesce(octet_length(${sql.ref(`${alias}.inputs`)}::text), 0)
     + coalesce(octet_length(${sql.ref(`${alias}.output`)}::text), 0) + coalesce(octet_length(${sql.ref(`${alias}.summary`)}::text), 0))`;
 
