@@ -10,6 +10,7 @@ import { feedbackRoutes } from './routes/feedback.js';
 import { fileRoutes } from './routes/files.js';
 import { objectRoutes } from './routes/objects.js';
 import { otelRoutes } from './routes/otel.js';
+import { projectRoutes } from './routes/project.js';
 import { refRoutes } from './routes/refs.js';
 import { serviceRoutes } from './routes/service.js';
 import { tableRoutes } from './routes/tables.js';
@@ -35,4 +36,5 @@ export const tracingPlugin: FastifyPluginAsyncZod = async (app) => {
   await app.register(v2Routes);
   await app.register(otelRoutes);
   await app.register(completionRoutes);
+  await app.register(projectRoutes);
 };

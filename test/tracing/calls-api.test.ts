@@ -198,7 +198,7 @@ describe('calls queries over HTTP', () => {
     expect(await run({ $eq: [f('summary.weave.status'), l('error')] })).toEqual(['c']);
     expect(await run({ $eq: [f('summary.weave.trace_name'), l('inner')] })).toEqual(['b']);
     expect(await run({ $gte: [f('summary.weave.latency_ms'), l(250)] })).toEqual(['a', 'b', 'c', 'd']);
-    expect(await run({ $and: [{ $not: [{ $eq: [f('display_name'), l('Named')] }] }, { $lt: [{ $convert: { input: f('output.score'), to: 'double' } }, l(0.5)] }] })).toEqual(['b']);
+    expect(await run({ $and: [{ $not: [{ $eq: [f('inputs.tag'), l('Alpha')] }] }, { $lt: [{ $convert: { input: f('output.score'), to: 'double' } }, l(0.5)] }] })).toEqual(['b']);
     expect(await run({ $or: [{ $eq: [f('exception'), l('boom')] }, { $eq: [{ $convert: { input: f('inputs.ref'), to: 'exists' } }, l(true)] }] })).toEqual(['c']);
     expect(await run({ $lte: [f('started_at'), l(0)] })).toEqual([]);
   });

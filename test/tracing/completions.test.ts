@@ -74,11 +74,48 @@ describe('/completions/create', () => {
     expect(calls[0].exception).toContain('context too long');
   });
 
-  it('refuses saved prompt refs', async () => {
+  it('puts a saved Prompt\'s messages first and fills template_vars in both (ref, name:version and name)', async () => {
     const project = newProject();
-    const response = await post(app, user, '/completions/create', body(project, { prompt: `weave:///${project}/object/p:abc` }));
-    expect(response.statusCode).toBe(400);
-    expect(response.json()).toEqual({ reason: 'inputs.prompt (a saved Prompt ref) is not supported by this server: send the messages themselves.' });
+    const prompt = {
+      name: null,
+      description: null,
+      messages: [{ role: 'system', content: 'You are {persona}.' }, { role: 'assistant', content: 'Noted {persona}' }],
+      _type: 'MessagesPrompt',
+      _class_name: 'MessagesPrompt',
+      _bases: ['Prompt', 'Object', 'BaseModel'],
+    };
+    const digest = (await post(app, user, '/obj/create', { obj: { project_id: project, object_id: 'assistant', val: prompt } })).json().digest;
+    const expected = [
+      { role: 'system', content: 'You are terse.' },
+      { role: 'assistant', content: 'Noted {persona}' },
+      { role: 'user', content: 'Hi Ada' },
+    ];
+    for (const ref of [`weave:///${project}/object/assistant:${digest}`, 'assistant:v0', 'assistant']) {
+      const response = await post(app, user, '/completions/create', body(project, { prompt: ref, template_vars: { persona: 'terse', name: 'Ada' } }));
+      expect(response.statusCode, response.body).toBe(200);
+      expect(engine.chatRequests().at(-1)!.body.messages).toEqual(expected);
+    }
+    const streamed = await post(app, user, '/completions/create_stream', body(project, { prompt: 'assistant', template_vars: { persona: 'terse', name: 'Ada' } }));
+    expect(streamed.statusCode, streamed.body).toBe(200);
+    expect(engine.chatRequests().at(-1)!.body.messages).toEqual(expected);
+  });
+
+  it('refuses prompt refs that name no Prompt: 404 when missing, 400 for another class or project', async () => {
+    const project = newProject();
+    await post(app, user, '/obj/create', { obj: { project_id: project, object_id: 'plain', val: { messages: [] } } });
+    const cases: [string, number, string][] = [
+      ['missing', 404, 'Could not find prompt with ref missing'],
+      ['plain', 400, 'Prompt plain is not a Prompt or MessagesPrompt (found null)'],
+      [`weave:///${other.entity}/x/object/p:abc`, 400, `Prompt weave:///${other.entity}/x/object/p:abc is not in project ${project}`],
+    ];
+    for (const url of ['/completions/create', '/completions/create_stream']) {
+      for (const [ref, status, reason] of cases) {
+        const response = await post(app, user, url, body(project, { prompt: ref }));
+        expect(response.statusCode).toBe(status);
+        expect(response.json()).toEqual({ reason });
+      }
+    }
+    expect(await callsOf(project)).toEqual([]);
   });
 });
 

@@ -98,7 +98,8 @@ describe('/feedback/create', () => {
 
   it('needs annotation_ref for wandb.annotation.* and allows it nowhere else', async () => {
     const project = newProject();
-    const spec = `weave:///${project}/object/rating:abc`;
+    const created = await post(app, user, '/obj/create', { obj: { project_id: project, object_id: 'rating', val: {}, builtin_object_class: 'AnnotationSpec' } });
+    const spec = `weave:///${project}/object/rating:${created.json().digest}`;
     const ok = await post(app, user, '/feedback/create', feedback(project, { feedback_type: 'wandb.annotation.rating', annotation_ref: spec, payload: { value: 4 } }));
     expect(ok.statusCode, ok.body).toBe(200);
     await expectRefused(feedback(project, { feedback_type: 'wandb.annotation.rating', payload: { value: 4 } }), 400, 'annotation_ref is required for wandb.annotation.* feedback');

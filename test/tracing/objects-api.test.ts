@@ -174,7 +174,9 @@ describe('tables', () => {
     const updated = response.json();
     const vals = (await post(app, user, '/table/query', { project_id: project, digest: updated.digest })).json().rows.map((r: Record<string, unknown>) => r.val);
     expect(vals).toEqual([{ a: 2, b: 'y' }, { a: 9 }, { a: 3 }]);
-    expect(updated.updated_row_digests).toHaveLength(2);
+    // The appended, popped and inserted rows, in update order.
+    const digestOf = new Map((await post(app, user, '/table/query', { project_id: project, digest: updated.digest })).json().rows.map((r: Record<string, any>) => [r.val.a, r.digest]));
+    expect(updated.updated_row_digests).toEqual([digestOf.get(3), base.row_digests[0], digestOf.get(9)]);
     const bad = await post(app, user, '/table/update', { project_id: project, base_digest: base.digest, updates: [{ pop: { index: 5 } }] });
     expect(bad.statusCode).toBe(400);
     expect(bad.json()).toEqual({ reason: 'updates[0].pop: index 5 is out of range for a table of 2 rows.' });

@@ -117,8 +117,9 @@ describe('compiled calls queries on Postgres', () => {
     expect(await ids({ expr: { $in: [field('summary.weave.trace_name'), [lit('score'), lit('Named')]] } })).toEqual(['a', 'b', 'c', 'd']);
   });
 
-  it('lets $not match calls whose column is null', async () => {
-    expect(await ids({ expr: { $not: [{ $eq: [field('display_name'), lit('Named')] }] } })).toEqual(['a', 'b', 'd']);
+  it('lets $not not match calls whose column is null (SQL NOT, as weave\'s stores)', async () => {
+    expect(await ids({ expr: { $not: [{ $eq: [field('display_name'), lit('Named')] }] } })).toEqual([]);
+    expect(await ids({ expr: { $not: [{ $eq: [field('display_name'), lit(null)] }] } })).toEqual(['c']);
   });
 
   it('tells an explicit JSON null from a missing path with exists', async () => {

@@ -124,7 +124,7 @@ describe('$expr', () => {
     const { sql: text } = where({
       expr: { $and: [{ $not: [{ $eq: [field('id'), lit('a')] }] }, { $or: [{ $eq: [field('id'), lit('b')] }, { $eq: [field('id'), lit('c')] }] }] },
     });
-    expect(text).toBe(' and ((not coalesce(("trace_calls"."id" = $2::text), false)) and (("trace_calls"."id" = $3::text) or ("trace_calls"."id" = $4::text)))');
+    expect(text).toBe(' and ((not ("trace_calls"."id" = $2::text)) and (("trace_calls"."id" = $3::text) or ("trace_calls"."id" = $4::text)))');
   });
 
   it('compiles $in with bound items and an empty $in as false', () => {
@@ -233,12 +233,12 @@ describe('calls sort', () => {
 
   it('orders a JSON path by its number, then its text', () => {
     const { sql: text, params } = orderBy([{ field: 'summary.usage.tokens', direction: 'desc' }]);
-    expect(text).toMatch(/^\(case when .* end\) desc nulls last, jsonb_extract_path\("trace_calls"."summary", \$\d::text, \$\d::text\) #>> '\{\}' desc nulls last, "trace_calls"."id" asc$/);
+    expect(text).toMatch(/^\(case when .* end\) desc nulls last, \(jsonb_extract_path\("trace_calls"."summary", \$\d::text, \$\d::text\) #>> '\{\}'\) collate "C" desc nulls last, "trace_calls"."id" asc$/);
     expect(params).toEqual(['usage', 'tokens', 'usage', 'tokens', 'usage', 'tokens']);
   });
 
-  it('does not add id twice', () => {
-    expect(orderBy([{ field: 'id', direction: 'desc' }]).sql).toBe('"trace_calls"."id" desc');
+  it('does not add id twice, and sorts text in byte order', () => {
+    expect(orderBy([{ field: 'id', direction: 'desc' }]).sql).toBe('("trace_calls"."id") collate "C" desc');
   });
 
   it('rejects a bad direction and an unknown field', () => {

@@ -1,5 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
-import { InvalidFieldError } from './expr.js';
+import { InvalidFieldError, type FieldResolver } from './expr.js';
 import type { FieldValue, SqlType } from './values.js';
 
 /**
@@ -60,18 +60,48 @@ const DERIVED: Record<string, { type: SqlType; sql: RawBuilder<unknown> }> = {
 const MAX_SEGMENTS = 32;
 const MAX_SEGMENT_LENGTH = 256;
 
-/** Resolves a field of the calls table for the `$expr` compiler and for sorting. */
-export function resolveCallField(path: string): FieldValue {
-  if (path === 'display_name') return { kind: 'typed', type: 'text', sql: displayName };
-  // Own keys only: a field named `constructor` or `__proto__` is no column (it is an unknown field, 403).
-  if (Object.hasOwn(COLUMNS, path)) return { kind: 'typed', type: COLUMNS[path], sql: col(path) };
-  if (Object.hasOwn(DERIVED, path)) return { kind: 'typed', ...DERIVED[path] };
+export interface CallFieldOptions {
+  /**
+   * The request's expand_columns: a field below one of them (`inputs.model.max_tokens` under
+   * `inputs.model`) reads the referenced object's value, as the answer shows it expanded.
+   */
+  expandColumns?: readonly string[] | null;
+}
 
-  const [column, ...segments] = path.split('.');
-  if (!JSON_COLUMNS.has(column)) throw new InvalidFieldError(path, 'not a column of calls');
-  if (column === 'summary' && segments[0] === 'weave') {
-    throw new InvalidFieldError(path, 'summary.weave has only status, latency_ms and trace_name');
-  }
+/** Resolves a field of the calls table for the `$expr` compiler and for sorting. */
+export const resolveCallField: FieldResolver = callFieldResolver();
+
+/** A calls field resolver for one request (its expand_columns decide which paths read through refs). */
+export function callFieldResolver(options: CallFieldOptions = {}): FieldResolver {
+  const expand = [...new Set(options.expandColumns ?? [])].map((column) => column.split('.')).sort((a, b) => a.length - b.length);
+  return (path) => {
+    if (path === 'display_name') return { kind: 'typed', type: 'text', sql: displayName };
+    // Own keys only: a field named `constructor` or `__proto__` is no column (it is an unknown field, 403).
+    if (Object.hasOwn(COLUMNS, path)) return { kind: 'typed', type: COLUMNS[path], sql: col(path) };
+    if (Object.hasOwn(DERIVED, path)) return { kind: 'typed', ...DERIVED[path] };
+    if (path.startsWith('feedback.')) return feedbackField(path);
+
+    const [column, ...segments] = path.split('.');
+    if (!JSON_COLUMNS.has(column)) throw new InvalidFieldError(path, 'not a column of calls');
+    if (column === 'summary' && segments[0] === 'weave') {
+      throw new InvalidFieldError(path, 'summary.weave has only status, latency_ms and trace_name');
+    }
+    checkSegments(path, segments);
+    // Walk the path, reading through the ref at each expanded column that is a proper prefix of it.
+    let json: RawBuilder<unknown> = col(column);
+    let at = 0;
+    for (const prefix of expand) {
+      if (prefix.length - 1 >= segments.length || prefix[0] !== column) continue;
+      const inner = prefix.slice(1);
+      if (!inner.every((segment, i) => segments[i] === segment) || inner.length < at) continue;
+      json = referencedValue(jsonPath(json, segments.slice(at, inner.length)));
+      at = inner.length;
+    }
+    return { kind: 'json', sql: jsonPath(json, segments.slice(at)) };
+  };
+}
+
+function checkSegments(path: string, segments: readonly string[]): void {
   if (segments.length > MAX_SEGMENTS) throw new InvalidFieldError(path, 'path too deep');
   for (const segment of segments) {
     // Segments are bound as parameters, so this guards sanity, not SQL: no empty or control characters.
@@ -79,6 +109,46 @@ export function resolveCallField(path: string): FieldValue {
       throw new InvalidFieldError(path, 'bad path segment');
     }
   }
-  const json = segments.length === 0 ? col(column) : sql`jsonb_extract_path(${col(column)}, ${sql.join(segments.map((s) => sql`${s}::text`))})`;
-  return { kind: 'json', sql: json };
+}
+
+function jsonPath(json: RawBuilder<unknown>, segments: readonly string[]): RawBuilder<unknown> {
+  return segments.length === 0 ? json : sql`jsonb_extract_path(${json}, ${sql.join(segments.map((s) => sql`${s}::text`))})`;
+}
+
+/** An object or op ref of the call's own project, exact digest, no extra path: project, kind, name, digest. */
+const REF_PATTERN = '^weave:///([^/]+/[^/]+)/(object|op)/([^/:]+):([^/:]+)$';
+
+/**
+ * The value of the object version a JSON ref string names (SQL null when it is no such ref, names
+ * another project, or the version is missing or deleted: expand_columns leaves those unexpanded too).
+ */
+function referencedValue(ref: RawBuilder<unknown>): RawBuilder<unknown> {
+  return sql`(select o.val from trace_objects o, regexp_match(${ref} #>> '{}', ${REF_PATTERN}) as m(part)
+    where o.project_id = ${col('project_id')} and m.part[1] = ${col('project_id')} and o.kind = m.part[2]
+      and o.object_id = m.part[3] and o.digest = m.part[4] and o.deleted_at is null)`;
+}
+
+/**
+ * `feedback.[<feedback_type>].payload.<path>`, `.runnable_ref` or `.trigger_ref` (weave's feedback
+ * fields): read from the call's feedback of that type, the newest when there are several (weave takes
+ * any one); `[*]` takes the newest feedback of any type that has the path.
+ */
+function feedbackField(path: string): FieldValue {
+  const match = /^feedback\.\[(.+)\]\.(.+)$/.exec(path);
+  if (!match) throw new InvalidFieldError(path, 'expected feedback.[<feedback_type>].payload.<path>, .runnable_ref or .trigger_ref');
+  const [, type, rest] = match;
+  const [head, ...segments] = rest.split('.');
+  const ofCall = sql`fb.project_id = ${col('project_id')} and fb.weave_ref = 'weave:///' || ${col('project_id')} || '/call/' || ${col('id')}`;
+  const ofType = type === '*' ? sql`` : sql`and fb.feedback_type = ${type}`;
+  const newest = sql`order by fb.created_at desc, fb.id desc limit 1`;
+  if ((head === 'runnable_ref' || head === 'trigger_ref') && segments.length === 0) {
+    const column = sql.ref(`fb.${head}`);
+    const present = type === '*' ? sql`and ${column} is not null` : sql``;
+    return { kind: 'typed', type: 'text', sql: sql`(select ${column} from trace_feedback fb where ${ofCall} ${ofType} ${present} ${newest})` };
+  }
+  if (head !== 'payload') throw new InvalidFieldError(path, 'a feedback field is payload.<path>, runnable_ref or trigger_ref');
+  checkSegments(path, segments);
+  const value = jsonPath(sql.ref('fb.payload'), segments);
+  const present = type === '*' && segments.length > 0 ? sql`and ${value} is not null` : sql``;
+  return { kind: 'json', sql: sql`(select ${value} from trace_feedback fb where ${ofCall} ${ofType} ${present} ${newest})` };
 }

@@ -1,9 +1,9 @@
 import { sql, type RawBuilder, type SqlBool } from 'kysely';
 import { InvalidRequestError } from '../../errors.js';
-import { CALLS_TABLE, resolveCallField } from './call-fields.js';
+import { CALLS_TABLE, callFieldResolver } from './call-fields.js';
 import { compileExpr } from './expr.js';
 import type { CallsFilter, Query, SortBy } from './schema.js';
-import { toType } from './values.js';
+import { byteOrder, sortExprs } from './values.js';
 
 /**
  * The WHERE and ORDER BY of a calls query (reference §3.7): project scope, the filter, the `$expr`
@@ -30,10 +30,12 @@ export interface CallsWhere {
   projectId: string;
   filter?: CallsFilter | null;
   query?: Query | null;
+  /** The request's expand_columns: filters below them read through refs. */
+  expandColumns?: readonly string[] | null;
 }
 
 /** Calls of the project that have started and are not deleted, narrowed by the filter and the query. */
-export function callsWhere({ projectId, filter, query }: CallsWhere): RawBuilder<SqlBool> {
+export function callsWhere({ projectId, filter, query, expandColumns }: CallsWhere): RawBuilder<SqlBool> {
   const conditions: RawBuilder<unknown>[] = [
     sql`${col('project_id')} = ${projectId}`,
     // A call whose end arrived before its start stays invisible until the start arrives.
@@ -41,7 +43,7 @@ export function callsWhere({ projectId, filter, query }: CallsWhere): RawBuilder
     sql`${col('deleted_at')} is null`,
     ...(filter ? filterConditions(filter) : []),
   ];
-  if (query) conditions.push(compileExpr(query.$expr, resolveCallField));
+  if (query) conditions.push(compileExpr(query.$expr, callFieldResolver({ expandColumns })));
   return sql<SqlBool>`${sql.join(conditions, sql` and `)}`;
 }
 
@@ -90,7 +92,8 @@ function matchRefs(column: 'input_refs' | 'output_refs', refs: readonly string[]
  * The ORDER BY list. Missing values sort last in both directions; JSON paths sort by their numeric value,
  * then their text (reference §3.7). Without a sort: started_at, then id; id always breaks ties.
  */
-export function callsOrderBy(sortBy?: readonly SortBy[] | null): RawBuilder<unknown> {
+export function callsOrderBy(sortBy?: readonly SortBy[] | null, expandColumns?: readonly string[] | null): RawBuilder<unknown> {
+  const resolveCallField = callFieldResolver({ expandColumns });
   const items = sortBy?.length ? sortBy : [{ field: 'started_at', direction: 'asc' }];
   const keys = items.flatMap(({ field, direction }) => {
     if (direction !== 'asc' && direction !== 'desc') {
@@ -99,8 +102,8 @@ export function callsOrderBy(sortBy?: readonly SortBy[] | null): RawBuilder<unkn
     const dir = sql.raw(direction);
     const value = resolveCallField(field);
     // Visible calls always have these: a plain direction lets a backward index scan serve `desc`.
-    if (NEVER_NULL.has(field)) return [sql`${value.sql} ${dir}`];
-    const exprs = value.kind === 'typed' ? [value.sql] : [toType(value, 'numeric'), sql`${value.sql} #>> '{}'`];
+    if (NEVER_NULL.has(field) && value.kind === 'typed') return [sql`${value.type === 'text' ? byteOrder(value.sql) : value.sql} ${dir}`];
+    const exprs = sortExprs(value);
     return exprs.map((expr) => sql`${expr} ${dir} nulls last`);
   });
   if (!items.some((item) => item.field === 'id')) keys.push(sql`${col('id')} asc`);

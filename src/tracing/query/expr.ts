@@ -1,7 +1,7 @@
 import { sql, type RawBuilder, type SqlBool } from 'kysely';
 import { ForbiddenError, InvalidRequestError } from '../../errors.js';
 import type { ConvertTarget, Operand, Operation } from './schema.js';
-import { exists, isNull, literalType, toType, type FieldValue, type SqlType, type Value } from './values.js';
+import { byteOrder, exists, isNull, literalType, toType, type FieldValue, type SqlType, type Value } from './values.js';
 
 /**
  * Compiles a `$expr` to a SQL boolean. Fields are resolved by the table's resolver (calls, and later
@@ -28,6 +28,9 @@ const CONVERT_TYPES: Record<Exclude<ConvertTarget, 'exists'>, SqlType> = {
   bool: 'bool',
 };
 
+/** ASCII characters that are not letters or digits: what separates tokens for $containsToken. */
+const TOKEN_SEPARATORS = '[\\x01-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7f]+';
+
 const invalid = (message: string) => new InvalidRequestError(message, { code: 'invalid_query' });
 
 export function compileExpr(expr: Operation, resolve: FieldResolver): RawBuilder<SqlBool> {
@@ -48,8 +51,9 @@ function compileOperation(op: Operation, resolve: FieldResolver): RawBuilder<unk
     if (list.length === 0) throw invalid(`${'$and' in op ? '$and' : '$or'} needs at least one operand`);
     return sql`(${sql.join(list.map(asBool), sql.raw(joiner))})`;
   }
-  // A comparison with a missing column value is unknown; "not" of it should match, as it does for JSON paths.
-  if ('$not' in op) return sql`(not coalesce(${asBool(op.$not[0])}, false))`;
+  // SQL's three-valued NOT, as weave's stores answer (docs/tracing.md): a comparison with a NULL column
+  // is unknown and so is its negation, which does not match. Missing JSON paths read as '' and do.
+  if ('$not' in op) return sql`(not ${asBool(op.$not[0])})`;
   if ('$in' in op) {
     const [left, right] = op.$in;
     return membership(compileOperand(left, resolve), right.map((item) => compileOperand(item, resolve)));
@@ -60,6 +64,15 @@ function compileOperation(op: Operation, resolve: FieldResolver): RawBuilder<unk
     const needle = toType(compileOperand(substr, resolve), 'text');
     // strpos rather than LIKE: the needle is data, and LIKE would read its % and _ as wildcards.
     return caseInsensitive ? sql`(strpos(lower(${haystack}), lower(${needle})) > 0)` : sql`(strpos(${haystack}, ${needle}) > 0)`;
+  }
+  if ('$containsToken' in op) {
+    const { input, substr, case_insensitive: caseInsensitive } = op.$containsToken;
+    const fold = (text: RawBuilder<unknown>) => (caseInsensitive ? sql`lower(${text})` : text);
+    const haystack = fold(toType(compileOperand(input, resolve), 'text'));
+    const needle = fold(toType(compileOperand(substr, resolve), 'text'));
+    // A whole token: the text split on runs of ASCII characters that are not letters or digits
+    // (ClickHouse's hasToken; other characters belong to tokens).
+    return sql`(${needle} <> '' and ${needle} = any(regexp_split_to_array(${haystack}, ${TOKEN_SEPARATORS})))`;
   }
   const key = Object.keys(op)[0] as ComparisonKey;
   const [left, right] = (op as Record<ComparisonKey, [Operand, Operand]>)[key];
@@ -73,7 +86,9 @@ function compare(key: ComparisonKey, left: Value, right: Value): RawBuilder<unkn
     return isNull(nullSide === left ? right : left);
   }
   const type = comparisonType(left, right);
-  return sql`(${toType(left, type)} ${sql.raw(COMPARISONS[key])} ${toType(right, type)})`;
+  // Strings order by bytes, whatever the database's collation (equality does not depend on it).
+  const lhs = type === 'text' && key !== '$eq' ? byteOrder(toType(left, type)) : toType(left, type);
+  return sql`(${lhs} ${sql.raw(COMPARISONS[key])} ${toType(right, type)})`;
 }
 
 function membership(left: Value, items: Value[]): RawBuilder<unknown> {

@@ -33,7 +33,8 @@ export type Operation =
   | { $lt: [Operand, Operand] }
   | { $lte: [Operand, Operand] }
   | { $in: [Operand, Operand[]] }
-  | { $contains: { input: Operand; substr: Operand; case_insensitive?: boolean | null } };
+  | { $contains: { input: Operand; substr: Operand; case_insensitive?: boolean | null } }
+  | { $containsToken: { input: Operand; substr: Operand; case_insensitive?: boolean | null } };
 
 const Literal = z.json() as z.ZodType<JsonValue>;
 
@@ -61,6 +62,9 @@ export const Operation: z.ZodType<Operation> = z.lazy(() =>
     z.strictObject({ $in: z.tuple([Operand, z.array(Operand).max(QUERY_LIMITS.listItems)]) }),
     z.strictObject({
       $contains: z.object({ input: Operand, substr: Operand, case_insensitive: z.boolean().nullish() }),
+    }),
+    z.strictObject({
+      $containsToken: z.object({ input: Operand, substr: Operand, case_insensitive: z.boolean().nullish() }),
     }),
   ]),
 );

@@ -2,7 +2,7 @@ import { sql, type RawBuilder } from 'kysely';
 import { InvalidRequestError } from '../../errors.js';
 import { InvalidFieldError, type FieldResolver } from './expr.js';
 import type { Operand, Query, SortBy } from './schema.js';
-import { toType, type SqlType } from './values.js';
+import { sortExprs, type SqlType } from './values.js';
 
 /**
  * Fields of the smaller tracing tables (feedback, prices) for the `$expr` compiler, sorting and
@@ -42,8 +42,7 @@ export function tableOrderBy(resolve: FieldResolver, sortBy: readonly SortBy[], 
     }
     const dir = sql.raw(direction);
     const value = resolve(field);
-    const exprs = value.kind === 'typed' ? [value.sql] : [toType(value, 'numeric'), sql`${value.sql} #>> '{}'`];
-    return exprs.map((expr) => sql`${expr} ${dir} nulls last`);
+    return sortExprs(value).map((expr) => sql`${expr} ${dir} nulls last`);
   });
   keys.push(tieBreak);
   return sql.join(keys);

@@ -119,6 +119,24 @@ function bindLiteral(value: JsonValue, type: SqlType): RawBuilder<unknown> {
   throw new InvalidRequestError(`Literal ${JSON.stringify(value)} cannot be compared as ${type}`, { code: 'invalid_query' });
 }
 
+/**
+ * A text expression compared in byte order (COLLATE "C"), as weave's stores compare strings: the
+ * order must not depend on the database's default collation (a linguistic one puts 'hello there'
+ * before 'Hello World').
+ */
+export function byteOrder(text: RawBuilder<unknown>): RawBuilder<unknown> {
+  return sql`(${text}) collate "C"`;
+}
+
+/**
+ * The ORDER BY keys of a field: a typed value as it is (text in byte order); a JSON value by its
+ * number, then by its text in byte order (reference §3.7).
+ */
+export function sortExprs(value: FieldValue): RawBuilder<unknown>[] {
+  if (value.kind === 'typed') return [value.type === 'text' ? byteOrder(value.sql) : value.sql];
+  return [toType(value, 'numeric'), byteOrder(sql`${value.sql} #>> '{}'`)];
+}
+
 /** Whether the value is SQL or JSON null; for JSON an explicit null and a missing path both count. */
 export function isNull(value: Value): RawBuilder<unknown> {
   switch (value.kind) {

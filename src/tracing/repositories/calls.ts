@@ -202,6 +202,8 @@ export interface CallsListArgs {
   filter?: CallsFilter | null;
   query?: Query | null;
   sortBy?: readonly SortBy[] | null;
+  /** expand_columns: filters and sorts below them read through refs. */
+  expandColumns?: readonly string[] | null;
   limit?: number | null;
   offset?: number | null;
   selection: CallSelection;
@@ -215,7 +217,8 @@ const TIME_COLUMNS = ['started_at', 'ended_at', 'deleted_at'];
 const JSON_COLUMNS = ['attributes', 'inputs', 'output', 'summary', 'otel_dump'];
 const ALWAYS = new Set(['id', 'project_id', 'trace_id', 'op_name', 'started_at']);
 
-const size = (alias: string) =>
+/** The stored size of a call's payloads (attributes, inputs, output, summary) as JSON text, in bytes. */
+export const size = (alias: string) =>
   sql`(coalesce(octet_length(${sql.ref(`${alias}.attributes`)}::text), 0) + coalesce(octet_length(${sql.ref(`${alias}.inputs`)}::text), 0)
     + coalesce(octet_length(${sql.ref(`${alias}.output`)}::text), 0) + coalesce(octet_length(${sql.ref(`${alias}.summary`)}::text), 0))`;
 
@@ -236,8 +239,8 @@ function selectList(selection: CallSelection): RawBuilder<unknown> {
 
 /** The SELECT of a calls list, ready to run whole, in windows, or through a cursor. */
 export function callsListQuery(args: CallsListArgs, window?: { limit: number; offset: number }): RawBuilder<CallRow> {
-  const where = callsWhere({ projectId: args.projectId, filter: args.filter, query: args.query });
-  const order = callsOrderBy(args.sortBy);
+  const where = callsWhere({ projectId: args.projectId, filter: args.filter, query: args.query, expandColumns: args.expandColumns });
+  const order = callsOrderBy(args.sortBy, args.expandColumns);
   const limit = window ? window.limit : args.limit;
   const offset = window ? window.offset : args.offset;
   return sql<CallRow>`select ${selectList(args.selection)} from trace_calls where ${where} order by ${order}
@@ -250,8 +253,8 @@ export function callsListQuery(args: CallsListArgs, window?: { limit: number; of
  * (OFFSET would otherwise build every skipped row in full).
  */
 export function callsWindowQuery(args: CallsListArgs, window: { limit: number; offset: number }): RawBuilder<CallRow> {
-  const where = callsWhere({ projectId: args.projectId, filter: args.filter, query: args.query });
-  const order = callsOrderBy(args.sortBy);
+  const where = callsWhere({ projectId: args.projectId, filter: args.filter, query: args.query, expandColumns: args.expandColumns });
+  const order = callsOrderBy(args.sortBy, args.expandColumns);
   return sql<CallRow>`select ${selectList(args.selection)} from trace_calls
     where trace_calls.project_id = ${args.projectId} and trace_calls.id in (
       select trace_calls.id from trace_calls where ${where} order by ${order} limit ${window.limit} offset ${window.offset})
@@ -270,7 +273,14 @@ export async function readCall(db: Executor, args: { projectId: string; id: stri
 /** How many calls match; with `limit`, counting stops after limit + 1 (the cheap "any more?" probe). */
 export async function countCalls(
   db: Executor,
-  args: { projectId: string; filter?: CallsFilter | null; query?: Query | null; limit?: number | null; totalStorageSize?: boolean },
+  args: {
+    projectId: string;
+    filter?: CallsFilter | null;
+    query?: Query | null;
+    expandColumns?: readonly string[] | null;
+    limit?: number | null;
+    totalStorageSize?: boolean;
+  },
 ): Promise<{ count: number; totalStorageSize?: number }> {
   const where = callsWhere(args);
   if (args.limit != null) {

@@ -1,5 +1,6 @@
 import { sql, type RawBuilder } from 'kysely';
 import { parseStoredJson } from '../json.js';
+import { byteOrder } from '../query/values.js';
 import { isoText, jsonbText, toInt, type Executor } from './common.js';
 
 /** trace_objects: one row per object version, keyed by (project, object id, kind, digest). */
@@ -160,8 +161,10 @@ export async function queryVersions(db: Executor, q: ObjectsQuery): Promise<Obje
   if (q.objectIds?.length) conditions.push(sql`o.object_id in (${sql.join(q.objectIds)})`);
   if (q.isOp != null) conditions.push(sql`o.kind = ${q.isOp ? 'op' : 'object'}`);
   if (q.latestOnly) conditions.push(sql`${IS_LATEST} = 1`);
-  const order = (q.sortBy ?? []).map((s) => sql`o.${sql.raw(s.field)} ${sql.raw(s.direction)}`);
-  order.push(sql`o.created_at asc`, sql`o.object_id asc`, sql`o.version_index asc`);
+  // object_id sorts in byte order whatever the database's collation (as weave's stores do).
+  const key = (field: string) => (field === 'object_id' ? byteOrder(sql.ref(`o.${field}`)) : sql.ref(`o.${field}`));
+  const order = (q.sortBy ?? []).map((s) => sql`${key(s.field)} ${sql.raw(s.direction)}`);
+  order.push(sql`o.created_at asc`, sql`${key('object_id')} asc`, sql`o.version_index asc`);
   const { rows } = await sql<ObjectVersionRow>`select ${columns({ val: !q.metadataOnly, size: q.includeSize })} from trace_objects o
     where ${sql.join(conditions, sql` and `)} order by ${sql.join(order)}
     ${q.limit != null ? sql`limit ${q.limit}` : sql``} ${q.offset ? sql`offset ${q.offset}` : sql``}`.execute(db);

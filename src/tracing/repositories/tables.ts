@@ -1,7 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { InvalidRequestError } from '../../errors.js';
 import { parseStoredJson } from '../json.js';
-import { toType } from '../query/values.js';
+import { sortExprs } from '../query/values.js';
 import { jsonbText, toInt, type Executor } from './common.js';
 
 /** trace_tables (ordered row digests) and trace_table_rows (content-addressed row values). */
@@ -94,7 +94,7 @@ function sortKeys(field: string, direction: string): RawBuilder<unknown>[] {
   }
   const json = sql`jsonb_extract_path(r.val, ${sql.join(segments.map((s) => sql`${s}::text`))})`;
   const dir = sql.raw(direction);
-  return [sql`${toType({ kind: 'json', sql: json }, 'numeric')} ${dir} nulls last`, sql`(${json} #>> '{}') ${dir} nulls last`];
+  return sortExprs({ kind: 'json', sql: json }).map((expr) => sql`${expr} ${dir} nulls last`);
 }
 
 /** The rows of a table in insertion order (or sorted), duplicates kept, each with its position. */

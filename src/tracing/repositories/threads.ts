@@ -1,6 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { InvalidRequestError } from '../../errors.js';
 import type { SortBy } from '../query/schema.js';
+import { byteOrder } from '../query/values.js';
 import { isoText, type Executor } from './common.js';
 
 /**
@@ -41,9 +42,10 @@ function orderBy(sortBy: readonly SortBy[] | null | undefined): RawBuilder<unkno
     if (direction !== 'asc' && direction !== 'desc') {
       throw new InvalidRequestError(`Invalid sort direction ${JSON.stringify(direction)}: expected asc or desc`, { code: 'invalid_sort' });
     }
-    return sql`${sql.ref(field)} ${sql.raw(direction)} nulls last`;
+    const key = field === 'thread_id' ? byteOrder(sql.ref(field)) : sql.ref(field);
+    return sql`${key} ${sql.raw(direction)} nulls last`;
   });
-  keys.push(sql`thread_id asc`);
+  keys.push(sql`${byteOrder(sql.ref('thread_id'))} asc`);
   return sql.join(keys);
 }
 

@@ -101,7 +101,7 @@ export const callRoutes: FastifyPluginAsyncZod = async (app) => {
     async (request) => {
       const { body } = request;
       const projectId = projectFor(request, body.project_id);
-      return calls.queryStats(deps, { projectId, filter: body.filter, query: body.query, limit: body.limit, totalStorageSize: body.include_total_storage_size ?? false });
+      return calls.queryStats(deps, { projectId, filter: body.filter, query: body.query, expandColumns: body.expand_columns, limit: body.limit, totalStorageSize: body.include_total_storage_size ?? false });
     },
   );
 

@@ -8,7 +8,7 @@ export const CompletionsInputs = z
     model: z.string().min(1).describe('Any model the key can reach on this server\'s gateway (GET /v1/models).'),
     messages: z.array(JsonObject).max(TRACING_LIMITS.batchItems).describe('OpenAI chat messages'),
     template_vars: z.record(z.string(), z.unknown()).nullish().describe('`{name}` placeholders in string message contents are replaced.'),
-    prompt: z.string().nullish().describe('Saved Prompt refs are not supported (400).'),
+    prompt: z.string().nullish().describe("A saved Prompt in the project (weave:/// ref, name:version or name): its messages go before `messages`."),
   })
   .describe('OpenAI chat completion parameters; other fields are passed to the gateway as they are.');
 

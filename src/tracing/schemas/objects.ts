@@ -8,7 +8,7 @@ export const ObjCreateBody = z.object({
     project_id: ProjectId,
     object_id: z.string().describe('1 to 128 of [A-Za-z0-9_.-]'),
     val: AnyJson,
-    builtin_object_class: z.string().nullish(),
+    builtin_object_class: z.string().nullish().describe("A weave builtin class (AnnotationSpec, Leaderboard, SavedView, ...): the value is validated and stored in weave's dumped form; 400 for an unknown class."),
     set_base_object_class: z.string().nullish().describe('Deprecated alias of builtin_object_class.'),
     expected_digest: z.string().nullish().describe('409 when the computed digest differs.'),
     wb_user_id: z.string().nullish(),

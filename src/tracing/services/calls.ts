@@ -202,7 +202,14 @@ export async function readCall(
 
 export async function queryStats(
   deps: TracingDeps,
-  args: { projectId: string; filter?: CallsQueryBody['filter']; query?: CallsQueryBody['query']; limit?: number | null; totalStorageSize?: boolean },
+  args: {
+    projectId: string;
+    filter?: CallsQueryBody['filter'];
+    query?: CallsQueryBody['query'];
+    expandColumns?: readonly string[] | null;
+    limit?: number | null;
+    totalStorageSize?: boolean;
+  },
 ): Promise<{ count: number; has_more?: boolean; total_storage_size_bytes?: number }> {
   const result = await repo.countCalls(deps.db, args);
   if (args.limit != null) return { count: Math.min(result.count, args.limit), has_more: result.count > args.limit };
@@ -223,6 +230,7 @@ function listArgs(projectId: string, body: Omit<CallsQueryBody, 'project_id'>): 
     filter: body.filter,
     query: body.query,
     sortBy: body.sort_by,
+    expandColumns: body.expand_columns,
     limit: body.limit,
     offset: body.offset,
     selection: { columns, storageSize: Boolean(body.include_storage_size), totalStorageSize: Boolean(body.include_total_storage_size) },
@@ -248,7 +256,8 @@ async function finish(
   body: Omit<CallsQueryBody, 'project_id'>,
 ): Promise<Record<string, unknown>[]> {
   const calls = rows.map((row) => toCallSchema(row, args.selection));
-  if (body.expand_columns?.length) await expandCallColumns(deps.db, projectId, calls, body.expand_columns);
+  // return_expanded_column_values: false keeps the refs as strings (they still steer filters and sorts).
+  if (body.expand_columns?.length && body.return_expanded_column_values !== false) await expandCallColumns(deps.db, projectId, calls, body.expand_columns);
   const withSummary = calls.filter((call) => call.summary !== null && typeof call.summary === 'object');
   if (body.include_costs && withSummary.length) await addCosts(deps, projectId, withSummary);
   if (body.include_feedback && withSummary.length) {

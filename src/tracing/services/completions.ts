@@ -1,9 +1,13 @@
 import type { Readable } from 'node:stream';
-import { InvalidRequestError } from '../../errors.js';
+import { InvalidRequestError, NotFoundError } from '../../errors.js';
 import { uuidv7 } from '../ids.js';
+import { toPlainJson } from '../json.js';
+import { parseRef, REF_SCHEME, refProjectId } from '../refs.js';
+import * as objects from '../repositories/objects.js';
 import type { CompletionsCreateBody } from '../schemas/completions.js';
 import { upsertBatch } from './calls.js';
 import type { TracingDeps } from './deps.js';
+import { parseVersionSelector } from './objects.js';
 
 /**
  * Completions (reference §2.10): a chat completion through the inference gateway, recorded as a
@@ -25,16 +29,50 @@ function dropNulls(value: Record<string, unknown>): Record<string, unknown> {
   return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== null && v !== undefined));
 }
 
-/** The chat request: the inputs without nulls and weave-only fields, `{var}` placeholders filled. */
-export function chatBody(inputs: CompletionsCreateBody['inputs'], stream: boolean): Record<string, unknown> {
-  if (inputs.prompt) throw new InvalidRequestError('inputs.prompt (a saved Prompt ref) is not supported by this server: send the messages themselves.', { code: 'unsupported_prompt' });
-  const { template_vars: vars, prompt: _prompt, ...rest } = dropNulls(inputs) as CompletionsCreateBody['inputs'];
-  const body: Record<string, unknown> = { ...rest, stream };
-  if (vars) {
-    body.messages = rest.messages.map((message) =>
-      typeof message.content === 'string' ? { ...message, content: message.content.replace(/\{(\w+)\}/g, (all, name: string) => (Object.hasOwn(vars, name) ? String(vars[name]) : all)) } : message,
-    );
+/**
+ * The messages of a saved Prompt (`inputs.prompt`: a `weave:///` object ref, `name:version` or `name`
+ * for its latest version) in the request's project, as weave's server reads them: the object must be a
+ * Prompt (its base class Prompt or MessagesPrompt) with a `messages` list.
+ */
+async function promptMessages(deps: TracingDeps, projectId: string, prompt: string): Promise<Record<string, unknown>[]> {
+  const invalid = (message: string) => new InvalidRequestError(message, { code: 'invalid_prompt' });
+  let name: string;
+  let version: string;
+  if (prompt.startsWith(REF_SCHEME)) {
+    const ref = parseRef(prompt);
+    if (ref.kind !== 'object' || ref.path.length > 0) throw invalid(`Prompt reference must be an object reference, got: ${prompt}`);
+    if (refProjectId(ref) !== projectId) throw invalid(`Prompt ${prompt} is not in project ${projectId}`);
+    [name, version] = [ref.name, ref.digest];
+  } else {
+    const cut = prompt.lastIndexOf(':');
+    [name, version] = cut === -1 ? [prompt, 'latest'] : [prompt.slice(0, cut), prompt.slice(cut + 1)];
   }
+  const row = await objects.readVersion(deps.db, { projectId, objectId: name, selector: parseVersionSelector(version) });
+  if (!row || row.deleted_at || row.kind !== 'object') throw new NotFoundError('object', undefined, { message: `Could not find prompt with ref ${prompt}`, code: 'prompt_not_found' });
+  if (row.base_object_class !== 'Prompt' && row.base_object_class !== 'MessagesPrompt') {
+    throw invalid(`Prompt ${prompt} is not a Prompt or MessagesPrompt (found ${row.base_object_class})`);
+  }
+  const messages = isObject(row.val) ? row.val.messages : undefined;
+  if (!Array.isArray(messages) || !messages.every(isObject)) throw invalid(`Prompt ${prompt} messages field is not a list of messages`);
+  return toPlainJson(messages) as Record<string, unknown>[];
+}
+
+/**
+ * The chat request: the saved prompt's messages (if any) before the request's, `{var}` placeholders
+ * filled from template_vars in string contents (not in assistant messages, as weave), nulls and
+ * weave-only fields dropped.
+ */
+export async function chatBody(deps: TracingDeps, projectId: string, inputs: CompletionsCreateBody['inputs'], stream: boolean): Promise<Record<string, unknown>> {
+  const { template_vars: vars, prompt, ...rest } = dropNulls(inputs) as CompletionsCreateBody['inputs'];
+  const body: Record<string, unknown> = { ...rest, stream };
+  const messages = prompt ? [...(await promptMessages(deps, projectId, prompt)), ...rest.messages] : rest.messages;
+  body.messages = !vars
+    ? messages
+    : messages.map((message) =>
+        typeof message.content === 'string' && message.role !== 'assistant'
+          ? { ...message, content: message.content.replace(/\{(\w+)\}/g, (all, name: string) => (Object.hasOwn(vars, name) ? String(vars[name]) : all)) }
+          : message,
+      );
   if (stream) body.stream_options = { ...(isObject(rest.stream_options) ? rest.stream_options : {}), include_usage: true };
   return body;
 }
@@ -89,7 +127,7 @@ export async function createCompletion(
   gateway: ChatCompleter,
   args: { userId: string; body: CompletionsCreateBody },
 ): Promise<{ response: Record<string, unknown>; weave_call_id?: string }> {
-  const request = chatBody(args.body.inputs, false);
+  const request = await chatBody(deps, args.body.project_id, args.body.inputs, false);
   const t = tracking(deps, args.userId, args.body);
   const startedAt = new Date().toISOString();
   const answer = await gateway.complete({ body: request, projectId: args.body.project_id });
@@ -152,7 +190,7 @@ async function* sseEvents(body: Readable): AsyncGenerator<string> {
  * ended with the chunks assembled into one chat.completion.
  */
 export async function* streamCompletion(deps: TracingDeps, gateway: ChatCompleter, args: { userId: string; body: CompletionsCreateBody }): AsyncGenerator<Record<string, unknown>[]> {
-  const request = chatBody(args.body.inputs, true);
+  const request = await chatBody(deps, args.body.project_id, args.body.inputs, true);
   const t = tracking(deps, args.userId, args.body);
   if (t) {
     await startCall(t, new Date().toISOString());

@@ -3,12 +3,14 @@ import { InvalidFieldError } from '../query/expr.js';
 import { purgeIds } from '../query/table-fields.js';
 import type { Query, SortBy } from '../query/schema.js';
 import { uuidv7 } from '../ids.js';
-import { parseRef, quote, refProjectId, type WeaveRef } from '../refs.js';
+import { schemaViolation } from '../json-schema.js';
+import { parseRef, quote, refProjectId, type ObjectRef, type WeaveRef } from '../refs.js';
 import { mapJsonbErrors } from '../repositories/common.js';
 import * as repo from '../repositories/feedback.js';
 import type { FeedbackCreateBody } from '../schemas/feedback.js';
 import type { TracingDeps } from './deps.js';
 import { detone, emojiAlias, isSingleEmoji } from './emoji.js';
+import { RefResolver } from './refs.js';
 
 /** Feedback (reference §2.7): create with the weave server's validation and normalisation, query, purge, replace. */
 
@@ -59,6 +61,8 @@ export function prepareFeedback(body: FeedbackCreateBody, userId: string): repo.
     if (!body.annotation_ref) throw invalid('annotation_ref is required for wandb.annotation.* feedback');
     const ref = sameProjectRef(body.annotation_ref, projectId, 'annotation_ref');
     if (ref.kind !== 'object') throw invalid(`annotation_ref must be an object ref (an AnnotationSpec), got a ${ref.kind} ref`);
+    const name = type.slice('wandb.annotation.'.length);
+    if (ref.name !== name) throw invalid(`annotation_ref must point to an object with name ${name}`);
     if (!Object.hasOwn(payload, 'value')) throw invalid('Invalid payload for annotation feedback: expected {"value": ...}');
   } else if (body.annotation_ref) {
     throw invalid('annotation_ref is only allowed for wandb.annotation.* feedback');
@@ -106,9 +110,28 @@ function created(row: repo.FeedbackWrite, createdAt: string): FeedbackCreated {
   return { id: row.id, created_at: createdAt, wb_user_id: row.wbUserId, payload: JSON.parse(row.payload) };
 }
 
+/**
+ * Annotation feedback must hold a value its AnnotationSpec's field_schema accepts (weave reads the
+ * spec the annotation_ref names and checks `payload.value` with JSON Schema): 400 otherwise, and 400
+ * when the spec does not exist.
+ */
+async function checkAnnotations(deps: TracingDeps, rows: readonly repo.FeedbackWrite[]): Promise<void> {
+  for (const row of rows) {
+    if (!row.annotationRef) continue;
+    const ref = parseRef(row.annotationRef) as ObjectRef;
+    const resolved = await new RefResolver(deps.db, row.projectId).resolveObject(ref);
+    if (!resolved.ok) throw invalid(`Annotation ref ${row.annotationRef} not found`);
+    const spec = resolved.value as Record<string, unknown> | null;
+    const schema = isObject(spec) && Object.hasOwn(spec, 'field_schema') ? spec.field_schema : {};
+    const value = (JSON.parse(row.payload) as Record<string, unknown>).value;
+    if (schemaViolation(schema, value, 'AnnotationSpec.field_schema') !== null) throw invalid('Feedback payload does not match annotation spec');
+  }
+}
+
 /** Creates feedback, all or nothing (one row for /feedback/create, a batch for /feedback/batch/create). */
 export async function createFeedback(deps: TracingDeps, args: { userId: string; items: readonly FeedbackCreateBody[] }): Promise<FeedbackCreated[]> {
   const rows = args.items.map((item) => prepareFeedback(item, args.userId));
+  await checkAnnotations(deps, rows);
   const ids = new Set<string>();
   for (const row of rows) {
     if (ids.has(`${row.projectId}\u0000${row.id}`)) throw invalid(`Feedback id ${row.id} appears twice in the batch`);
@@ -121,6 +144,7 @@ export async function createFeedback(deps: TracingDeps, args: { userId: string; 
 /** Validates the new feedback, deletes `feedbackId` and creates the new row, in one transaction. */
 export async function replaceFeedback(deps: TracingDeps, args: { userId: string; feedbackId: string; item: FeedbackCreateBody }): Promise<FeedbackCreated> {
   const row = prepareFeedback(args.item, args.userId);
+  await checkAnnotations(deps, [row]);
   const [createdAt] = await mapJsonbErrors(() =>
     deps.db.transaction().execute(async (trx) => {
       await repo.deleteFeedback(trx, { projectId: row.projectId, ids: [args.feedbackId] });

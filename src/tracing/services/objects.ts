@@ -1,4 +1,5 @@
 import { ConflictError, InvalidRequestError, NotFoundError } from '../../errors.js';
+import { processBuiltinObject } from '../builtin-classes.js';
 import { objectDigest } from '../digest.js';
 import { storedJsonText, toPlainJson, type LosslessJson } from '../json.js';
 import { mapJsonbErrors } from '../repositories/common.js';
@@ -21,12 +22,11 @@ export interface ObjectCreate {
 }
 
 /** Kind and classes of a value (reference §3.1). */
-export function classify(val: unknown, builtinObjectClass?: string | null): { kind: repo.ObjectKind; base: string | null; leaf: string | null } {
+export function classify(val: unknown): { kind: repo.ObjectKind; base: string | null; leaf: string | null } {
   const plain = val as Record<string, unknown> | null;
   const isObject = plain !== null && typeof plain === 'object' && !Array.isArray(plain);
   const weaveType = isObject ? (plain.weave_type as Record<string, unknown> | undefined) : undefined;
   const kind = isObject && plain._type === 'CustomWeaveType' && weaveType?.type === 'Op' ? 'op' : 'object';
-  if (builtinObjectClass) return { kind, base: builtinObjectClass, leaf: builtinObjectClass };
   const bases = isObject ? plain._bases : undefined;
   if (Array.isArray(bases) && bases.length >= 2 && bases.every((b) => typeof b === 'string') && bases[bases.length - 1] === 'BaseModel') {
     const second = bases[bases.length - 2];
@@ -46,19 +46,21 @@ export async function createObject(deps: TracingDeps, input: ObjectCreate): Prom
       { code: 'invalid_object_id', param: 'object_id' },
     );
   }
-  const digest = objectDigest(input.val);
+  const val = input.builtinObjectClass ? processBuiltinObject(input.val, input.builtinObjectClass) : input.val;
+  const digest = objectDigest(val);
   if (input.expectedDigest && input.expectedDigest !== digest) {
     throw new ConflictError(`Digest mismatch: expected ${input.expectedDigest}, computed ${digest}.`, { code: 'digest_mismatch' });
   }
-  const plain = toPlainJson(input.val);
-  const { kind, base, leaf } = classify(plain, input.builtinObjectClass);
+  const plain = toPlainJson(val);
+  // A builtin class's dumped value names its classes in _class_name and _bases.
+  const { kind, base, leaf } = classify(plain);
   const key = { projectId: input.projectId, objectId: input.objectId, kind, digest };
   await mapJsonbErrors(() =>
     deps.db.transaction().execute(async (trx) => {
       await repo.lockObjectId(trx, key);
       const existing = await repo.findVersion(trx, key);
       if (!existing) {
-        await repo.insertVersion(trx, { ...key, baseObjectClass: base, leafObjectClass: leaf, val: storedJsonText(input.val), wbUserId: input.userId });
+        await repo.insertVersion(trx, { ...key, baseObjectClass: base, leafObjectClass: leaf, val: storedJsonText(val), wbUserId: input.userId });
       } else if (existing.deleted_at) {
         // Publishing a deleted value again brings that version back, with its old index.
         await repo.undeleteVersion(trx, key);

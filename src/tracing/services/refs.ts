@@ -5,6 +5,7 @@ import type { Executor } from '../repositories/common.js';
 import * as objects from '../repositories/objects.js';
 import * as tables from '../repositories/tables.js';
 import type { TracingDeps } from './deps.js';
+import { parseVersionSelector } from './objects.js';
 
 /** Resolving refs to values (reference §2.6, §3.4). */
 
@@ -35,7 +36,9 @@ export class RefResolver {
 
   /** Loads the versions behind the refs in one query. */
   async prefetch(refs: readonly ObjectRef[]): Promise<void> {
-    const keys = refs.filter((r) => !this.versions.has(versionKey(r.name, r.digest))).map((r) => ({ objectId: r.name, digest: r.digest }));
+    const keys = refs
+      .filter((r) => !isAlias(r.digest) && !this.versions.has(versionKey(r.name, r.digest)))
+      .map((r) => ({ objectId: r.name, digest: r.digest }));
     if (keys.length === 0) return;
     const rows = await objects.readVersionsByDigest(this.db, { projectId: this.projectId, keys });
     for (const key of keys) this.versions.set(versionKey(key.objectId, key.digest), null);
@@ -43,14 +46,20 @@ export class RefResolver {
   }
 
   async version(ref: ObjectRef): Promise<objects.ObjectVersionRow | null> {
+    if (isAlias(ref.digest) && !this.versions.has(versionKey(ref.name, ref.digest))) {
+      // `latest` and `v<N>` name a version as /obj/read does (the newest live one for `latest`).
+      const selector = parseVersionSelector(ref.digest);
+      const row = await objects.readVersion(this.db, { projectId: this.projectId, objectId: ref.name, selector });
+      this.versions.set(versionKey(ref.name, ref.digest), row ?? null);
+    }
     if (!this.versions.has(versionKey(ref.name, ref.digest))) await this.prefetch([ref]);
     return this.versions.get(versionKey(ref.name, ref.digest)) ?? null;
   }
 
   /** An object ref's value with its path walked. */
   async resolveObject(ref: ObjectRef): Promise<Resolved> {
-    if (ref.digest === 'latest' || ref.digest === '*') {
-      throw new InvalidRequestError(`Ref ${uriOf(ref)} must name an exact digest, not ${ref.digest}.`, { code: 'invalid_ref' });
+    if (ref.digest === '*') {
+      throw new InvalidRequestError(`Ref ${uriOf(ref)} must name a version (a digest, latest or v<N>), not ${ref.digest}.`, { code: 'invalid_ref' });
     }
     const version = await this.version(ref);
     if (!version) return { ok: false, reason: 'missing' };
@@ -101,6 +110,8 @@ export class RefResolver {
   }
 }
 
+/** A version alias rather than a digest: `latest` or `v<N>`. */
+const isAlias = (digest: string) => digest === 'latest' || /^v[0-9]+$/.test(digest);
 const versionKey = (name: string, digest: string) => `${name}\u0000${digest}`;
 const isRecord = (value: unknown): value is Record<string, unknown> =>
   value !== null && typeof value === 'object' && !Array.isArray(value) && !isLosslessNumber(value);

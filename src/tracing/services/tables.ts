@@ -49,7 +49,10 @@ export type TableUpdate =
   | { pop: { index: number } }
   | { insert: { index: number; row: LosslessJson } };
 
-/** Applies append/pop/insert in order to the base table's rows and stores the result as a new table. */
+/**
+ * Applies append/pop/insert in order to the base table's rows and stores the result as a new table;
+ * `updated_row_digests` lists the row each update appended, popped or inserted, in update order.
+ */
 export async function updateTable(
   deps: TracingDeps,
   args: { projectId: string; baseDigest: string; updates: TableUpdate[] },
@@ -58,17 +61,20 @@ export async function updateTable(
   if (!base) throw new NotFoundError('table', undefined, { message: `Table ${args.baseDigest} not found` });
   const digests = [...base];
   const added: PreparedRow[] = [];
+  // The digests each update touched, in update order: appended, popped and inserted rows (weave's answer).
+  const touched: string[] = [];
   args.updates.forEach((update, i) => {
     if ('append' in update) {
       const row = prepareRow(update.append.row, `updates[${i}].append.row`);
       digests.push(row.digest);
       added.push(row);
+      touched.push(row.digest);
     } else if ('pop' in update) {
       const { index } = update.pop;
       if (!Number.isInteger(index) || index < 0 || index >= digests.length) {
         throw new InvalidRequestError(`updates[${i}].pop: index ${index} is out of range for a table of ${digests.length} rows.`, { code: 'index_out_of_range' });
       }
-      digests.splice(index, 1);
+      touched.push(...digests.splice(index, 1));
     } else {
       const { index } = update.insert;
       if (!Number.isInteger(index) || index < 0 || index > digests.length) {
@@ -77,6 +83,7 @@ export async function updateTable(
       const row = prepareRow(update.insert.row, `updates[${i}].insert.row`);
       digests.splice(index, 0, row.digest);
       added.push(row);
+      touched.push(row.digest);
     }
   });
   const digest = tableDigest(digests);
@@ -86,7 +93,7 @@ export async function updateTable(
       await repo.insertTable(trx, { projectId: args.projectId, digest, rowDigests: digests });
     }),
   );
-  return { digest, updated_row_digests: added.map((r) => r.digest) };
+  return { digest, updated_row_digests: touched };
 }
 
 /** A table made of rows already stored in the project (newest Python, large tables). */

@@ -1,0 +1,123 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
+import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
+import { post } from './helpers.js';
+
+/** Builtin object classes on /obj/create, and annotation feedback checked against its AnnotationSpec. */
+
+let app: App;
+let user: TestUser;
+let project: string;
+
+beforeAll(async () => {
+  app = await createTestApp();
+  user = await createUserWithKey(app);
+  project = `${user.entity}/${uniqueName('builtin')}`;
+});
+afterAll(async () => {
+  await app.close();
+});
+
+const create = (objectId: string, val: unknown, builtin?: string) =>
+  post(app, user, '/obj/create', { obj: { project_id: project, object_id: objectId, val, builtin_object_class: builtin } });
+
+async function read(objectId: string) {
+  const response = await post(app, user, '/obj/read', { project_id: project, object_id: objectId, digest: 'latest' });
+  expect(response.statusCode, response.body).toBe(200);
+  return response.json().obj;
+}
+
+describe('/obj/create with builtin_object_class', () => {
+  it('stores an AnnotationSpec in weave\'s dumped form, defaults filled and unknown keys dropped', async () => {
+    const response = await create('rating', { field_schema: { type: 'integer', minimum: 1, maximum: 5 }, extra: 'dropped' }, 'AnnotationSpec');
+    expect(response.statusCode, response.body).toBe(200);
+    const obj = await read('rating');
+    expect(obj.val).toEqual({
+      _type: 'AnnotationSpec',
+      name: null,
+      description: null,
+      field_schema: { type: 'integer', minimum: 1, maximum: 5 },
+      unique_among_creators: false,
+      op_scope: null,
+      _class_name: 'AnnotationSpec',
+      _bases: ['BaseObject', 'BaseModel'],
+    });
+    expect([obj.base_object_class, obj.leaf_object_class]).toEqual(['AnnotationSpec', 'AnnotationSpec']);
+    // The same value sent again in its dumped form is the same version (same digest).
+    const again = await create('rating', obj.val);
+    expect(again.json().digest).toBe(response.json().digest);
+  });
+
+  it('dumps nested models with their own _type and _bases (Leaderboard columns)', async () => {
+    const column = { evaluation_object_ref: `weave:///${project}/object/eval:abc`, scorer_name: 's', summary_metric_path: 'mean' };
+    expect((await create('board', { name: 'Board', columns: [column] }, 'Leaderboard')).statusCode).toBe(200);
+    expect((await read('board')).val).toEqual({
+      _type: 'Leaderboard',
+      name: 'Board',
+      description: null,
+      columns: [{ _type: 'LeaderboardColumn', ...column, should_minimize: null, _class_name: 'LeaderboardColumn', _bases: ['BaseModel'] }],
+      _class_name: 'Leaderboard',
+      _bases: ['BaseObject', 'BaseModel'],
+    });
+  });
+
+  it('writes a float field given an integer as a float, as pydantic does', async () => {
+    expect((await create('alert', { spec: { threshold: 3 } }, 'AlertSpec')).statusCode).toBe(200);
+    const response = await post(app, user, '/obj/read', { project_id: project, object_id: 'alert', digest: 'latest' });
+    expect(response.body).toContain('"threshold":3.0');
+  });
+
+  it('answers 400 to an unknown class, a value the class refuses, a mismatched class and a bad field_schema', async () => {
+    const cases: [unknown, string, string][] = [
+      [{}, 'Nope', 'Unknown object class: Nope (expected one of '],
+      [{ columns: [{ scorer_name: 's' }] }, 'Leaderboard', 'Invalid Leaderboard.columns[0].evaluation_object_ref: field required'],
+      [{ label: 'x', view_type: 'traces', definition: { page: 'one' } }, 'SavedView', 'Invalid SavedView.definition.page: expected an integer'],
+      [{ _class_name: 'Leaderboard', _bases: ['BaseObject', 'BaseModel'], columns: [] }, 'SavedView', "builtin_object_class must match the value's own class: Leaderboard != SavedView"],
+      [[1], 'AnnotationSpec', 'builtin_object_class cannot be given for a value that is not an object'],
+      [{ field_schema: { type: 'no-such-type' } }, 'AnnotationSpec', 'Invalid AnnotationSpec.field_schema: not a valid JSON Schema'],
+    ];
+    for (const [val, cls, reason] of cases) {
+      const response = await create('refused', val, cls);
+      expect(response.statusCode, response.body).toBe(400);
+      expect(response.json().reason.startsWith(reason), response.json().reason).toBe(true);
+    }
+    expect((await post(app, user, '/obj/read', { project_id: project, object_id: 'refused', digest: 'latest' })).statusCode).toBe(404);
+  });
+});
+
+describe('annotation feedback', () => {
+  let spec: string;
+  beforeAll(async () => {
+    const response = await create('stars', { field_schema: { type: 'integer', minimum: 1, maximum: 5 } }, 'AnnotationSpec');
+    spec = `weave:///${project}/object/stars:${response.json().digest}`;
+  });
+
+  const annotate = (value: unknown, extra: Record<string, unknown> = {}) =>
+    post(app, user, '/feedback/create', {
+      project_id: project,
+      weave_ref: `weave:///${project}/call/c1`,
+      feedback_type: 'wandb.annotation.stars',
+      annotation_ref: spec,
+      payload: { value },
+      ...extra,
+    });
+
+  it('accepts a value the spec\'s field_schema accepts', async () => {
+    const response = await annotate(4);
+    expect(response.statusCode, response.body).toBe(200);
+  });
+
+  it('refuses a value the spec refuses, a spec of another name and a missing spec with 400', async () => {
+    for (const value of [9, 'four', 2.5]) {
+      const response = await annotate(value);
+      expect(response.statusCode).toBe(400);
+      expect(response.json()).toEqual({ reason: 'Feedback payload does not match annotation spec' });
+    }
+    const other = await annotate(4, { feedback_type: 'wandb.annotation.other' });
+    expect(other.json()).toEqual({ reason: 'annotation_ref must point to an object with name other' });
+    const missing = await annotate(4, { annotation_ref: `weave:///${project}/object/stars:nope` });
+    expect(missing.json()).toEqual({ reason: `Annotation ref weave:///${project}/object/stars:nope not found` });
+    const rows = (await post(app, user, '/feedback/query', { project_id: project, fields: ['count(*)'] })).json().result;
+    expect(rows).toEqual([{ 'count(*)': 1 }]);
+  });
+});

@@ -1,0 +1,164 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
+import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
+import { callItems, lines, post, type CallSpec } from './helpers.js';
+
+/** weave's query semantics: feedback fields, filters through expanded refs, $not and NULL. */
+
+let app: App;
+let user: TestUser;
+
+beforeAll(async () => {
+  app = await createTestApp();
+  user = await createUserWithKey(app);
+});
+afterAll(async () => {
+  await app.close();
+});
+
+const newProject = () => `${user.entity}/${uniqueName('sem')}`;
+const f = (path: string) => ({ $getField: path });
+const l = (value: unknown) => ({ $literal: value });
+
+async function ingest(project: string, specs: CallSpec[]): Promise<void> {
+  const response = await post(app, user, '/call/upsert_batch', { batch: specs.flatMap((s) => callItems(project, s)) });
+  expect(response.statusCode, response.body).toBe(200);
+}
+
+async function ids(project: string, body: Record<string, unknown>): Promise<unknown[]> {
+  const response = await post(app, user, '/calls/stream_query', { project_id: project, ...body });
+  expect(response.statusCode, response.body).toBe(200);
+  const viaQuery = await post(app, user, '/calls/query', { project_id: project, ...body });
+  expect(viaQuery.statusCode, viaQuery.body).toBe(200);
+  const streamed = lines(response.body).map((c) => c.id);
+  expect(viaQuery.json().calls.map((c: { id: string }) => c.id)).toEqual(streamed);
+  return streamed;
+}
+
+async function count(project: string, body: Record<string, unknown>): Promise<number> {
+  const response = await post(app, user, '/calls/query_stats', { project_id: project, ...body });
+  expect(response.statusCode, response.body).toBe(200);
+  return response.json().count;
+}
+
+async function feedback(project: string, callId: string, type: string, payload: Record<string, unknown>, extra: Record<string, unknown> = {}) {
+  const response = await post(app, user, '/feedback/create', { project_id: project, weave_ref: `weave:///${project}/call/${callId}`, feedback_type: type, payload, ...extra });
+  expect(response.statusCode, response.body).toBe(200);
+}
+
+describe('feedback fields in calls queries', () => {
+  let project: string;
+  beforeAll(async () => {
+    project = newProject();
+    await ingest(project, [{ id: 'a' }, { id: 'b' }, { id: 'c' }, { id: 'd' }]);
+    await feedback(project, 'a', 'wandb.reaction.1', { emoji: '👍' });
+    await feedback(project, 'b', 'wandb.reaction.1', { emoji: '👎' });
+    await feedback(project, 'c', 'wandb.reaction.1', { emoji: '👍' });
+    await feedback(project, 'a', 'score', { value: 3, label: 'mid' });
+    await feedback(project, 'b', 'score', { value: 10, label: 'high' });
+    await feedback(project, 'c', 'score', { value: 1, label: 'low' });
+    // A newer score for c: the newest feedback of a type is the one a query reads.
+    await feedback(project, 'c', 'score', { value: 7, label: 'better' });
+  });
+
+  it('filters on a reaction\'s emoji', async () => {
+    const expr = { $eq: [f('feedback.[wandb.reaction.1].payload.emoji'), l('👍')] };
+    expect(await ids(project, { query: { $expr: expr } })).toEqual(['a', 'c']);
+    expect(await count(project, { query: { $expr: expr } })).toBe(2);
+  });
+
+  it('sorts by a feedback value, calls without that feedback last', async () => {
+    expect(await ids(project, { sort_by: [{ field: 'feedback.[score].payload.value', direction: 'desc' }] })).toEqual(['b', 'c', 'a', 'd']);
+    expect(await ids(project, { sort_by: [{ field: 'feedback.[score].payload.value', direction: 'asc' }] })).toEqual(['a', 'c', 'b', 'd']);
+  });
+
+  it('compares feedback values as numbers with $convert and reads [*] across types', async () => {
+    const gt = { $gt: [{ $convert: { input: f('feedback.[score].payload.value'), to: 'double' } }, l(5)] };
+    expect(await ids(project, { query: { $expr: gt } })).toEqual(['b', 'c']);
+    expect(await ids(project, { query: { $expr: { $eq: [f('feedback.[*].payload.label'), l('mid')] } } })).toEqual(['a']);
+  });
+
+  it('refuses malformed feedback fields with 403, as weave does', async () => {
+    for (const field of ['feedback.payload.x', 'feedback.[score].note', 'feedback.[score]']) {
+      const response = await post(app, user, '/calls/query', { project_id: project, query: { $expr: { $eq: [f(field), l(1)] } } });
+      expect(response.statusCode).toBe(403);
+      expect(response.json().reason).toMatch(/^Invalid field "feedback/);
+    }
+  });
+
+  it('reads runnable_ref of runnable feedback', async () => {
+    const p = newProject();
+    await ingest(p, [{ id: 'x' }, { id: 'y' }]);
+    const scorer = `weave:///${p}/object/scorer:abc`;
+    await feedback(p, 'x', 'wandb.runnable.scorer', { output: 1 }, { runnable_ref: scorer });
+    expect(await ids(p, { query: { $expr: { $eq: [f('feedback.[wandb.runnable.scorer].runnable_ref'), l(scorer)] } } })).toEqual(['x']);
+  });
+});
+
+describe('filters and sorts through expanded refs', () => {
+  let project: string;
+  beforeAll(async () => {
+    project = newProject();
+    const ref = async (objectId: string, val: unknown) => {
+      const response = await post(app, user, '/obj/create', { obj: { project_id: project, object_id: objectId, val } });
+      expect(response.statusCode, response.body).toBe(200);
+      return `weave:///${project}/object/${objectId}:${response.json().digest}`;
+    };
+    const prompt = await ref('prompt', { text: 'be brief' });
+    const small = await ref('model', { max_tokens: 100, prompt });
+    const large = await ref('model', { max_tokens: 2000, prompt: 'plain' });
+    await ingest(project, [
+      { id: 'a', inputs: { model: small } },
+      { id: 'b', inputs: { model: large } },
+      { id: 'c', inputs: { model: 'not a ref' } },
+      { id: 'd', inputs: {} },
+    ]);
+  });
+
+  const above = (n: number) => ({ $expr: { $gt: [{ $convert: { input: f('inputs.model.max_tokens'), to: 'double' } }, l(n)] } });
+
+  it('matches calls whose referenced object has the value, in queries and query_stats', async () => {
+    expect(await ids(project, { query: above(500), expand_columns: ['inputs.model'] })).toEqual(['b']);
+    expect(await ids(project, { query: above(50), expand_columns: ['inputs.model'] })).toEqual(['a', 'b']);
+    expect(await count(project, { query: above(500), expand_columns: ['inputs.model'] })).toBe(1);
+    // Without expand_columns the path reads the call's own inputs, where the ref is a string.
+    expect(await ids(project, { query: above(500) })).toEqual([]);
+  });
+
+  it('reads through nested refs when each level is expanded', async () => {
+    const expr = { $eq: [f('inputs.model.prompt.text'), l('be brief')] };
+    expect(await ids(project, { query: { $expr: expr }, expand_columns: ['inputs.model', 'inputs.model.prompt'] })).toEqual(['a']);
+    expect(await ids(project, { query: { $expr: expr }, expand_columns: ['inputs.model'] })).toEqual([]);
+  });
+
+  it('sorts by a value of the referenced object', async () => {
+    const sort = [{ field: 'inputs.model.max_tokens', direction: 'desc' }];
+    expect(await ids(project, { sort_by: sort, expand_columns: ['inputs.model'] })).toEqual(['b', 'a', 'c', 'd']);
+  });
+
+  it('keeps refs as strings with return_expanded_column_values: false, still filtering through them', async () => {
+    const body = { project_id: project, query: above(500), expand_columns: ['inputs.model'] };
+    const expanded = (await post(app, user, '/calls/query', body)).json().calls;
+    expect(expanded[0].inputs.model).toMatchObject({ max_tokens: 2000, _ref: expect.stringMatching(/^weave:\/\/\//) });
+    const kept = (await post(app, user, '/calls/query', { ...body, return_expanded_column_values: false })).json().calls;
+    expect(kept.map((c: { id: string }) => c.id)).toEqual(['b']);
+    expect(kept[0].inputs.model).toBe(expanded[0].inputs.model._ref);
+  });
+});
+
+describe('$not and missing values', () => {
+  it('does not match calls where the negated comparison is NULL (a nullable column), as weave\'s stores answer', async () => {
+    const project = newProject();
+    await ingest(project, [{ id: 'named', display_name: 'x' }, { id: 'other', display_name: 'y' }, { id: 'unnamed' }]);
+    const not = (expr: unknown) => ({ $expr: { $not: [expr] } });
+    expect(await ids(project, { query: not({ $eq: [f('display_name'), l('x')] }) })).toEqual(['other']);
+    // $eq with null asks for the missing ones explicitly.
+    expect(await ids(project, { query: { $expr: { $or: [not({ $eq: [f('display_name'), l('x')] }).$expr, { $eq: [f('display_name'), l(null)] }] } } })).toEqual(['other', 'unnamed']);
+  });
+
+  it('matches missing JSON paths, which read as the empty string as in ClickHouse', async () => {
+    const project = newProject();
+    await ingest(project, [{ id: 'x', inputs: { tag: 'x' } }, { id: 'y', inputs: { tag: 'y' } }, { id: 'none', inputs: {} }]);
+    expect(await ids(project, { query: { $expr: { $not: [{ $eq: [f('inputs.tag'), l('x')] }] } } })).toEqual(['y', 'none']);
+  });
+});
