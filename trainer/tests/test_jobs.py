@@ -151,3 +151,23 @@ def test_malformed_inputs_and_unknown_spec_versions_exit_3(tmp_path, capsys, mod
     with open(spec, "w") as f:
         json.dump(data, f)
     assert run_job(capsys, spec)[0] == 3
+
+
+def test_kl_penalty_against_the_base_model_or_an_earlier_checkpoint(tmp_path, capsys, model_dir, tokenizer):
+    spec, first = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer), config={"learning_rate": 1e-2})
+    assert run_job(capsys, spec, "--device", "cpu")[0] == 0
+    # Against the base model (LoRA disabled): the trained step-1 policy has drifted from it.
+    spec, _ = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer), base=first, step=2, config={"kl_penalty_coef": 0.5})
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 0, err
+    assert abs(events[1]["data"]["kl_policy_ref"]) > 1e-4
+    assert "loss/kl_policy_ref" in events[-1]["metrics"]
+    # Against step 1, the policy this step starts from: no drift yet on the row's single pre-update forward.
+    spec, third = write_job(str(tmp_path / "again"), "rl", model_dir, rl_groups(tokenizer), base=first, step=2,
+                            config={"kl_penalty_coef": 0.5, "kl_penalty_reference_step": 1})
+    os.makedirs(os.path.join(str(tmp_path / "again"), "adapters", "model-1"), exist_ok=True)
+    os.symlink(first, os.path.join(str(tmp_path / "again"), "adapters", "model-1", "step-1"))
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 0, err
+    assert events[1]["data"]["kl_policy_ref"] == pytest.approx(0.0, abs=1e-6)
+    assert sorted(os.listdir(third)) == ["README.md", "adapter_config.json", "adapter_model.safetensors", "optimizer.pt"]
