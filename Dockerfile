@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
-# Targets: `server` (the default, last stage) and `worker` (trainyard-worker on a trainer image).
-ARG WORKER_BASE_IMAGE=pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
+# Targets: `server` (the default, last stage) and `worker` (trainyard-worker with the reference trainer, trainer/).
+ARG WORKER_BASE_IMAGE=python:3.11-slim-bookworm
 
 # Build: compile TypeScript with the dev dependencies.
 FROM node:20-bookworm-slim AS build
@@ -37,16 +37,21 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
 STOPSIGNAL SIGTERM
 CMD ["node", "dist/src/main.js"]
 
-# A trainer worker: trainyard-worker on an image that has your training stack (Python, CUDA, ...),
+# A trainer worker: trainyard-worker running the reference trainer (trainer/, docs/trainer.md) from its own venv,
+# /opt/trainyard/trainer/.venv, installed from the exact lock. torch==2.13.0 from PyPI is the CUDA build (its CUDA
+# libraries come as wheels; the NVIDIA container toolkit provides the driver). Another Python base image can be
 # chosen with --build-arg WORKER_BASE_IMAGE (declared at the top); node comes from the official image.
 FROM ${WORKER_BASE_IMAGE} AS worker
 COPY --from=node:20-bookworm-slim /usr/local/bin/node /usr/local/bin/node
 WORKDIR /opt/trainyard
+COPY trainer/pyproject.toml trainer/requirements.lock trainer/setup.sh ./trainer/
+COPY trainer/trainyard_trainer ./trainer/trainyard_trainer
+RUN PYTHON=python3 sh trainer/setup.sh && rm -rf /root/.cache/pip
 COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY package.json ./
 # Named volumes mounted on these start out with this ownership.
-RUN useradd --create-home --uid 10001 trainyard && mkdir -p /work /adapters && chown trainyard /work /adapters
+RUN useradd --create-home --uid 10001 trainyard && mkdir -p /work /adapters /hf-cache && chown trainyard /work /adapters /hf-cache
 USER trainyard
 ENV NODE_ENV=production
 STOPSIGNAL SIGTERM

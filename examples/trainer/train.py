@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""A trainer command for trainyard-worker (docs/worker-runtime.md, "Wrapping a Python trainer").
+"""The trainer command contract in 50 lines (docs/worker-runtime.md, "Wrapping a Python trainer").
 
-    trainyard-worker --server ... --command "python3 examples/trainer/train.py"
+This trains nothing. The trainer trainyard ships is trainer/ (docs/trainer.md): LoRA adapters trained with
+ART's loss, installed with `npm run trainer:setup` and run as
 
-Reads the job spec, trains, prints events as JSON lines on stdout, saves the adapter into the output
-directory, and prints the checkpoint line last. The "training" here is a placeholder: replace the marked
-parts with calls into your library.
+    trainyard-worker --server ... --command "trainer/.venv/bin/python -m trainyard_trainer"
+
+This file stays as the smallest example of the contract for wrapping another library: it reads the job
+spec, prints events as JSON lines on stdout, writes into the output directory, and prints the checkpoint
+line last. Replace the marked parts with calls into your library.
 """
 import json
 import os

@@ -1,0 +1,142 @@
+"""Trainer benchmark: trained tokens per second of one RL step through trainyard_trainer, against a plain
+forward + backward + AdamW step of the same LoRA model on the same sequences (the baseline), in the same run.
+
+    npm run bench:trainer                                   # CPU, tiny random Llama (what CI machines can run)
+    trainer/.venv/bin/python bench/trainer.py --shape qwen2.5-0.5b --device cuda --seq-len 4096
+                                                            # GPU: a Qwen2.5-0.5B-shaped model, random bf16 weights
+
+Prints one JSON line per measurement. On CUDA it adds model FLOPs utilisation: 6 · N · tokens/s over the GPU's
+peak dense bf16 FLOP/s (--peak-tflops, default 989 for an H100 SXM), N = the base model's parameters excluding
+embeddings. Model weights are random (built from a config), so nothing is downloaded.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+
+import torch
+
+SHAPES = {
+    # hidden, intermediate, layers, heads, kv heads, vocab
+    "tiny": (256, 512, 4, 4, 2, 1024),
+    "qwen2.5-0.5b": (896, 4864, 24, 14, 2, 151936),
+    "qwen2.5-1.5b": (1536, 8960, 28, 12, 2, 151936),
+}
+
+
+def build(directory: str, shape: str) -> int:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    hidden, inter, layers, heads, kv, vocab = SHAPES[shape]
+    words = {f"w{i}": i for i in range(vocab)}
+    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0", eos_token="w1").save_pretrained(directory)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=heads,
+                         num_key_value_heads=kv, max_position_embeddings=32768, tie_word_embeddings=False)
+    with torch.device("meta"):
+        meta = LlamaForCausalLM(config)
+    n = sum(p.numel() for name, p in meta.named_parameters() if "embed_tokens" not in name and "lm_head" not in name)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(directory, safe_serialization=True)
+    return n
+
+
+def groups(vocab: int, num_groups: int, group_size: int, prompt_len: int, completion_len: int) -> list[dict]:
+    rng = random.Random(0)
+    out = []
+    for _ in range(num_groups):
+        prompt = [rng.randrange(2, vocab) for _ in range(prompt_len)]
+        trajectories = []
+        for t in range(group_size):
+            ids = [rng.randrange(2, vocab) for _ in range(completion_len)]
+            choice = {"finish_reason": "stop", "index": 0, "message": {"role": "assistant", "content": ""}, "prompt_token_ids": prompt, "token_ids": ids,
+                      "logprobs": {"content": [{"token": f"token_id:{i}", "logprob": -rng.random() * 8} for i in ids]}}
+            trajectories.append({"messages_and_choices": [{"role": "user", "content": "x"}, choice], "reward": float(t % 2)})
+        out.append({"trajectories": trajectories})
+    return out
+
+
+def rl_step(directory: str, data: list[dict], device: str, work: str) -> dict:
+    from trainyard_trainer.main import main
+
+    inputs = os.path.join(work, "inputs.jsonl")
+    with open(inputs, "w") as f:
+        f.writelines(json.dumps(g) + "\n" for g in data)
+    out_dir = os.path.join(work, "m", "step-1")
+    os.makedirs(out_dir, exist_ok=True)
+    spec = {"spec_version": 1, "job": {"id": "bench", "kind": "rl", "attempt": 1}, "model": {"id": "m", "base_model": directory},
+            "base_checkpoint": None, "base_checkpoint_uri": None, "target_step": 1, "config": {"experimental_config": {"learning_rate": 1e-5}},
+            "inputs_path": inputs, "num_inputs": len(data), "output_dir": out_dir}
+    with open(os.path.join(work, "spec.json"), "w") as f:
+        json.dump(spec, f)
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = main(["--device", device, os.path.join(work, "spec.json")])
+    if code != 0:
+        raise SystemExit(f"trainer exited {code}")
+    steps = [json.loads(line)["data"] for line in buffer.getvalue().splitlines() if '"gradient_step"' in line]
+    tokens = sum(s["num_tokens"] for s in steps)
+    seconds = sum(s["num_tokens"] / s["tokens_per_second"] for s in steps)
+    return {"tokens": tokens, "seconds": seconds, "gradient_steps": len(steps)}
+
+
+def baseline(directory: str, data: list[dict], device: str) -> dict:
+    """The same LoRA model, a plain HF forward (full logits) + cross-entropy + backward + AdamW step per sequence."""
+    from trainyard_trainer.model import Options, load_model, pick_device, trainable_parameters
+
+    dev = pick_device(device)
+    model = load_model(directory, None, Options(device=device), dev)
+    params = trainable_parameters(model)
+    optimizer = torch.optim.AdamW(params, lr=1e-5)
+    sequences = [t["messages_and_choices"][1]["prompt_token_ids"] + t["messages_and_choices"][1]["token_ids"] for g in data for t in g["trajectories"]]
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    sync()
+    started = time.perf_counter()
+    for ids in sequences:
+        x = torch.tensor([ids], device=dev)
+        out = model(input_ids=x, labels=x)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 0.1)
+        optimizer.step()
+        optimizer.zero_grad()
+    sync()
+    return {"tokens": sum(map(len, sequences)), "seconds": time.perf_counter() - started}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--groups", type=int, default=2)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--seq-len", type=int, default=512, help="prompt + completion tokens per trajectory")
+    parser.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak (H100 SXM 989, H200 989)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as work:
+        directory = os.path.join(work, "model")
+        n = build(directory, args.shape)
+        data = groups(SHAPES[args.shape][5], args.groups, args.group_size, args.seq_len // 4, args.seq_len - args.seq_len // 4)
+        runs = {"rl_step": rl_step(directory, data, args.device, work), "baseline_forward_backward": baseline(directory, data, args.device)}
+    for name, run in runs.items():
+        tps = run["tokens"] / run["seconds"]
+        line = {"bench": "trainer", "measure": name, "shape": args.shape, "device": args.device, "params_non_embedding": n,
+                "seq_len": args.seq_len, "sequences": args.groups * args.group_size, "tokens": run["tokens"], "tokens_per_second": round(tps, 1)}
+        if args.device.startswith("cuda"):
+            line["mfu"] = round(6 * n * tps / (args.peak_tflops * 1e12), 4)
+        print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Jobs through the trainer's entry point: SFT lowers the loss, adapters load back with peft and reproduce the trained
+logits, optimizer state carries over, nothing-to-train batches still give a checkpoint, bad jobs exit 3 naming why."""
+import json
+import os
+
+import pytest
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+
+import trainyard_trainer.model as model_module
+import trainyard_trainer.rl as rl_module
+from helpers import run_job, write_job
+from tiny import token_choice
+
+PROBE = [2, 5, 10, 11, 12, 3, 2, 6]
+
+
+def sft_rows():
+    rows = []
+    for prompt, answer in [("hi", "hello"), ("the weather", "sunny"), ("say one word", "maybe"), ("bye", "thanks")] * 2:
+        rows.append({"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]})
+    return rows
+
+
+@torch.no_grad()
+def sft_loss(model, tokenizer, rows):
+    from trainyard_trainer.tokenize import sft_sequence
+
+    total, count = 0.0, 0
+    for row in rows:
+        seq = sft_sequence(tokenizer, row, "all")
+        logits = model(torch.tensor([seq.token_ids])).logits[0, :-1].float()
+        lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(seq.token_ids[1:]).unsqueeze(-1)).squeeze(-1)
+        mask = torch.tensor(seq.mask[1:], dtype=torch.float32)
+        total += float(-(lp * mask).sum())
+        count += int(mask.sum())
+    return total / count
+
+
+def capture_trained_logits(monkeypatch, module):
+    """Logits of the trainer's own model on PROBE, taken just before it saves the adapter."""
+    captured = {}
+    original = module.save_adapter
+
+    def save(model, output_dir, base_model, state):
+        model.eval()
+        with torch.no_grad():
+            captured["logits"] = model(input_ids=torch.tensor([PROBE])).logits.detach().clone()
+        original(model, output_dir, base_model, state)
+
+    monkeypatch.setattr(module, "save_adapter", save)
+    return captured
+
+
+def test_sft_lowers_the_loss_and_follows_the_learning_rate_list(tmp_path, capsys, model_dir, tokenizer, monkeypatch):
+    import trainyard_trainer.sft as sft_module
+
+    captured = capture_trained_logits(monkeypatch, sft_module)
+    rows = sft_rows()
+    lrs = [2e-3, 2e-3, 1e-3, 1e-3]
+    spec, out = write_job(str(tmp_path), "sft", model_dir, rows, sft_config={"batch_size": 2, "learning_rate": lrs})
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 0, err
+    assert events[0] == {"type": "training_started", "data": {"num_sequences": 4}}
+    steps = [e["data"] for e in events if e["type"] == "gradient_step"]
+    assert [s["learning_rate"] for s in steps] == lrs
+    assert all(s["num_trajectories"] == 2 for s in steps)
+    base = AutoModelForCausalLM.from_pretrained(model_dir)
+    before = sft_loss(base, tokenizer, rows)
+    trained = PeftModel.from_pretrained(base, out)
+    after = sft_loss(trained, tokenizer, rows)
+    assert after < before - 0.3, (before, after)
+    # The saved adapter reproduces the trainer's logits.
+    with torch.no_grad():
+        logits = trained(input_ids=torch.tensor([PROBE])).logits
+    assert torch.allclose(logits, captured["logits"], atol=1e-5)
+
+
+def rl_groups(tokenizer, rewards=((1, 0, 0, 1), (0, 1, 0, 0))):
+    return [{"trajectories": [{"messages_and_choices": [{"role": "user", "content": "say one word"},
+                                                         token_choice(tokenizer, [w, "<|im_end|>"], [-2.5, -0.3])], "reward": r}
+                              for w, r in zip(["maybe", "yes", "no", "maybe"], group)]} for group in rewards]
+
+
+def test_rl_adapter_loads_with_peft_reproduces_logits_and_the_next_step_continues_the_optimizer(tmp_path, capsys, model_dir, tokenizer, monkeypatch):
+    captured = capture_trained_logits(monkeypatch, rl_module)
+    spec, first = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer), config={"learning_rate": 1e-3})
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 0, err
+    assert [e["type"] for e in events] == ["training_started", "gradient_step", "checkpoint"]
+    step = events[1]["data"]
+    assert {"loss", "grad_norm", "learning_rate", "entropy", "num_tokens", "num_trainable_tokens", "tokens_per_second"} <= set(step)
+    assert events[2]["metrics"]["data/step_num_gradient_steps"] == 1
+    with open(os.path.join(first, "adapter_config.json")) as f:
+        config = json.load(f)
+    assert (config["r"], config["lora_alpha"], config["base_model_name_or_path"]) == (8, 16, model_dir)
+    assert sorted(config["target_modules"]) == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir), first)
+    with torch.no_grad():
+        assert torch.allclose(loaded(input_ids=torch.tensor([PROBE])).logits, captured["logits"], atol=1e-5)
+
+    spec, second = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer), base=first, step=2, config={"learning_rate": 1e-3})
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 0, err
+    state = torch.load(os.path.join(second, model_module.OPTIMIZER_FILE), weights_only=True)
+    assert state["kind"] == "rl"
+    assert {float(s["step"]) for s in state["state"]["state"].values()} == {2.0}  # Adam continued, not restarted
+
+
+def test_a_batch_with_nothing_to_train_carries_the_checkpoint_forward(tmp_path, capsys, model_dir, tokenizer):
+    spec, first = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer))
+    assert run_job(capsys, spec, "--device", "cpu")[0] == 0
+    spec, second = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer, ((1, 1, 1, 1),)), base=first, step=2)
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 0, err
+    assert events[0] == {"type": "training_started", "data": {"num_sequences": 0}}
+    assert events[-1]["metrics"]["data/step_num_gradient_steps"] == 0
+    assert events[-1]["metrics"]["data/step_num_groups_trainable"] == 0
+    for name in ("adapter_config.json", "adapter_model.safetensors", "optimizer.pt"):
+        with open(os.path.join(first, name), "rb") as a, open(os.path.join(second, name), "rb") as b:
+            assert a.read() == b.read()
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"fixture_mode": "ok"}, "experimental_config.fixture_mode is not a key this trainer knows"),
+        ({"kl_penalty_coef": 0.1, "kl_penalty_reference_step": 3}, "experimental_config.kl_penalty_reference_step: no checkpoint of step 3"),
+        ({"packed_sequence_length": 99999}, "experimental_config.packed_sequence_length 99999 exceeds the model's maximum 32768"),
+    ],
+)
+def test_refused_config_exits_3_naming_the_key(tmp_path, capsys, model_dir, tokenizer, config, message):
+    spec, _ = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer), config=config)
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 3
+    assert events == []
+    assert err.strip().splitlines()[-1].startswith(f"trainyard_trainer: {message}")
+
+
+def test_malformed_inputs_and_unknown_spec_versions_exit_3(tmp_path, capsys, model_dir, tokenizer):
+    bad = rl_groups(tokenizer)
+    bad[1]["trajectories"][2]["reward"] = "high"
+    spec, _ = write_job(str(tmp_path), "rl", model_dir, bad)
+    code, _, err = run_job(capsys, spec)
+    assert code == 3
+    assert err.strip().endswith("inputs line 2.trajectories[2].reward must be a finite number, got 'high'")
+    with open(spec) as f:
+        data = json.load(f)
+    data["spec_version"] = 2
+    with open(spec, "w") as f:
+        json.dump(data, f)
+    assert run_job(capsys, spec)[0] == 3
+
+
+def test_kl_penalty_against_the_base_model_or_an_earlier_checkpoint(tmp_path, capsys, model_dir, tokenizer):
+    spec, first = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer), config={"learning_rate": 1e-2})
+    assert run_job(capsys, spec, "--device", "cpu")[0] == 0
+    # Against the base model (LoRA disabled): the trained step-1 policy has drifted from it.
+    spec, _ = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer), base=first, step=2, config={"kl_penalty_coef": 0.5})
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 0, err
+    assert abs(events[1]["data"]["kl_policy_ref"]) > 1e-4
+    assert "loss/kl_policy_ref" in events[-1]["metrics"]
+    # Against step 1, the policy this step starts from: no drift yet on the row's single pre-update forward.
+    spec, third = write_job(str(tmp_path / "again"), "rl", model_dir, rl_groups(tokenizer), base=first, step=2,
+                            config={"kl_penalty_coef": 0.5, "kl_penalty_reference_step": 1})
+    os.makedirs(os.path.join(str(tmp_path / "again"), "adapters", "model-1"), exist_ok=True)
+    os.symlink(first, os.path.join(str(tmp_path / "again"), "adapters", "model-1", "step-1"))
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 0, err
+    assert events[1]["data"]["kl_policy_ref"] == pytest.approx(0.0, abs=1e-6)
+    assert sorted(os.listdir(third)) == ["README.md", "adapter_config.json", "adapter_model.safetensors", "optimizer.pt"]

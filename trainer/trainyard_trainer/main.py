@@ -1,0 +1,98 @@
+"""The trainer command of trainyard-worker: `python -m trainyard_trainer [options] SPEC_PATH` (docs/trainer.md).
+
+Exit codes: 0 with a checkpoint line; 3 when retrying cannot help (a bad config key, unusable inputs, an unknown
+spec_version), the reason printed last on stderr; 1 for anything else (the job is retried)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+PERMANENT_FAILURE = 3
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m trainyard_trainer", description=__doc__)
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present, else CPU), cpu or cuda")
+    parser.add_argument("--lora-rank", type=int, default=8)
+    parser.add_argument("--lora-alpha", type=int, default=16)
+    parser.add_argument("--gradient-checkpointing", choices=("auto", "on", "off"), default="auto", help="auto: on with CUDA")
+    parser.add_argument("--max-seq-length", type=int, default=32768, help="the model's maximum sequence length (ART's default 32768)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the shuffles of the packing plan")
+    parser.add_argument("spec", nargs="?", default=os.environ.get("TRAINYARD_JOB_SPEC"), help="the job spec (default: $TRAINYARD_JOB_SPEC)")
+    return parser.parse_args(argv)
+
+
+class Permanent(Exception):
+    pass
+
+
+def _read_jsonl(path: str) -> list[Any]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise Permanent(f"inputs line {n} is not JSON: {error}") from error
+    return rows
+
+
+def _base_adapter(spec: dict[str, Any]) -> str | None:
+    uri = spec.get("base_checkpoint_uri")
+    if not uri:
+        return None
+    path = uri[len("file://") :] if uri.startswith("file://") else uri
+    if not os.path.isfile(os.path.join(path, "adapter_config.json")):
+        raise Permanent(f"base_checkpoint_uri {uri!r} is not an adapter directory this machine can read")
+    return path
+
+
+def run(args: argparse.Namespace) -> None:
+    from . import distributed, rl, sft
+    from .config import ConfigError
+    from .model import Options, pick_device
+
+    if not args.spec:
+        raise Permanent("no job spec: pass its path or set TRAINYARD_JOB_SPEC")
+    with open(args.spec, encoding="utf-8") as f:
+        spec = json.load(f)
+    if spec.get("spec_version") != 1:
+        raise Permanent(f"spec_version {spec.get('spec_version')!r} is not supported (this trainer reads 1)")
+    kind = (spec.get("job") or {}).get("kind")
+    options = Options(
+        device=args.device, lora_rank=args.lora_rank, lora_alpha=args.lora_alpha,
+        gradient_checkpointing={"auto": None, "on": True, "off": False}[args.gradient_checkpointing],
+        max_seq_length=args.max_seq_length, seed=args.seed,
+    )
+    try:
+        device = pick_device(options.device)
+        distributed.init(device)
+        base_adapter = _base_adapter(spec)
+        inputs = _read_jsonl(spec["inputs_path"])
+        if kind == "rl":
+            rl.run(spec, inputs, options, device, base_adapter)
+        elif kind == "sft":
+            sft.run(spec, inputs, options, device, base_adapter)
+        else:
+            raise Permanent(f"job kind {kind!r} is not rl or sft")
+    except ConfigError as error:
+        raise Permanent(str(error)) from error
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        run(args)
+    except Permanent as error:
+        print(f"trainyard_trainer: {error}", file=sys.stderr, flush=True)
+        return PERMANENT_FAILURE
+    except Exception:
+        traceback.print_exc()
+        return 1
+    return 0

@@ -1,0 +1,232 @@
+"""One RL training step (art-trainer.md §1, §7): tokenize, advantages, normalise, pack, then one optimizer step per
+packed row (per `world_size` rows with several processes), and the new checkpoint."""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import time
+from typing import Any
+
+import torch
+
+from . import distributed, events
+from .batch import normalise, pack, row_length, tokenize_groups
+from .config import ConfigError, RLConfig, parse_rl_config
+from .loss import rl_loss
+from .model import (
+    Options,
+    copy_checkpoint,
+    load_model,
+    load_optimizer_state,
+    load_tokenizer,
+    save_adapter,
+    token_logprobs,
+    trainable_parameters,
+)
+from .tokenize import TokenizedResult
+
+# ART's RL optimizer (art-trainer.md §1.8): AdamW betas (0.9, 0.99), eps 1e-8, weight decay 0.1, clip 0.1, constant LR.
+BETAS = (0.9, 0.99)
+EPS = 1e-8
+WEIGHT_DECAY = 0.1
+MAX_GRAD_NORM = 0.1
+
+
+def make_optimizer(params: list[torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.AdamW:
+    return torch.optim.AdamW(params, lr=lr, betas=BETAS, eps=EPS, weight_decay=weight_decay)
+
+
+def reference_adapter(config: RLConfig, spec: dict[str, Any]) -> tuple[bool, str | None]:
+    """(KL on, reference adapter directory or None for the base model with the LoRA disabled)."""
+    if config.kl_penalty_coef <= 0:
+        return False, None
+    if config.kl_ref_adapter_path is not None:
+        if not os.path.isfile(os.path.join(config.kl_ref_adapter_path, "adapter_config.json")):
+            raise ConfigError(f"experimental_config.kl_ref_adapter_path {config.kl_ref_adapter_path!r} is not an adapter directory")
+        return True, config.kl_ref_adapter_path
+    base_step = (spec.get("base_checkpoint") or {}).get("step") or 0
+    if config.kl_penalty_step_lag is not None:
+        step, key = max(0, base_step - config.kl_penalty_step_lag), "kl_penalty_step_lag"
+    elif config.kl_penalty_reference_step is not None:
+        step, key = config.kl_penalty_reference_step, "kl_penalty_reference_step"
+    else:
+        return True, None
+    if step == 0:
+        return True, None  # the step-0 adapter is zero: identical to the base model
+    # Checkpoints of one model sit side by side: <output-dir>/<model id>/step-<N> (docs/worker-runtime.md).
+    path = os.path.join(os.path.dirname(os.path.abspath(spec["output_dir"])), f"step-{step}")
+    if step > base_step or not os.path.isfile(os.path.join(path, "adapter_config.json")):
+        raise ConfigError(f"experimental_config.{key}: no checkpoint of step {step} at {path}")
+    return True, path
+
+
+def _aligned(result: TokenizedResult, device: torch.device) -> dict[str, torch.Tensor]:
+    n = len(result.token_ids) - 1
+    return {
+        "mask": torch.tensor(result.mask[1:], dtype=torch.float32, device=device),
+        "old": torch.tensor(result.logprobs[1:], dtype=torch.float32, device=device),
+        "adv": torch.full((n,), result.advantage, dtype=torch.float32, device=device),
+        "w": torch.full((n,), result.weight, dtype=torch.float32, device=device),
+    }
+
+
+@contextlib.contextmanager
+def _adapter(model: Any, reference: str | None):
+    """Runs the block under the KL reference: the base (LoRA disabled) or the loaded reference adapter."""
+    if reference is None:
+        with model.disable_adapter():
+            yield
+    else:
+        model.set_adapter("reference")
+        try:
+            yield
+        finally:
+            model.set_adapter("default")
+            for p in trainable_parameters(model):
+                p.requires_grad_(True)
+
+
+def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch.device, base_adapter: str | None) -> None:
+    config = parse_rl_config((spec.get("config") or {}).get("experimental_config"))
+    base_model = spec["model"]["base_model"]
+    output_dir = spec["output_dir"]
+    kl_on, reference = reference_adapter(config, spec)
+    tokenizer = load_tokenizer(base_model)
+    rng = random.Random(options.seed)
+    grouped, stats = tokenize_groups(tokenizer, groups, config, rng)
+    seq_len = row_length(grouped, config, options.max_seq_length)
+    rows, dropped = pack(grouped, seq_len, rng)
+    normalise(rows, config.advantage_balance)
+    results = [r for row in rows for r in row]
+    trainer_tokens = sum(sum(r.mask[1:]) for r in results)
+    has_logprobs = any(not math.isnan(lp) for r in results for lp in r.logprobs)
+    data_metrics = {
+        "data/step_num_groups_submitted": stats.num_groups,
+        "data/step_num_groups_trainable": stats.num_groups_trainable,
+        "data/step_num_trajectories": stats.num_trajectories,
+        "data/step_trainer_tokens": trainer_tokens,
+        "data/step_num_dropped_too_long": dropped,
+    }
+    world = distributed.world_size()
+    if not results or trainer_tokens == 0 or not (has_logprobs or config.allow_training_without_logprobs):
+        # Nothing to train: no optimizer step, the checkpoint carried forward (a fresh zero adapter at step 0).
+        events.training_started(0)
+        if events.is_main_process():
+            if base_adapter is not None:
+                copy_checkpoint(base_adapter, output_dir)
+            else:
+                save_adapter(load_model(base_model, None, options, device), output_dir, base_model, None)
+        events.checkpoint(output_dir, {**data_metrics, "data/step_num_gradient_steps": 0})
+        return
+
+    model = load_model(base_model, base_adapter, options, device)
+    if kl_on and reference is not None:
+        model.load_adapter(reference, adapter_name="reference", is_trainable=False)
+        model.set_adapter("default")
+    params = trainable_parameters(model)
+    optimizer = make_optimizer(params, config.learning_rate, WEIGHT_DECAY)
+    state = load_optimizer_state(base_adapter, "rl")
+    if state is not None:
+        optimizer.load_state_dict(state)
+    chunk = config.logprob_calculation_chunk_size
+
+    # Per-result tensors computed without gradient before training: reference logprobs (KL) and, with
+    # precalculate_logprobs, the pre-update policy's logprobs (which become the old ones; the sampler's are kept for TIS).
+    refs: dict[int, torch.Tensor] = {}
+    recomputed: dict[int, torch.Tensor] = {}
+    with torch.no_grad():
+        for i, r in enumerate(results):
+            if kl_on:
+                with _adapter(model, reference):
+                    refs[i] = token_logprobs(model, r.token_ids, device, chunk)[0]
+            if config.precalculate_logprobs:
+                recomputed[i] = token_logprobs(model, r.token_ids, device, chunk)[0]
+    index = {id(r): i for i, r in enumerate(results)}
+
+    steps = [rows[k : k + world] for k in range(0, len(rows), world)]
+    events.training_started(len(steps))
+    totals: dict[str, float] = {}
+    for step_rows in steps:
+        started = time.perf_counter()
+        mine = step_rows[distributed.rank()] if distributed.rank() < len(step_rows) else []
+        step_tokens = sum(sum(r.mask[1:]) for row in step_rows for r in row)
+        # lr = learning_rate · K^p with K the completions in the row (the mean over the step's rows with several processes).
+        power = config.num_trajectories_learning_rate_multiplier_power
+        lr = config.learning_rate * sum(len(row) ** power for row in step_rows) / len(step_rows)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.zero_grad(set_to_none=False)
+        sums = {"loss": 0.0, "entropy": 0.0, "probs_corr": 0.0, "importance_ratio_mean": 0.0, "clipped_token_fraction": 0.0, "n": 0.0}
+        kl_mean = None
+        if kl_on and mine:
+            kl_mean = _row_kl_mean(model, mine, refs, recomputed, index, config, device, chunk)
+        for r in mine:
+            i = index[id(r)]
+            t = _aligned(r, device)
+            new, entropy = token_logprobs(model, r.token_ids, device, chunk)
+            old, original = t["old"], None
+            if config.precalculate_logprobs:
+                old, original = recomputed[i], t["old"]
+            terms = rl_loss(new, old, t["mask"], t["adv"], t["w"], config, ref_logprobs=refs.get(i), original_logprobs=original, entropies=entropy, kl_mean=kl_mean)
+            (terms.numerator / step_tokens).backward()
+            sums["loss"] += float(terms.numerator.item())
+            sums["entropy"] += terms.metrics.get("entropy", 0.0) * terms.num_tokens
+            for key in ("probs_corr", "importance_ratio_mean", "clipped_token_fraction"):
+                sums[key] += terms.metrics.get(key, 0.0) * terms.num_tokens
+            sums["n"] += terms.num_tokens
+        if kl_on:
+            sums["kl"] = (kl_mean or 0.0) * sums["n"]
+        sums["tokens"] = float(sum(len(r.token_ids) for r in mine))
+        sums = distributed.all_reduce_sums(sums, params)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+        optimizer.step()
+        elapsed = time.perf_counter() - started
+        n = max(sums["n"], 1.0)
+        data = {
+            "loss": sums["loss"] / step_tokens,
+            "grad_norm": float(grad_norm),
+            "learning_rate": config.learning_rate,
+            "entropy": sums["entropy"] / n,
+            "probs_corr": sums["probs_corr"] / n,
+            "importance_ratio_mean": sums["importance_ratio_mean"] / n,
+            "clipped_token_fraction": sums["clipped_token_fraction"] / n,
+            "num_tokens": sums["tokens"],
+            "num_trainable_tokens": step_tokens,
+            "tokens_per_second": sums["tokens"] / elapsed if elapsed > 0 else 0.0,
+        }
+        if "kl" in sums:
+            data["kl_policy_ref"] = sums["kl"] / n
+        events.gradient_step(data)
+        for key, value in data.items():
+            totals[key] = totals.get(key, 0.0) + value
+
+    if events.is_main_process():
+        if kl_on and reference is not None:
+            model.delete_adapter("reference")
+        save_adapter(model, output_dir, base_model, {"kind": "rl", "state": optimizer.state_dict()})
+    distributed.barrier()
+    names = {"loss": "loss/train", "grad_norm": "loss/grad_norm", "learning_rate": "loss/learning_rate", "entropy": "loss/entropy",
+             "kl_policy_ref": "loss/kl_policy_ref", "probs_corr": "loss/probs_corr", "tokens_per_second": "throughput/train_packed_tok_per_s"}
+    metrics = {name: totals[key] / len(steps) for key, name in names.items() if key in totals}
+    events.checkpoint(output_dir, {**metrics, **data_metrics, "data/step_num_gradient_steps": len(steps)})
+
+
+def _row_kl_mean(model, row, refs, recomputed, index, config, device, chunk) -> float:
+    """k̄ over the packed row: Σ (s − ref)·m / Σ m, with s the sampler's or the current learner's logprobs."""
+    total, count = 0.0, 0.0
+    with torch.no_grad():
+        for r in row:
+            i = index[id(r)]
+            t = _aligned(r, device)
+            if config.kl_penalty_source == "sample":
+                learner = token_logprobs(model, r.token_ids, device, chunk)[0] if i not in recomputed else recomputed[i]
+                old = recomputed[i] if config.precalculate_logprobs else t["old"]
+                source = torch.where(torch.isfinite(old), old, learner)
+            else:
+                source = token_logprobs(model, r.token_ids, device, chunk)[0]
+            m = t["mask"]
+            total += float(((source - refs[i]) * m).sum())
+            count += float(m.sum())
+    return total / count if count else 0.0

@@ -1,0 +1,84 @@
+"""SFT (art-trainer.md §3): batches of rows in order, loss only on assistant turns, one optimizer step per batch."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from . import events
+from .config import ConfigError, parse_sft_config
+from .model import Options, load_model, load_optimizer_state, load_tokenizer, save_adapter, token_logprobs, trainable_parameters
+from .rl import make_optimizer
+from .tokenize import sft_sequence
+
+MAX_GRAD_NORM = 1.0
+WEIGHT_DECAY = 0.0
+
+
+def run(spec: dict[str, Any], rows: list[Any], options: Options, device: torch.device, base_adapter: str | None) -> None:
+    job_config = spec.get("config") or {}
+    config = parse_sft_config(job_config.get("sft_config"), job_config.get("experimental_config"))
+    base_model = spec["model"]["base_model"]
+    tokenizer = load_tokenizer(base_model)
+    sequences, dropped = [], 0
+    for i, row in enumerate(rows):
+        seq = sft_sequence(tokenizer, row, config.assistant_turns, where=f"inputs line {i + 1}")
+        if len(seq.token_ids) > options.max_seq_length:
+            dropped += 1
+            continue
+        sequences.append(seq)
+    batches = [sequences[k : k + config.batch_size] for k in range(0, len(sequences), config.batch_size)]
+    # Batches without a trainable token are skipped and do not consume a learning-rate entry.
+    batches = [b for b in batches if sum(sum(s.mask[1:]) for s in b)]
+    if isinstance(config.learning_rate, list) and len(config.learning_rate) < len(batches):
+        raise ConfigError(f"sft_config.learning_rate has {len(config.learning_rate)} entries for {len(batches)} batches")
+
+    model = load_model(base_model, base_adapter, options, device)
+    params = trainable_parameters(model)
+    first_lr = config.learning_rate[0] if isinstance(config.learning_rate, list) else config.learning_rate
+    optimizer = make_optimizer(params, first_lr, WEIGHT_DECAY)
+    state = load_optimizer_state(base_adapter, "sft")
+    if state is not None:
+        optimizer.load_state_dict(state)
+
+    events.training_started(len(batches))
+    totals: dict[str, float] = {}
+    for b, batch in enumerate(batches):
+        started = time.perf_counter()
+        lr = config.learning_rate[b] if isinstance(config.learning_rate, list) else config.learning_rate
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.zero_grad(set_to_none=False)
+        trainable = sum(sum(s.mask[1:]) for s in batch)
+        total = 0.0
+        for seq in batch:
+            logprobs, _ = token_logprobs(model, seq.token_ids, device)
+            mask = torch.tensor(seq.mask[1:], dtype=torch.float32, device=device)
+            loss = -(logprobs * mask).sum() / trainable  # the token-mean cross-entropy over the whole batch
+            loss.backward()
+            total += float(loss.item())
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+        optimizer.step()
+        elapsed = time.perf_counter() - started
+        tokens = sum(len(s.token_ids) for s in batch)
+        data = {
+            "loss": total,
+            "grad_norm": float(grad_norm),
+            "learning_rate": lr,
+            "num_trajectories": len(batch),
+            "num_tokens": tokens,
+            "num_trainable_tokens": trainable,
+            "num_dropped_trajectories": dropped if b == 0 else 0,
+            "tokens_per_second": tokens / elapsed if elapsed > 0 else 0.0,
+        }
+        events.gradient_step(data)
+        for key in ("loss", "grad_norm", "learning_rate", "tokens_per_second"):
+            totals[key] = totals.get(key, 0.0) + data[key]
+    if events.is_main_process():
+        save_adapter(model, spec["output_dir"], base_model, {"kind": "sft", "state": optimizer.state_dict()})
+    n = max(len(batches), 1)
+    metrics = {"loss/train": totals.get("loss", 0.0) / n, "loss/grad_norm": totals.get("grad_norm", 0.0) / n,
+               "loss/learning_rate": totals.get("learning_rate", 0.0) / n, "throughput/train_tok_per_s": totals.get("tokens_per_second", 0.0) / n,
+               "data/step_num_gradient_steps": len(batches), "data/step_num_dropped_trajectories": dropped}
+    events.checkpoint(spec["output_dir"], metrics)

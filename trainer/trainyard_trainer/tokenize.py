@@ -1,0 +1,291 @@
+"""Trajectories to token sequences (art-trainer.md §1.2), and SFT rows to token sequences (§3).
+
+RL: exactly the tokens the policy sampled (the Choices) are trainable; everything else is context. When every
+trainable Choice carries vLLM's `prompt_token_ids` and `token_ids`, those ids are used verbatim (prompt followed by
+completion, append-only turns collapsing into one sequence). Otherwise the conversation is rendered through the
+model's chat template with each trainable turn replaced by a placeholder, and each placeholder is replaced by the
+turn's sampled token ids (`token_ids` on the Choice, else `token_id:N` in its logprobs, else the token strings looked
+up in the vocabulary).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import ConfigError
+
+NAN = float("nan")
+_PLACEHOLDER = "\u2063TYSPLICE{}\u2063"
+_PLACEHOLDER_RE = re.compile("\u2063TYSPLICE(\\d+)\u2063")
+
+
+class InputError(ConfigError):
+    """Inputs the trainer cannot use (exit 3: a retry will not help)."""
+
+
+@dataclass
+class Sequence:
+    token_ids: list[int]
+    mask: list[int]  # 1 on trainable (sampled) tokens
+    logprobs: list[float]  # the sampler's log-probability on trainable tokens, NaN elsewhere
+
+
+@dataclass
+class TokenizedResult:
+    token_ids: list[int]
+    mask: list[int]
+    logprobs: list[float]
+    advantage: float = 0.0
+    weight: float = 0.0
+    trajectory: int = 0  # index of the trajectory in the batch
+    prompt_id: int = 0
+    prompt_length: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_trainable(self) -> int:
+        return sum(self.mask)
+
+
+def is_choice(item: Any) -> bool:
+    return isinstance(item, dict) and "message" in item and "role" not in item
+
+
+def _logprob_entries(choice: dict[str, Any]) -> list[dict[str, Any]]:
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, dict):
+        return []
+    content = logprobs.get("content")
+    return content if isinstance(content, list) else []
+
+
+def _choice_tokens(tokenizer: Any, choice: dict[str, Any], where: str) -> tuple[list[int], list[float]]:
+    """The sampled token ids of a Choice and their log-probabilities (NaN when not reported)."""
+    entries = _logprob_entries(choice)
+    ids = choice.get("token_ids") or choice.get("completion_token_ids")
+    if ids is not None:
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise InputError(f"{where}: token_ids must be a list of integers")
+        if entries and len(entries) != len(ids):
+            raise InputError(f"{where}: {len(entries)} logprobs for {len(ids)} token_ids")
+        return list(ids), [_entry_logprob(e, where) for e in entries] if entries else [NAN] * len(ids)
+    if not entries:
+        # A Choice without logprobs (only trainable with allow_training_without_logprobs): re-encode its text.
+        message = choice.get("message") or {}
+        text = message.get("content") or ""
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        return ids, [NAN] * len(ids)
+    token_ids: list[int] = []
+    for entry in entries:
+        token = entry.get("token") if isinstance(entry, dict) else None
+        if not isinstance(token, str):
+            raise InputError(f"{where}: a logprobs entry has no token")
+        if token.startswith("token_id:"):
+            try:
+                token_ids.append(int(token[len("token_id:") :]))
+            except ValueError as error:
+                raise InputError(f"{where}: malformed token {token!r}") from error
+        else:
+            token_id = tokenizer.convert_tokens_to_ids(token)
+            if token_id is None or token_id == tokenizer.unk_token_id and token != tokenizer.unk_token:
+                raise InputError(f"{where}: token {token!r} is not in the tokenizer's vocabulary (serve with --return-tokens-as-token-ids)")
+            token_ids.append(token_id)
+    return token_ids, [_entry_logprob(e, where) for e in entries]
+
+
+def _entry_logprob(entry: Any, where: str) -> float:
+    value = entry.get("logprob") if isinstance(entry, dict) else None
+    if value is None:
+        return NAN
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{where}: logprob must be a number, got {value!r}")
+    return float(value)
+
+
+def _tool_calls(message: dict[str, Any]) -> list[dict[str, Any]] | None:
+    calls = message.get("tool_calls")
+    if not calls:
+        return None
+    out = []
+    for call in calls:
+        call = dict(call)
+        function = call.get("function")
+        if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+            # Templates that iterate `arguments|items` need a dict; templates that print a string get JSON back.
+            try:
+                function = {**function, "arguments": json.loads(function["arguments"])}
+            except json.JSONDecodeError:
+                pass
+            call["function"] = function
+        out.append(call)
+    return out
+
+
+def _message(item: dict[str, Any]) -> dict[str, Any]:
+    message = dict(item)
+    if message.get("content") is None:
+        message["content"] = ""
+    if message.get("tool_calls"):
+        message["tool_calls"] = _tool_calls(message)
+    return message
+
+
+def _tools(tools: Any) -> list[dict[str, Any]] | None:
+    if not tools:
+        return None
+    return [tool if isinstance(tool, dict) and "type" in tool else {"type": "function", "function": tool} for tool in tools]
+
+
+def _trainable(item: Any, allow_without_logprobs: bool) -> bool:
+    if is_choice(item):
+        return bool(_logprob_entries(item)) or allow_without_logprobs
+    return isinstance(item, dict) and item.get("role") == "assistant" and allow_without_logprobs
+
+
+def tokenize_history(
+    tokenizer: Any,
+    items: list[Any],
+    tools: Any,
+    *,
+    allow_training_without_logprobs: bool = False,
+    chat_template_kwargs: dict[str, Any] | None = None,
+    where: str = "history",
+) -> list[Sequence]:
+    """One history to its token sequences (usually one; several when exact-id turns do not extend each other)."""
+    if not isinstance(items, list):
+        raise InputError(f"{where}: messages_and_choices must be a list")
+    for index, item in enumerate(items):
+        if not isinstance(item, dict) or not (is_choice(item) or isinstance(item.get("role"), str)):
+            raise InputError(f"{where}.messages_and_choices[{index}] is neither a message nor a Choice")
+    last = max((i for i, item in enumerate(items) if _trainable(item, allow_training_without_logprobs)), default=-1)
+    if last < 0:
+        return []
+    items = items[: last + 1]
+    trainable = [i for i, item in enumerate(items) if _trainable(item, allow_training_without_logprobs)]
+    choices = [items[i] for i in trainable if is_choice(items[i])]
+    if choices and len(choices) == len(trainable) and all(c.get("prompt_token_ids") and c.get("token_ids") for c in choices):
+        return _exact_sequences(tokenizer, choices, where)
+    return [_spliced_sequence(tokenizer, items, trainable, tools, chat_template_kwargs or {}, where)]
+
+
+def _exact_sequences(tokenizer: Any, choices: list[dict[str, Any]], where: str) -> list[Sequence]:
+    sequences: list[Sequence] = []
+    current: Sequence | None = None
+    for n, choice in enumerate(choices):
+        prompt = choice["prompt_token_ids"]
+        if not isinstance(prompt, list) or not all(isinstance(i, int) for i in prompt):
+            raise InputError(f"{where}: prompt_token_ids must be a list of integers")
+        ids, logprobs = _choice_tokens(tokenizer, choice, f"{where} choice {n}")
+        if current is not None and len(prompt) >= len(current.token_ids) and prompt[: len(current.token_ids)] == current.token_ids:
+            gap = prompt[len(current.token_ids) :]  # tokens between the turns (tool results, the next user turn)
+            current.token_ids += gap + ids
+            current.mask += [0] * len(gap) + [1] * len(ids)
+            current.logprobs += [NAN] * len(gap) + logprobs
+        else:
+            current = Sequence(list(prompt) + ids, [0] * len(prompt) + [1] * len(ids), [NAN] * len(prompt) + logprobs)
+            sequences.append(current)
+    return sequences
+
+
+def render(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any], **options: Any) -> str:
+    try:
+        return tokenizer.apply_chat_template(messages, tools=_tools(tools), tokenize=False, **options, **kwargs)
+    except Exception as error:  # a template that raises on these messages: the inputs are unusable
+        raise InputError(f"the chat template failed on these messages: {error}") from error
+
+
+def _spliced_sequence(tokenizer: Any, items: list[Any], trainable: list[int], tools: Any, kwargs: dict[str, Any], where: str) -> Sequence:
+    messages: list[dict[str, Any]] = []
+    spliced: list[tuple[list[int], list[float]]] = []
+    for index, item in enumerate(items):
+        if index in trainable:
+            if is_choice(item):
+                ids, logprobs = _choice_tokens(tokenizer, item, f"{where}.messages_and_choices[{index}]")
+            else:
+                if item.get("tool_calls"):
+                    raise InputError(f"{where}.messages_and_choices[{index}]: an assistant message with tool_calls cannot be trained without its sampled tokens")
+                ids = tokenizer.encode(item.get("content") or "", add_special_tokens=False)
+                logprobs = [NAN] * len(ids)
+            # The sampled tokens already hold any tool-call text, so the template gets the placeholder alone.
+            messages.append({"role": "assistant", "content": _PLACEHOLDER.format(len(spliced))})
+            spliced.append((ids, logprobs))
+        elif is_choice(item):
+            message = item.get("message") or {}
+            messages.append(_message({"role": "assistant", "content": message.get("content"), **({"tool_calls": message["tool_calls"]} if message.get("tool_calls") else {})}))
+        else:
+            messages.append(_message(item))
+    text = render(tokenizer, messages, tools, kwargs, add_generation_prompt=False)
+    # continue_final_message: nothing after the last trainable turn (no end-of-turn of the template's own).
+    last = _PLACEHOLDER.format(len(spliced) - 1)
+    end = text.rfind(last)
+    if end < 0:
+        raise InputError(f"{where}: the chat template dropped an assistant turn")
+    text = text[: end + len(last)]
+    parts = _PLACEHOLDER_RE.split(text)
+    if len(parts) != 2 * len(spliced) + 1:
+        raise InputError(f"{where}: the chat template dropped or repeated an assistant turn")
+    seq = Sequence([], [], [])
+    for k, part in enumerate(parts):
+        if k % 2 == 0:
+            ids = tokenizer.encode(part, add_special_tokens=False) if part else []
+            if seq.token_ids and ids and seq.mask[-1] == 1 and ids[0] == seq.token_ids[-1]:
+                ids = ids[1:]  # the sampled end-of-turn token: drop the template's copy
+            seq.token_ids += ids
+            seq.mask += [0] * len(ids)
+            seq.logprobs += [NAN] * len(ids)
+        else:
+            ids, logprobs = spliced[int(part)]
+            seq.token_ids += ids
+            seq.mask += [1] * len(ids)
+            seq.logprobs += logprobs
+    return seq
+
+
+def sft_sequence(tokenizer: Any, row: Any, assistant_turns: str, kwargs: dict[str, Any] | None = None, where: str = "row") -> Sequence:
+    """An SFT row to tokens, with the assistant turns (or the last one) as the only trainable tokens.
+
+    The span of assistant turn i is the text between the render of messages[:i] with a generation prompt and the
+    render of messages[:i+1]: the turn's content, tool calls and end-of-turn marker.
+    """
+    if not isinstance(row, dict) or not isinstance(row.get("messages"), list) or not row["messages"]:
+        raise InputError(f"{where}: an SFT row must be an object with a non-empty messages list")
+    messages = []
+    for index, message in enumerate(row["messages"]):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InputError(f"{where}.messages[{index}] is not a chat message")
+        messages.append(_message(message))
+    tools = row.get("tools")
+    kwargs = kwargs or {}
+    assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    if assistant_turns == "last":
+        if messages[-1]["role"] != "assistant":
+            raise InputError(f"{where}: assistant_turns=last needs the last message to be an assistant message")
+        assistant = assistant[-1:]
+    full = render(tokenizer, messages, tools, kwargs, add_generation_prompt=False)
+    spans = []
+    for i in assistant:
+        before = render(tokenizer, messages[:i], tools, kwargs, add_generation_prompt=True)
+        after = render(tokenizer, messages[: i + 1], tools, kwargs, add_generation_prompt=False)
+        if not (after.startswith(before) and full.startswith(after)):
+            raise InputError(f"{where}: the chat template renders assistant turn {i} differently in a longer conversation; use assistant_turns=last")
+        spans.append((len(before), len(after)))
+    seq = Sequence([], [], [])
+    cursor = 0
+    for start, end in spans:
+        for piece, trainable in ((full[cursor:start], 0), (full[start:end], 1)):
+            ids = tokenizer.encode(piece, add_special_tokens=False) if piece else []
+            seq.token_ids += ids
+            seq.mask += [trainable] * len(ids)
+        cursor = end
+    rest = tokenizer.encode(full[cursor:], add_special_tokens=False) if full[cursor:] else []
+    seq.token_ids += rest
+    seq.mask += [0] * len(rest)
+    seq.logprobs = [NAN] * len(seq.token_ids)
+    return seq
+
+
+def is_nan(value: float) -> bool:
+    return isinstance(value, float) and math.isnan(value)
