@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# npm test: every suite the project has, one after the other, on the embedded database.
+#   test:ts       the TypeScript suite (vitest; with TEST_DATABASE_URL set it runs against that server)
+#   test:trainer  the reference trainer (pytest; makes trainer/.venv from its lock on the first run)
+#   test:clients  the real ART, weave and openai Python clients against a running trainyard (test/python/.venv)
+#   test:ui       the web UI in headless Chromium (needs Debian's `chromium` package)
+#   test:fuzz     schemathesis over openapi/openapi.json against a running trainyard (test/fuzz/.venv)
+# Every suite runs even when an earlier one failed; the exit status is non-zero when any failed.
+# TRAINYARD_SUITES="ts ui" runs a subset.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+suites=${TRAINYARD_SUITES:-"ts trainer clients ui fuzz"}
+passed=0
+failed=0
+failures=""
+for suite in $suites; do
+  echo
+  echo "=== npm run test:${suite}"
+  if npm run --silent "test:${suite}"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    failures="${failures} ${suite}"
+  fi
+done
+echo
+[ -n "$failures" ] && echo "failed suites:${failures}"
+echo "suites: ${passed} passed, ${failed} failed"
+[ "$failed" -eq 0 ]
