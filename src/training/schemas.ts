@@ -53,7 +53,7 @@ const NumberMap = z.record(z.string(), z.number());
 
 /** Cursor page query of the reference (§3.3, §3.9); query strings arrive as text. */
 const PageLimit = z.coerce.number().int().min(1).max(100).default(20);
-const PageAfter = queryText().optional();
+const PageAfter = queryText().max(256).optional();
 
 /** The OpenAI-style page envelope the ART client auto-paginates over (reference §2). */
 export function Page<T extends z.ZodType>(item: T) {

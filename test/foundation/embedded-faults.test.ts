@@ -1,6 +1,10 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { sql } from 'kysely';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, inject, it } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
+import { createPglite, pgliteDataPath, pgliteHandle } from '../../src/db/index.js';
 import { MAX_BIND_PARAMETERS, TooManyParametersError } from '../../src/db/limits.js';
 import { createTestApp, createUserWithKey, testConfig, type TestUser } from '../helpers/app.js';
 import { onPostgresServer } from '../helpers/database.js';
@@ -15,6 +19,14 @@ afterEach(async () => {
 function oversized(count: number): [string, number[]] {
   const params = Array.from({ length: count }, (_, i) => i);
   return [`select 1 as x where -1 in (${params.map((_, i) => `$${i + 1}::int`).join(', ')})`, params];
+}
+
+/** The app on an embedded database kept in a data directory (so that it can be reopened), from the run's template. */
+async function appOnDataDir(): Promise<App> {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-faults-'));
+  const dump = new Blob([fs.readFileSync(inject('pgliteTemplate'))]);
+  const pglite = await createPglite({ dataDir: pgliteDataPath(dataDir), loadDataDir: dump });
+  return buildApp(testConfig({ DATA_DIR: dataDir, AUTH_CACHE_TTL_MS: '0' }), { database: pgliteHandle(pglite, { dataDir }) });
 }
 
 async function expectServing(app: App, user: TestUser) {
@@ -48,9 +60,10 @@ describe('the bind-parameter guard', () => {
   });
 });
 
-describe.skipIf(onPostgresServer)('a corrupted embedded database', () => {
+// Reopening a data directory takes seconds on a loaded machine.
+describe.skipIf(onPostgresServer)('a corrupted embedded database', { timeout: 120_000 }, () => {
   it('is seen by the system check, reopened from its data directory, and serves its data again', async () => {
-    app = await buildApp(testConfig({ AUTH_CACHE_TTL_MS: '0' }));
+    app = await appOnDataDir();
     const user = await createUserWithKey(app);
     // PGlite's protocol parser misreads 32,768+ parameters and then answers every query with no rows.
     const [text, params] = oversized(40_000);
@@ -70,7 +83,7 @@ describe.skipIf(onPostgresServer)('a corrupted embedded database', () => {
   });
 
   it('is reopened right after a query fails inside PGlite, so the next request is served', async () => {
-    app = await buildApp(testConfig({ AUTH_CACHE_TTL_MS: '0' }));
+    app = await appOnDataDir();
     const user = await createUserWithKey(app);
     const [text, params] = oversized(120_000); // this count makes the parser throw
     await expect(app.database.embedded!.query(text, params)).rejects.toThrow(RangeError);

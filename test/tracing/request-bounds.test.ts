@@ -113,6 +113,12 @@ describe('training request bounds', () => {
     expect(await databaseFingerprint(app)).toEqual(before);
   });
 
+  it('a page cursor longer than 256 characters answers 422 naming after', async () => {
+    const response = await app.inject({ method: 'GET', url: `/v1/preview/models?after=${'x'.repeat(300)}`, headers: user.headers });
+    expect(response.statusCode).toBe(422);
+    expect(response.json().detail).toMatchObject([{ loc: ['query', 'after'], msg: 'String should have at most 256 characters' }]);
+  });
+
   it('a log call with more than 10,000 trajectory groups or 1,000 metrics answers 422 naming the field', async () => {
     const url = `/v1/preview/models/${crypto.randomUUID()}/log`;
     await expectTooBig(url, { split: 'train', trajectory_groups: many(10_001, () => ({})) }, ['body', 'trajectory_groups'], list(10000));
