@@ -113,6 +113,7 @@ const user = await api(`${url}/v1/admin/users`, adminKey, 'POST', { username });
 const { key } = await api(`${url}/v1/admin/keys`, adminKey, 'POST', { username });
 const worker = await api(`${url}/v1/admin/keys`, adminKey, 'POST', { username, kind: 'worker' });
 const adapters = path.join(workDir, 'adapters');
+const inputsDir = path.join(workDir, 'job-inputs');
 start(
   'worker',
   [
@@ -125,12 +126,13 @@ start(
     '--event-window-ms', '50',
     '--',
     process.execPath,
-    path.join(root, 'test/fixtures/trainer.mjs'),
+    path.join(root, 'test/python/recording-trainer.mjs'),
   ],
-  { TRAINYARD_WORKER_KEY: worker.key },
+  { TRAINYARD_WORKER_KEY: worker.key, TRAINER_RECORD_DIR: inputsDir },
 );
 
-// The control port: GET /requests (what the engine received), POST /behaviour {behaviour, times}.
+// The control port: GET /requests (what the engine received), GET /inputs/<job id> (the inputs the
+// trainer got, as JSON lines), POST /behaviour {behaviour, times} (the engine's next answers).
 const control = createServer((req: IncomingMessage, res: ServerResponse) => {
   const chunks: Buffer[] = [];
   req.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -140,6 +142,12 @@ const control = createServer((req: IncomingMessage, res: ServerResponse) => {
       res.end(JSON.stringify(body));
     };
     if (req.method === 'GET' && req.url === '/requests') return send(200, { requests: engine.requests, loads: Object.fromEntries(engine.loads) });
+    const inputs = /^\/inputs\/([\w-]+)$/.exec(req.url ?? '');
+    if (req.method === 'GET' && inputs) {
+      const file = path.join(inputsDir, `${inputs[1]}.jsonl`);
+      if (!fs.existsSync(file)) return send(404, { error: 'no such job' });
+      return send(200, { lines: fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line)) });
+    }
     if (req.method === 'POST' && req.url === '/behaviour') {
       const { behaviour, times } = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { behaviour: FakeBehaviour; times?: number };
       engine.setBehaviour(behaviour, times);
