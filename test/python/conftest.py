@@ -58,8 +58,6 @@ CLIENT_ENV = {
 for name in ("WANDB_API_KEY", "WANDB_BASE_URL", "WF_TRACE_SERVER_URL", "WANDB_ENTITY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "WANDB_IDENTITY_TOKEN_FILE"):
     os.environ.pop(name, None)
 os.environ.update(CLIENT_ENV)
-# ART 0.5.17 imports wandb in backend.train even with W&B off: a stub that fails on any use.
-sys.path.insert(0, str(HERE / "stubs"))
 
 # ---------------------------------------------------------------------------------------------------
 # The network guard.
@@ -167,6 +165,20 @@ class Stack:
 
     def request(self, method: str, path: str, body: Any = None, *, key: str | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
         """One call to trainyard's HTTP API: (status, parsed JSON or text)."""
+        status, raw = self._call(method, path, body, key=key, headers=headers)
+        text = raw.decode()
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+
+    def raw(self, method: str, path: str, body: Any = None) -> bytes:
+        """The bytes of a 200 answer."""
+        status, raw = self._call(method, path, body)
+        assert status == 200, f"{method} {path}: {status} {raw[:500]!r}"
+        return raw
+
+    def _call(self, method: str, path: str, body: Any, *, key: str | None = None, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method=method)
         request.add_header("Authorization", f"Bearer {key or self.key}")
@@ -176,13 +188,9 @@ class Stack:
             request.add_header(name, value)
         try:
             with _opener.open(request, timeout=60) as response:
-                status, text = response.status, response.read().decode()
+                return response.status, response.read()
         except urllib.error.HTTPError as error:
-            status, text = error.code, error.read().decode()
-        try:
-            return status, json.loads(text)
-        except ValueError:
-            return status, text
+            return error.code, error.read()
 
     def ok(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
         status, answer = self.request(method, path, body, **kwargs)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
+import types
 import uuid
 from pathlib import Path
 
@@ -16,6 +18,20 @@ from art.serverless.backend import ServerlessBackend
 
 # What the newest ART releases add to every rollout (0.5.19+): token ids for training without re-tokenizing.
 NEWEST_ART_EXTRA_BODY = {"return_token_ids": True, "return_tokens_as_token_ids": True, "chat_template_kwargs": {"preserve_thinking": True}}
+
+
+@pytest.fixture(autouse=True)
+def wandb_stub(monkeypatch):
+    """ART 0.5.17 runs `import wandb` in backend.train before it checks WANDB_API_KEY, so the import must
+    work with W&B off. The suites do not install wandb (weave would then use it): a module that fails on
+    any use stands in, for the ART tests only."""
+    stub = types.ModuleType("wandb")
+
+    def refuse(name: str):
+        raise RuntimeError(f"wandb.{name} used by ART although W&B is switched off")
+
+    stub.__getattr__ = refuse  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "wandb", stub)
 
 
 def new_model(stack, tmp_path: Path, **kwargs) -> art.TrainableModel:
