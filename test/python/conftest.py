@@ -103,10 +103,19 @@ def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
     return _connect_ex(self, address)
 
 
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.split("%")[0])
+        return True
+    except ValueError:
+        return False
+
+
 def _guarded_getaddrinfo(host: Any, *args: Any, **kwargs: Any):
+    """Name lookups leave the machine (DNS): only loopback names; address literals need no lookup."""
     if isinstance(host, bytes):
         host = host.decode()
-    if host is not None and not _is_loopback(host):
+    if host is not None and not _is_loopback(host) and not _is_address(host):
         _refuse(f"resolve {host!r}")
     return _getaddrinfo(host, *args, **kwargs)
 
@@ -134,6 +143,14 @@ class _DropRecorder(logging.Handler):
 
 DROPS = _DropRecorder()
 logging.getLogger("weave").addHandler(DROPS)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_escape_in_the_background():
+    """Background work that outlives a test (weave's version check and Sentry threads, flushes at
+    finish) is checked once more when the session ends."""
+    yield
+    assert REFUSED == [], f"non-loopback network access: {REFUSED}"
 
 
 @pytest.fixture(autouse=True)

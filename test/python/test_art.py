@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 import types
 import uuid
 from pathlib import Path
@@ -20,7 +21,7 @@ from art.serverless.backend import ServerlessBackend
 NEWEST_ART_EXTRA_BODY = {"return_token_ids": True, "return_tokens_as_token_ids": True, "chat_template_kwargs": {"preserve_thinking": True}}
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def wandb_stub(monkeypatch):
     """ART 0.5.17 runs `import wandb` in backend.train before it checks WANDB_API_KEY, so the import must
     work with W&B off. The suites do not install wandb (weave would then use it): a module that fails on
@@ -69,6 +70,7 @@ def checkpoint_steps(stack, model_id: str) -> list[int]:
     return [c["step"] for c in stack.ok("GET", f"/v1/preview/models/{model_id}/checkpoints")["data"]]
 
 
+@pytest.mark.usefixtures("wandb_stub")
 def test_register_rollout_train_log_serve_and_delete(stack, tmp_path):
     async def scenario():
         backend = backend_for(stack)
@@ -153,3 +155,36 @@ def test_untrainable_base_model_is_refused_with_arts_error(stack, tmp_path):
 def test_art_runs_without_w_and_b():
     assert "WANDB_API_KEY" not in os.environ
     assert os.environ["WANDB_MODE"] == "disabled"
+
+
+def test_sft_through_the_http_api_from_a_weave_dataset(stack, tmp_path, monkeypatch):
+    """ART's own train_sft uploads its data as a W&B artifact, which trainyard does not store; SFT goes
+    through trainyard's HTTP API instead, here from a dataset the weave SDK published."""
+    import weave  # noqa: PLC0415
+
+    rows = [
+        {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]},
+        {"messages": [{"role": "user", "content": "3+3?"}, {"role": "assistant", "content": "6"}]},
+    ]
+    monkeypatch.setenv("WANDB_API_KEY", stack.key)
+    weave.init(f"{stack.entity}/sft-data")
+    dataset_uri = weave.publish(weave.Dataset(name="arith", rows=rows)).uri()
+    weave.finish()
+    monkeypatch.delenv("WANDB_API_KEY")
+
+    async def scenario():
+        backend = backend_for(stack)
+        model = new_model(stack, tmp_path)
+        await model.register(backend)
+        await backend.close()
+        return model
+
+    model = asyncio.run(scenario())
+    job = stack.ok("POST", "/v1/preview/sft-training-jobs", {"model_id": model.id, "training_data_url": dataset_uri})
+    deadline = time.monotonic() + 60
+    while (status := stack.ok("GET", f"/v1/preview/training-jobs/{job['id']}")["status"]) not in ("COMPLETED", "FAILED"):
+        assert time.monotonic() < deadline, f"SFT job still {status}"
+        time.sleep(0.2)
+    assert status == "COMPLETED"
+    assert checkpoint_steps(stack, model.id) == [1]
+    assert stack.engine("GET", f"/inputs/{job['id']}")["lines"] == rows
