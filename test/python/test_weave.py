@@ -89,13 +89,23 @@ def test_nested_ops_with_an_exception_and_a_large_input(stack, client, project, 
     assert all(c["ended_at"] for c in calls)
 
 
-def test_image_output_is_stored_as_a_file_and_read_back(stack, client, project, write_path):
+def test_image_and_file_are_stored_as_files_and_read_back(stack, client, project, write_path, tmp_path):
     @weave.op
     def draw(color: str) -> Image.Image:
         return Image.new("RGB", (4, 3), color)
 
+    @weave.op
+    def read_note(note: weave.Content) -> str:
+        return note.data.decode()
+
+    note = tmp_path / "note.txt"
+    note.write_text("a note on disk\n")
     draw("red")
+    read_note(weave.Content.from_path(note))
     client.flush()
+    [with_file] = by_op(read_calls(stack, project), "read_note")
+    assert with_file["output"] == "a note on disk\n"
+    assert client.get_call(with_file["id"]).inputs["note"].data == b"a note on disk\n"
     [call] = by_op(read_calls(stack, project), "draw")
     assert call["output"]["weave_type"] == {"type": "PIL.Image.Image"}
     png = stack.raw("POST", "/traces/files/content", {"project_id": project, "digest": call["output"]["files"]["image.png"]})
