@@ -236,11 +236,13 @@ _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 @pytest.fixture(scope="session")
 def stack():
     work_dir = SCRATCH / "stack"
+    work_dir.mkdir()
     process = subprocess.Popen(
         ["node", "--import", "tsx", str(HERE / "stack.ts"), str(work_dir)],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
+        stderr=(work_dir / "stack.log").open("wb"),
         env={"PATH": os.environ["PATH"], "HOME": str(HOME)},
     )
     assert process.stdout is not None

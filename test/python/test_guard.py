@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import urllib.request
 
@@ -27,3 +28,15 @@ def test_clients_run_with_a_fresh_home():
     assert conftest.HOME.parent == conftest.SCRATCH
     assert not (conftest.HOME / ".netrc").exists()
     assert not (conftest.HOME / ".config" / "wandb" / "settings").exists()
+
+
+def test_weave_drop_lines_are_caught():
+    """weave reports a refused batch only in its log (weave/trace_server_bindings/http_utils.py)."""
+    logger = logging.getLogger("weave.trace_server_bindings.http_utils")
+    logger.error("Error sending batch of %s call events to server", 2)
+    logger.error("dropped call start ids: %s", ["a", "b"])
+    assert conftest.DROPS.lines == [
+        "weave.trace_server_bindings.http_utils: Error sending batch of 2 call events to server",
+        "weave.trace_server_bindings.http_utils: dropped call start ids: ['a', 'b']",
+    ]
+    conftest.DROPS.lines.clear()
