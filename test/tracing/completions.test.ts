@@ -30,6 +30,7 @@ const body = (project: string, inputs: Record<string, unknown> = {}, extra: Reco
   inputs: { model: 'fake/base-model', messages: [{ role: 'user', content: 'Hi {name}' }], temperature: null, ...inputs },
   ...extra,
 });
+const sentMessages = () => (engine.chatRequests().at(-1)!.body as { messages: unknown }).messages;
 const callsOf = async (project: string) => (await post(app, user, '/calls/query', { project_id: project })).json().calls as Record<string, any>[];
 
 describe('/completions/create', () => {
@@ -93,11 +94,11 @@ describe('/completions/create', () => {
     for (const ref of [`weave:///${project}/object/assistant:${digest}`, 'assistant:v0', 'assistant']) {
       const response = await post(app, user, '/completions/create', body(project, { prompt: ref, template_vars: { persona: 'terse', name: 'Ada' } }));
       expect(response.statusCode, response.body).toBe(200);
-      expect(engine.chatRequests().at(-1)!.body.messages).toEqual(expected);
+      expect(sentMessages()).toEqual(expected);
     }
     const streamed = await post(app, user, '/completions/create_stream', body(project, { prompt: 'assistant', template_vars: { persona: 'terse', name: 'Ada' } }));
     expect(streamed.statusCode, streamed.body).toBe(200);
-    expect(engine.chatRequests().at(-1)!.body.messages).toEqual(expected);
+    expect(sentMessages()).toEqual(expected);
   });
 
   it('refuses prompt refs that name no Prompt: 404 when missing, 400 for another class or project', async () => {

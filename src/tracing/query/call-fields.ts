@@ -68,10 +68,10 @@ export interface CallFieldOptions {
   expandColumns?: readonly string[] | null;
 }
 
-/** Resolves a field of the calls table for the `$expr` compiler and for sorting. */
-export const resolveCallField: FieldResolver = callFieldResolver();
-
-/** A calls field resolver for one request (its expand_columns decide which paths read through refs). */
+/**
+ * Resolves fields of the calls table for the `$expr` compiler and for sorting, for one request (its
+ * expand_columns decide which paths read through refs).
+ */
 export function callFieldResolver(options: CallFieldOptions = {}): FieldResolver {
   const expand = [...new Set(options.expandColumns ?? [])].map((column) => column.split('.')).sort((a, b) => a.length - b.length);
   return (path) => {

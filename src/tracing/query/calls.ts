@@ -93,14 +93,14 @@ function matchRefs(column: 'input_refs' | 'output_refs', refs: readonly string[]
  * then their text (reference §3.7). Without a sort: started_at, then id; id always breaks ties.
  */
 export function callsOrderBy(sortBy?: readonly SortBy[] | null, expandColumns?: readonly string[] | null): RawBuilder<unknown> {
-  const resolveCallField = callFieldResolver({ expandColumns });
+  const resolve = callFieldResolver({ expandColumns });
   const items = sortBy?.length ? sortBy : [{ field: 'started_at', direction: 'asc' }];
   const keys = items.flatMap(({ field, direction }) => {
     if (direction !== 'asc' && direction !== 'desc') {
       throw new InvalidRequestError(`Invalid sort direction ${JSON.stringify(direction)}: expected asc or desc`, { code: 'invalid_sort' });
     }
     const dir = sql.raw(direction);
-    const value = resolveCallField(field);
+    const value = resolve(field);
     // Visible calls always have these: a plain direction lets a backward index scan serve `desc`.
     if (NEVER_NULL.has(field) && value.kind === 'typed') return [sql`${value.type === 'text' ? byteOrder(value.sql) : value.sql} ${dir}`];
     const exprs = sortExprs(value);
