@@ -54,6 +54,7 @@ const EnvSchema = z.object({
   TRACE_FILE_LIMIT_MB: megabytes(4096).default(32 * 1024 * 1024),
   TRAINYARD_URL: z.url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' }).optional(),
   TRAINYARD_ADMIN_KEY: z.string().min(1).optional(),
+  UI_COOKIE_SECURE: boolean.default(false),
 });
 
 export type Env = z.input<typeof EnvSchema>;
@@ -84,6 +85,8 @@ export interface Config {
   readonly leaseSweepIntervalMs: number;
   /** Whether SFT jobs may name http(s) URLs as training data (a server-side request forgery risk). */
   readonly sftAllowHttpUrls: boolean;
+  /** Mark the web UI's session cookie Secure even when the request reached this process over plain http (TLS ends at a proxy). */
+  readonly uiCookieSecure: boolean;
   /** The inference backends file (JSON or YAML); unset: no engine configured. */
   readonly backendsFile: string | undefined;
   readonly usageFlushIntervalMs: number;
@@ -139,6 +142,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     workerSeenSeconds: e.WORKER_SEEN_SECONDS,
     leaseSweepIntervalMs: e.LEASE_SWEEP_INTERVAL_MS,
     sftAllowHttpUrls: e.SFT_ALLOW_HTTP_URLS,
+    uiCookieSecure: e.UI_COOKIE_SECURE,
     backendsFile: e.BACKENDS_FILE === undefined ? undefined : path.resolve(e.BACKENDS_FILE),
     usageFlushIntervalMs: e.USAGE_FLUSH_INTERVAL_MS,
     traceFileLimitBytes: e.TRACE_FILE_LIMIT_MB,
