@@ -5,7 +5,7 @@ import * as esbuild from 'esbuild';
 
 /**
  * Bundles the web UI (ui/) into dist/ui: hashed assets under assets/ and an index.html naming them.
- * Asset URLs are relative ("./assets/..."), resolved against <base href="/ui/">, so deep links load them.
+ * Asset URLs are absolute (/ui/assets/...) so that deep links load them; a <base> tag would break the CSP's base-uri 'none'.
  * Prints the gzipped size of the entry script (budget: 60 KB, docs/ui.md).
  */
 const root = path.resolve(import.meta.dirname, '..');
@@ -34,7 +34,6 @@ const styles = outputs.find((name) => name.endsWith('.css'));
 if (!entry || !styles) throw new Error(`build produced no entry script or stylesheet: ${outputs.join(', ')}`);
 const html = fs
   .readFileSync(path.join(root, 'ui/index.html'), 'utf8')
-  .replace('<head>', '<head>\n<base href="/ui/">')
   .replace('%ENTRY%', entry)
   .replace('%STYLES%', styles);
 fs.writeFileSync(path.join(out, 'index.html'), html);
