@@ -1,3 +1,6 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createUserWithKey, type TestUser } from '../helpers/app.js';
 import { openPage, screenshot, signIn, startUi, type UiServer } from './harness.js';
@@ -118,5 +121,34 @@ describe('sign-in', () => {
     expect(api.headers.get('content-type')).toContain('application/json');
     w.expectClean([EXPECTED_401]);
     await w.context.close();
+  });
+});
+
+describe('the built UI', () => {
+  const assets = path.resolve('dist/ui/assets');
+  const files = () => fs.readdirSync(assets).map((name) => path.join(assets, name));
+
+  it('keeps the entry script within 60 KB gzipped', () => {
+    const html = fs.readFileSync(path.resolve('dist/ui/index.html'), 'utf8');
+    const entry = /src="\/ui\/assets\/([^"]+\.js)"/.exec(html)![1];
+    const gzipped = gzipSync(fs.readFileSync(path.join(assets, entry))).length;
+    console.log(`entry script ${entry}: ${(gzipped / 1024).toFixed(1)} KB gzipped`);
+    expect(gzipped).toBeLessThanOrEqual(60 * 1024);
+  });
+
+  it('names no other host (only the XML namespaces the DOM library compares against)', () => {
+    const namespaces = new Set(['http://www.w3.org/1998/Math/MathML', 'http://www.w3.org/1999/xhtml', 'http://www.w3.org/2000/svg']);
+    for (const file of files()) {
+      const urls = fs.readFileSync(file, 'utf8').match(/https?:\/\/[^\s"'`)]+/g) ?? [];
+      expect(urls.filter((url) => !namespaces.has(url)), file).toEqual([]);
+    }
+  });
+
+  it('answers pages with the CSP and no-cache, hashed assets as immutable', async () => {
+    const page = await fetch(`${server.url}/ui/models/x`);
+    expect(page.headers.get('content-security-policy')).toContain("script-src 'self'");
+    expect(page.headers.get('cache-control')).toBe('no-cache');
+    const asset = await fetch(`${server.url}/ui/assets/${path.basename(files()[0])}`);
+    expect(asset.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
   });
 });

@@ -40,6 +40,17 @@ describe('web UI sessions', () => {
     expect(models.statusCode).toBe(200);
   });
 
+  it('marks the cookie Secure when UI_COOKIE_SECURE is set (TLS ended at a proxy)', async () => {
+    const secureApp = await createTestApp({ UI_COOKIE_SECURE: 'true' });
+    try {
+      const owner = await createUserWithKey(secureApp);
+      const response = await signIn(secureApp, owner.key);
+      expect(String(response.headers['set-cookie'])).toMatch(/; HttpOnly; SameSite=Strict; Max-Age=604800; Secure$/);
+    } finally {
+      await secureApp.close();
+    }
+  });
+
   it('stores only a hash of the session token', async () => {
     const token = sessionCookie((await signIn(app, user.key)).headers['set-cookie']);
     const rows = await app.db.selectFrom('ui_sessions').select('token_hash').execute();
