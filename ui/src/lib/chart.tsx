@@ -115,7 +115,10 @@ export function Chart(props: ChartProps) {
       el,
     );
     el.dataset.points = String(xs.length);
-    el.dataset.renderMs = (performance.now() - started).toFixed(1);
+    // uPlot paints on its next commit; the frame after it is when the chart is on screen.
+    requestAnimationFrame(() => {
+      el.dataset.renderMs = (performance.now() - started).toFixed(1);
+    });
     el.dataset.scale = props.log ? (distr === 3 ? 'log' : 'asinh') : 'linear';
     const onClick = () => {
       const idx = chart.cursor.idx;
