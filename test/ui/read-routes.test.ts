@@ -37,6 +37,19 @@ describe('GET /v1/projects', () => {
   });
 });
 
+describe('GET /v1/projects across entities', () => {
+  it('includes the projects of the teams the user belongs to', async () => {
+    const user = await createUserWithKey(app);
+    const team = `team-${user.username}`;
+    await app.auth.createTeam({ name: team });
+    await app.auth.addMember({ team, username: user.username });
+    await call(app, user.headers, 'POST', '/v1/preview/models', { entity: team, project: 'shared', name: 'm', base_model: 'b' });
+    await call(app, user.headers, 'POST', '/v1/preview/models', { project: 'mine', name: 'm', base_model: 'b' });
+    const reply = await call(app, user.headers, 'GET', '/v1/projects');
+    expect(reply.body.data.map((p: any) => p.id).sort()).toEqual([`${team}/shared`, `${user.entity}/mine`].sort());
+  });
+});
+
 describe('GET /v1/preview/models/{id}/trajectories', () => {
   it('pages the groups logged at one split and step, in log order', async () => {
     const { user, model } = await userWithModel(app);

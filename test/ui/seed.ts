@@ -26,12 +26,11 @@ export async function seedTrainedModel(app: App, user: TestUser, args: { project
     const train = [groupGenerationA([r, r / 2, 1]), groupGenerationA([r / 3, 0.5]), groupGenerationA([0.25, 0.25])];
     await ok(call(app, user.headers, 'POST', `/v1/preview/models/${model.id}/log`, { split: 'train', trajectory_groups: train }), 'log train');
     await ok(call(app, user.headers, 'POST', `/v1/preview/models/${model.id}/log`, { split: 'val', trajectory_groups: [groupGenerationA([r, 0.2])] }), 'log val');
-    const job = await ok(call(app, user.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: train }), 'create job');
+    await ok(call(app, user.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: train }), 'create job');
     const claimed = (await worker.claim())!;
     await ok(worker.events(claimed, [{ type: 'training_started', data: { num_sequences: 2 } }]), 'started');
     await ok(worker.events(claimed, [{ type: 'gradient_step', data: { loss: 1 / (step + 1), grad_norm: 0.4, learning_rate: 5e-6 } }]), 'step');
     await ok(worker.complete(claimed, { 'loss/train': 1 / (step + 1) }), 'complete');
-    void job;
   }
   return { model, worker, baseModel };
 }
