@@ -64,6 +64,14 @@ export function readCookie(request: FastifyRequest, name: string): string | unde
   return undefined;
 }
 
+function originHost(origin: string): string | undefined {
+  try {
+    return new URL(origin).host;
+  } catch {
+    return undefined; // "null" (sandboxed frames, file:) and garbage match no host
+  }
+}
+
 /**
  * CSRF defence for requests a browser authenticates by cookie: unsafe methods need the custom header,
  * and an Origin, when sent, must be this server's own.
@@ -73,8 +81,10 @@ export function checkCsrf(request: FastifyRequest): void {
   if (request.headers[CSRF_HEADER] !== '1') {
     throw new ForbiddenError(`Cookie-authenticated writes need the header "${CSRF_HEADER}: 1" (sent by the web UI).`);
   }
+  // Host only, not scheme: behind a proxy that ends TLS the browser's origin is https while this
+  // process sees http.
   const origin = request.headers.origin;
-  if (origin !== undefined && origin !== `${request.protocol}://${request.host}`) {
+  if (origin !== undefined && originHost(origin) !== request.host) {
     throw new ForbiddenError(`Cross-origin request refused: Origin ${JSON.stringify(origin)} is not this server.`);
   }
 }
