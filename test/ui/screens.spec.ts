@@ -88,6 +88,18 @@ describe('model page', () => {
       return n;
     });
     expect(painted).toBeGreaterThan(0);
+    // Hovering the last step shows the logged value the API holds (uPlot's legend, three decimals).
+    const metrics = await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/metrics?split=train`);
+    const last = metrics.body.data.filter((r: any) => r.step === STEPS - 1).at(-1).metrics['train/reward'];
+    const over = (await chart.locator('.u-over').boundingBox())!;
+    await w.page.mouse.move(over.x + over.width - 1, over.y + over.height / 2);
+    const values = chart.locator('.u-legend .u-series');
+    await w.page.waitForFunction(
+      (step) => document.querySelector('[data-chart="Reward"] .u-legend .u-series .u-value')?.textContent === String(step),
+      STEPS - 1,
+    );
+    const trainRow = values.filter({ has: w.page.locator('.u-label', { hasText: /^train\/reward$/ }) });
+    expect(Number(await trainRow.locator('.u-value').textContent())).toBeCloseTo(last, 3);
     // Smoothing adds a smoothed line and keeps the raw one.
     await w.page.locator('input[name="smoothing"]').fill('0.6');
     await w.page.waitForFunction(() => [...document.querySelectorAll('[data-chart="Reward"] .u-legend .u-label')].some((e) => e.textContent === 'train/reward (smoothed)'));
