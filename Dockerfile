@@ -10,6 +10,8 @@ RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 COPY migrations ./migrations
+COPY ui ./ui
+COPY scripts/build-ui.ts ./scripts/
 RUN npm run build
 
 # Production dependencies only.

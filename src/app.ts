@@ -22,6 +22,7 @@ import { validatorCompiler } from './http/validation.js';
 import { inferencePlugin } from './inference/plugin.js';
 import { tracingPlugin } from './tracing/plugin.js';
 import { trainingPlugin } from './training/plugin.js';
+import { uiPlugin } from './ui/plugin.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -116,6 +117,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
         { name: 'inference', description: 'OpenAI-compatible chat completions, models and usage (docs/inference.md).' },
         { name: 'tracing', description: 'The weave trace-server protocol under /traces (docs/tracing.md).' },
         { name: 'admin', description: 'Users, teams and API keys; admin keys only.' },
+        { name: 'ui', description: 'The web UI\'s session: an API key exchanged for a cookie (docs/ui.md).' },
       ],
     },
     transform: jsonSchemaTransform,
@@ -140,6 +142,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   await app.register(inferencePlugin);
   await app.register(tracingPlugin, { prefix: '/traces' });
   await app.register(graphqlPlugin);
+  await app.register(uiPlugin);
 
   return app;
 }

@@ -58,6 +58,7 @@ const EnvSchema = z.object({
   TRACE_FILE_LIMIT_MB: megabytes(4096).default(32 * 1024 * 1024),
   TRAINYARD_URL: z.url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' }).optional(),
   TRAINYARD_ADMIN_KEY: z.string().min(1).optional(),
+  UI_COOKIE_SECURE: boolean.default(false),
 });
 
 export type Env = z.input<typeof EnvSchema>;
@@ -92,6 +93,8 @@ export interface Config {
   readonly checkpointUriPrefixes: readonly string[];
   /** Whether SFT jobs may name http(s) URLs as training data (a server-side request forgery risk). */
   readonly sftAllowHttpUrls: boolean;
+  /** Mark the web UI's session cookie Secure even when the request reached this process over plain http (TLS ends at a proxy). */
+  readonly uiCookieSecure: boolean;
   /** The inference backends file (JSON or YAML); unset: no engine configured. */
   readonly backendsFile: string | undefined;
   readonly usageFlushIntervalMs: number;
@@ -149,6 +152,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     leaseSweepIntervalMs: e.LEASE_SWEEP_INTERVAL_MS,
     checkpointUriPrefixes: Object.freeze([...e.CHECKPOINT_URI_PREFIXES]),
     sftAllowHttpUrls: e.SFT_ALLOW_HTTP_URLS,
+    uiCookieSecure: e.UI_COOKIE_SECURE,
     backendsFile: e.BACKENDS_FILE === undefined ? undefined : path.resolve(e.BACKENDS_FILE),
     usageFlushIntervalMs: e.USAGE_FLUSH_INTERVAL_MS,
     traceFileLimitBytes: e.TRACE_FILE_LIMIT_MB,

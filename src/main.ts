@@ -19,6 +19,7 @@ async function main(): Promise<void> {
       ].join('\n') + '\n',
     );
   }
+  process.stdout.write(`Web UI: ${server.url}/ui/ (sign in with an API key)\n`);
 
   let signalled = false;
   const stop = (signal: NodeJS.Signals) => {

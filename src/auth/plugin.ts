@@ -47,6 +47,48 @@ export function principalOf(request: FastifyRequest): Principal {
   return request.principal;
 }
 
+/** The web UI's session cookie (src/ui/session.ts sets it). */
+export const SESSION_COOKIE = 'ty_session';
+/** Cookie-authenticated writes must carry this header: a cross-site form or fetch cannot send it without CORS, which trainyard never allows. */
+export const CSRF_HEADER = 'x-trainyard-ui';
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/** One cookie's value from the Cookie header, or undefined. */
+export function readCookie(request: FastifyRequest, name: string): string | undefined {
+  const header = request.headers.cookie;
+  if (!header) return undefined;
+  for (const part of header.split(';')) {
+    const eq = part.indexOf('=');
+    if (eq > 0 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim() || undefined;
+  }
+  return undefined;
+}
+
+function originHost(origin: string): string | undefined {
+  try {
+    return new URL(origin).host;
+  } catch {
+    return undefined; // "null" (sandboxed frames, file:) and garbage match no host
+  }
+}
+
+/**
+ * CSRF defence for requests a browser authenticates by cookie: unsafe methods need the custom header,
+ * and an Origin, when sent, must be this server's own.
+ */
+export function checkCsrf(request: FastifyRequest): void {
+  if (SAFE_METHODS.has(request.method)) return;
+  if (request.headers[CSRF_HEADER] !== '1') {
+    throw new ForbiddenError(`Cookie-authenticated writes need the header "${CSRF_HEADER}: 1" (sent by the web UI).`);
+  }
+  // Host only, not scheme: behind a proxy that ends TLS the browser's origin is https while this
+  // process sees http.
+  const origin = request.headers.origin;
+  if (origin !== undefined && originHost(origin) !== request.host) {
+    throw new ForbiddenError(`Cross-origin request refused: Origin ${JSON.stringify(origin)} is not this server.`);
+  }
+}
+
 export function registerAuth(app: FastifyInstance, auth: AuthService): void {
   app.decorateRequest('principal', null);
   // onRequest, before the body is read: an unauthenticated client cannot make us parse 64 MB.
@@ -55,13 +97,18 @@ export function registerAuth(app: FastifyInstance, auth: AuthService): void {
     const required = request.routeOptions.config.auth ?? 'user';
     if (required === 'none') return;
     const key = extractApiKey(request);
-    if (!key) {
+    // The web UI's session cookie stands in for a key when no Authorization header is sent; never on
+    // the worker protocol.
+    const session = key === undefined && required !== 'worker' ? readCookie(request, SESSION_COOKIE) : undefined;
+    if (!key && !session) {
       reply.header('www-authenticate', 'Bearer');
       throw new UnauthorizedError(
         'Missing API key. Send it as "Authorization: Bearer <key>" (or HTTP Basic with the key as the password).',
       );
     }
-    const principal = await auth.authenticate(key);
+    if (session) checkCsrf(request);
+    const principal = key ? await auth.authenticate(key) : await auth.authenticateSession(session!);
+    if (!principal && session) throw new UnauthorizedError('Your session has ended (signed out, expired or its API key was revoked): sign in again.');
     if (!principal) {
       reply.header('www-authenticate', 'Bearer');
       throw new UnauthorizedError('Invalid or revoked API key.');

@@ -110,25 +110,26 @@ export async function insertApiKey(
     .execute();
 }
 
-/** The live (unrevoked) key with this hash and its owner. */
-export async function findKeyOwner(db: Executor, args: { keyHash: string }): Promise<KeyOwner | undefined> {
-  const row = await db
-    .selectFrom('api_keys')
-    .innerJoin('users', 'users.id', 'api_keys.user_id')
-    .innerJoin('entities', 'entities.id', 'users.entity_id')
-    .select([
-      'api_keys.id as key_id',
-      'api_keys.kind',
-      'api_keys.last_used_at',
-      'users.id as user_id',
-      'users.username',
-      'users.is_admin',
-      'entities.name as entity',
-    ])
-    .where('api_keys.key_hash', '=', args.keyHash)
-    .where('api_keys.revoked_at', 'is', null)
-    .executeTakeFirst();
-  if (!row) return undefined;
+/** The columns of a key and its owner, for queries that join api_keys, users and entities. */
+export const KEY_OWNER_COLUMNS = [
+  'api_keys.id as key_id',
+  'api_keys.kind',
+  'api_keys.last_used_at',
+  'users.id as user_id',
+  'users.username',
+  'users.is_admin',
+  'entities.name as entity',
+] as const;
+
+export function toKeyOwner(row: {
+  key_id: string;
+  kind: 'user' | 'worker';
+  last_used_at: Date | null;
+  user_id: string;
+  username: string;
+  is_admin: boolean;
+  entity: string;
+}): KeyOwner {
   return {
     keyId: row.key_id,
     keyKind: row.kind,
@@ -138,6 +139,19 @@ export async function findKeyOwner(db: Executor, args: { keyHash: string }): Pro
     isAdmin: row.is_admin,
     entity: row.entity,
   };
+}
+
+/** The live (unrevoked) key with this hash and its owner. */
+export async function findKeyOwner(db: Executor, args: { keyHash: string }): Promise<KeyOwner | undefined> {
+  const row = await db
+    .selectFrom('api_keys')
+    .innerJoin('users', 'users.id', 'api_keys.user_id')
+    .innerJoin('entities', 'entities.id', 'users.entity_id')
+    .select(KEY_OWNER_COLUMNS)
+    .where('api_keys.key_hash', '=', args.keyHash)
+    .where('api_keys.revoked_at', 'is', null)
+    .executeTakeFirst();
+  return row && toKeyOwner(row);
 }
 
 export async function listApiKeys(db: Executor, args: { userId?: string }): Promise<ApiKeyRecord[]> {

@@ -4,9 +4,11 @@ import path from 'node:path';
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema.js';
 import { ConflictError, InvalidRequestError, NotFoundError } from '../errors.js';
+import { randomBytes } from 'node:crypto';
 import { displayPrefix, generateApiKey, hashApiKey } from './keys.js';
 import type { KeyKind, Principal } from './principal.js';
 import * as repo from './repository.js';
+import * as sessions from './sessions.js';
 
 export type { ApiKeyRecord, UserRecord } from './repository.js';
 
@@ -14,6 +16,9 @@ const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** `last_used_at` is written at most this often per key, so that a busy key costs no write per request. */
 const TOUCH_INTERVAL_MS = 60_000;
+/** A web UI session ends after this long without use, and at the latest SESSION_MAX_MS after sign-in. */
+export const SESSION_IDLE_MS = 12 * 3_600_000;
+export const SESSION_MAX_MS = 7 * 24 * 3_600_000;
 
 export interface CreatedKey {
   /** The secret: shown once, never stored. */
@@ -124,12 +129,18 @@ export class AuthService {
       this.cache.delete(hash);
       return undefined;
     }
+    const principal = await this.principalOf(owner, now);
+    if (this.cacheTtlMs > 0) this.cache.set(hash, { principal, expiresAt: now + this.cacheTtlMs });
+    return principal;
+  }
+
+  private async principalOf(owner: repo.KeyOwner, now: number): Promise<Principal> {
     if (!owner.lastUsedAt || now - owner.lastUsedAt.getTime() >= TOUCH_INTERVAL_MS) {
       await repo.touchApiKey(this.db, { keyId: owner.keyId, at: new Date(now) });
     }
     const entities = new Set(await repo.listMemberEntities(this.db, { userId: owner.userId }));
     entities.add(owner.entity);
-    const principal: Principal = {
+    return {
       keyId: owner.keyId,
       keyKind: owner.keyKind,
       userId: owner.userId,
@@ -138,8 +149,37 @@ export class AuthService {
       entity: owner.entity,
       entities,
     };
-    if (this.cacheTtlMs > 0) this.cache.set(hash, { principal, expiresAt: now + this.cacheTtlMs });
-    return principal;
+  }
+
+  /**
+   * A web UI session for an authenticated user key; returns the cookie's token (only its hash is stored).
+   */
+  async createSession(principal: Principal): Promise<string> {
+    const now = Date.now();
+    await sessions.deleteExpiredSessions(this.db, { now: new Date(now) });
+    const token = randomBytes(32).toString('base64url');
+    await sessions.insertSession(this.db, { tokenHash: hashApiKey(token), keyId: principal.keyId, expiresAt: new Date(now + SESSION_IDLE_MS) });
+    return token;
+  }
+
+  /**
+   * The principal of a session token. Not cached: a session ends the moment its key is revoked, in every
+   * process. Use slides the idle end forward, up to the absolute end.
+   */
+  async authenticateSession(token: string): Promise<Principal | undefined> {
+    const tokenHash = hashApiKey(token);
+    const now = Date.now();
+    const owner = await sessions.findSessionOwner(this.db, { tokenHash, now: new Date(now) });
+    if (!owner) return undefined;
+    const slid = Math.min(now + SESSION_IDLE_MS, owner.createdAt.getTime() + SESSION_MAX_MS);
+    if (slid - owner.expiresAt.getTime() >= TOUCH_INTERVAL_MS) {
+      await sessions.extendSession(this.db, { tokenHash, expiresAt: new Date(slid) });
+    }
+    return this.principalOf(owner, now);
+  }
+
+  async endSession(token: string): Promise<void> {
+    await sessions.deleteSession(this.db, { tokenHash: hashApiKey(token) });
   }
 
   /**

@@ -36,9 +36,18 @@ export interface ApiKeyTable {
   revoked_at: Timestamp | null;
 }
 
+/** A web UI session (migration 0007): the sha256 of the cookie's token and the key it was exchanged for. */
+export interface UiSessionTable {
+  token_hash: string;
+  api_key_id: string;
+  created_at: Generated<Date>;
+  expires_at: Timestamp;
+}
+
 export interface AuthTables {
   entities: EntityTable;
   users: UserTable;
   memberships: MembershipTable;
   api_keys: ApiKeyTable;
+  ui_sessions: UiSessionTable;
 }

@@ -25,6 +25,8 @@ import {
   TrainingJobListQuery,
   TrainingJobPage,
   TrainingJobParams,
+  TrajectoryListQuery,
+  StoredTrajectoryGroup,
 } from './schemas.js';
 import type { TrainingService } from './service.js';
 
@@ -112,6 +114,22 @@ export const previewRoutes: FastifyPluginAsyncZod<{ service: TrainingService }> 
       },
     },
     async (request) => service.listCheckpoints(principalOf(request), request.params.model_id, request.query),
+  );
+
+  app.get(
+    '/v1/preview/models/:model_id/trajectories',
+    {
+      schema: {
+        tags,
+        summary: 'List Stored Trajectory Groups',
+        description:
+          'The trajectory groups logged at one `split` and `step`, in the order they were logged (the web UI\'s rollouts view). `after` is the `id` of the last group of the previous page.',
+        params: ModelParams,
+        querystring: TrajectoryListQuery,
+        response: { 200: Page(StoredTrajectoryGroup) },
+      },
+    },
+    async (request) => service.trajectories(principalOf(request), request.params.model_id, request.query),
   );
 
   app.delete(

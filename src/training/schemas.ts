@@ -254,6 +254,23 @@ export const LogResponse = z.object({
 });
 export type LogResponse = z.infer<typeof LogResponse>;
 
+/** The web UI's "rollouts at a step": stored groups of one (split, step), paged by their log order. */
+export const TrajectoryListQuery = z.object({
+  split: queryText().min(1).max(MAX_NAME_LENGTH),
+  step: z.coerce.number().int().min(0).max(2_147_483_647),
+  after: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
+  limit: z.coerce.number().int().min(1).max(100).default(20),
+});
+export type TrajectoryListQuery = z.infer<typeof TrajectoryListQuery>;
+
+export const StoredTrajectoryGroup = z.object({
+  id: z.string(),
+  step: z.number().int(),
+  split: z.string(),
+  group: z.unknown(),
+});
+export type StoredTrajectoryGroup = z.infer<typeof StoredTrajectoryGroup>;
+
 export const MetricHistoryQuery = z.object({
   split: queryText().min(1).max(MAX_NAME_LENGTH).optional(),
 });

@@ -22,9 +22,11 @@ import type {
   ModelCreate,
   ModelListQuery,
   PageOf,
+  StoredTrajectoryGroup,
   TrainingJob,
   TrainingJobEvent,
   TrainingJobListQuery,
+  TrajectoryListQuery,
 } from './schemas.js';
 import type { SftDataResolver } from './sft-data.js';
 
@@ -246,6 +248,14 @@ export class TrainingService {
   async metricHistory(principal: Principal, modelId: string, split: string | undefined): Promise<MetricHistory> {
     const model = await this.model(await this.scope(principal), modelId);
     return { object: 'list', data: await repo.listMetricHistory(this.db, { model, split }) };
+  }
+
+  /** Stored trajectory groups at one (split, step), for the web UI's rollouts view. */
+  async trajectories(principal: Principal, modelId: string, query: TrajectoryListQuery): Promise<PageOf<StoredTrajectoryGroup>> {
+    const model = await this.model(await this.scope(principal), modelId);
+    const rows = await repo.pageTrajectoryGroups(this.db, { model, ...query, limit: query.limit + 1 });
+    const data = rows.slice(0, query.limit);
+    return { object: 'list', data, first_id: data[0]?.id ?? '', last_id: data.at(-1)?.id ?? '', has_more: rows.length > query.limit };
   }
 
   // -------------------------------------------------------------------------------------------------------

@@ -28,6 +28,20 @@ export const workerRoutes: FastifyPluginAsyncZod<{ workers: WorkerService }> = a
   const tags = ['workers'];
   const config = { auth: 'worker' as const };
 
+  app.get(
+    '/v1/admin/workers',
+    {
+      config: { auth: 'admin' },
+      schema: {
+        tags: ['admin'],
+        summary: 'List trainer workers seen recently',
+        description: 'Workers that called in within WORKER_SEEN_SECONDS, most recent first.',
+        response: { 200: z.object({ data: z.array(z.object({ worker_id: z.string(), last_seen_at: z.string() })) }) },
+      },
+    },
+    async () => ({ data: await workers.recentWorkers() }),
+  );
+
   app.post(
     '/v1/workers/claim',
     {

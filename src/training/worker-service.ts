@@ -205,6 +205,11 @@ export class WorkerService {
     return { depth: counts.QUEUED ?? 0, running: counts.RUNNING ?? 0 };
   }
 
+  /** Workers that called in within WORKER_SEEN_SECONDS, most recent first (the admin view). */
+  recentWorkers(): Promise<{ worker_id: string; last_seen_at: string }[]> {
+    return repo.listActiveWorkers(this.db, { seenWithinSeconds: this.deps.config.workerSeenSeconds });
+  }
+
   /** `gpu_queue` of the system check: passes when a trainer worker called in recently. */
   async workersCheck(): Promise<{ workers_seen: number; running: number }> {
     const seenWithin = this.deps.config.workerSeenSeconds;

@@ -81,3 +81,19 @@ export async function listTrajectoryGroups(
     .execute();
   return rows.map((row) => row.payload as TrajectoryGroup);
 }
+
+/** One page of the groups logged at (split, step), oldest first; `after` is the id of the last group seen. */
+export async function pageTrajectoryGroups(
+  db: TrainingDb,
+  args: { model: StoredModel; split: string; step: number; after?: number; limit: number },
+): Promise<{ id: string; step: number; split: string; group: unknown }[]> {
+  let query = db
+    .selectFrom('trajectory_logs')
+    .select(['id', 'step', 'split', 'payload'])
+    .where('model_id', '=', args.model.id)
+    .where('split', '=', args.split)
+    .where('step', '=', args.step);
+  if (args.after !== undefined) query = query.where(sql<boolean>`id > ${args.after}`);
+  const rows = await query.orderBy('id').limit(args.limit).execute();
+  return rows.map((row) => ({ id: String(row.id), step: row.step, split: row.split, group: row.payload }));
+}

@@ -1,0 +1,97 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { checkCsrf, principalOf, readCookie, SESSION_COOKIE } from '../auth/plugin.js';
+import type { Principal } from '../auth/principal.js';
+import { SESSION_MAX_MS } from '../auth/service.js';
+import { ForbiddenError, UnauthorizedError } from '../errors.js';
+import { listProjects } from './projects.js';
+
+const Whoami = z.object({
+  username: z.string(),
+  entity: z.string().describe('The user\'s own entity.'),
+  entities: z.array(z.string()).describe('Every entity whose projects the key reaches.'),
+  is_admin: z.boolean(),
+});
+
+function whoami(principal: Principal): z.infer<typeof Whoami> {
+  return { username: principal.username, entity: principal.entity, entities: [...principal.entities].sort(), is_admin: principal.isAdmin };
+}
+
+/**
+ * The web UI's session (an API key exchanged for an HttpOnly cookie; the auth hook reads it) and the
+ * project list it starts from. Errors are the training form `{"detail": ...}`.
+ */
+export const sessionRoutes: FastifyPluginAsyncZod = async (app) => {
+  const tags = ['ui'];
+
+  app.post(
+    '/ui/api/session',
+    {
+      config: { auth: 'none' },
+      schema: {
+        tags,
+        summary: 'Sign in to the web UI',
+        description:
+          'Exchanges a user API key for a session cookie (`ty_session`: HttpOnly, SameSite=Strict). Needs the header `x-trainyard-ui: 1`, and an Origin, when sent, of this server. Worker keys are refused.',
+        body: z.object({ api_key: z.string().min(1).max(200) }),
+        response: { 200: Whoami },
+      },
+    },
+    async (request, reply) => {
+      checkCsrf(request); // a cross-site form must not sign a browser in to someone else's key
+      const principal = await app.auth.authenticate(request.body.api_key);
+      if (!principal) throw new UnauthorizedError('Invalid or revoked API key.');
+      if (principal.keyKind !== 'user') throw new ForbiddenError('Worker keys cannot sign in to the web UI: use a user key.');
+      const token = await app.auth.createSession(principal);
+      const secure = app.config.uiCookieSecure || request.protocol === 'https' ? '; Secure' : '';
+      reply.header(
+        'set-cookie',
+        `${SESSION_COOKIE}=${token}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${SESSION_MAX_MS / 1000}${secure}`,
+      );
+      return whoami(principal);
+    },
+  );
+
+  app.get(
+    '/ui/api/session',
+    { schema: { tags, summary: 'Who the session (or key) is', response: { 200: Whoami } } },
+    async (request) => whoami(principalOf(request)),
+  );
+
+  app.delete(
+    '/ui/api/session',
+    {
+      schema: {
+        tags,
+        summary: 'Sign out of the web UI',
+        description: 'Ends the session of the cookie and clears it. With a bearer key there is nothing to end.',
+        response: { 204: z.null() },
+      },
+    },
+    async (request, reply) => {
+      const token = request.headers.authorization ? undefined : readCookie(request, SESSION_COOKIE);
+      if (token) await app.auth.endSession(token);
+      reply.header('set-cookie', `${SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0`);
+      return reply.status(204).send(null);
+    },
+  );
+
+  app.get(
+    '/v1/projects',
+    {
+      schema: {
+        tags: ['training'],
+        summary: 'List Projects',
+        description:
+          'The projects the key reaches that hold models, trace calls or usage, by entity and name (at most 1000), with their live model counts.',
+        response: {
+          200: z.object({
+            object: z.literal('list'),
+            data: z.array(z.object({ id: z.string(), entity: z.string(), project: z.string(), models: z.number().int() })),
+          }),
+        },
+      },
+    },
+    async (request) => ({ object: 'list' as const, data: await listProjects(app.db, principalOf(request)) }),
+  );
+};

@@ -1,0 +1,413 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
+import { createUserWithKey, type TestUser } from '../helpers/app.js';
+import { backendEntry, writeBackendsFile } from '../inference/gateway-helpers.js';
+import { call, type ScriptedWorker } from '../training/fixtures.js';
+import { openPage, screenshot, signInContext, startUi, type UiServer, type WatchedPage } from './harness.js';
+import { insertMetricRows, queueJob, seedTrainedModel, upsertCalls, type SeededCall } from './seed.js';
+
+/**
+ * Every screen of the web UI on data seeded through the real APIs, checked against what the API returns.
+ * Each test fails on any page error, console error, CSP violation or off-origin request.
+ */
+
+const STEPS = 8;
+let server: UiServer;
+let engine: FakeEngine;
+let user: TestUser;
+let admin: TestUser;
+let project: string;
+let model: { id: string; name: string; entity: string; project: string };
+let worker: ScriptedWorker;
+
+beforeAll(async () => {
+  engine = await startFakeEngine({ models: ['fake/base-model', 'fake/other-model'] });
+  server = await startUi({
+    BACKENDS_FILE: writeBackendsFile([backendEntry('fake', [engine.url], { models: ['fake/base-model', 'fake/other-model'] })]),
+    USAGE_FLUSH_INTERVAL_MS: '50',
+  });
+  user = await createUserWithKey(server.app, { prefix: 'alice' });
+  admin = await createUserWithKey(server.app, { prefix: 'root', isAdmin: true });
+  project = `${user.entity}/rl`;
+  const seeded = await seedTrainedModel(server.app, user, { project: 'rl', name: 'agent-001', steps: STEPS });
+  model = seeded.model;
+  worker = seeded.worker;
+  await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'agent-002', base_model: 'other-base' });
+  await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'sandbox', name: 'scratch', base_model: 'other-base' });
+  const other = await createUserWithKey(server.app, { prefix: 'mallory' });
+  await call(server.app, other.headers, 'POST', '/v1/preview/models', { project: 'secret', name: 'hidden', base_model: 'b' });
+}, 180_000);
+afterAll(async () => {
+  await server?.close();
+  await engine?.close();
+});
+
+async function signedIn(who: TestUser = user): Promise<WatchedPage> {
+  const w = await openPage(server);
+  await signInContext(w.context, server.url, who.key);
+  return w;
+}
+
+describe('project picker and models', () => {
+  it('lists exactly the projects the key reaches, and a project lists its models', async () => {
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/`);
+    const rows = w.page.locator('main table tbody tr');
+    await rows.first().waitFor();
+    expect(await rows.locator('td:first-child').allTextContents()).toEqual([`${user.entity}/rl`, `${user.entity}/sandbox`]);
+    await screenshot(w.page, 'projects');
+    await w.page.getByRole('link', { name: `${user.entity}/rl` }).click();
+    await w.page.getByRole('heading', { name: 'Models' }).waitFor();
+    const models = w.page.getByRole('table', { name: 'Models' }).locator('tbody tr');
+    await models.first().waitFor();
+    expect(await models.locator('td:first-child').allTextContents()).toEqual(['agent-001', 'agent-002']);
+    await screenshot(w.page, 'models');
+    await w.page.getByRole('link', { name: 'agent-001' }).click();
+    await w.page.getByRole('heading', { name: 'agent-001' }).waitFor();
+    expect(new URL(w.page.url()).pathname).toBe(`/ui/models/${model.id}`);
+    w.expectClean();
+    await w.context.close();
+  });
+});
+
+describe('model page', () => {
+  it('draws reward per split with its band, smoothing and log scale, from the logged metrics', async () => {
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${model.id}`);
+    const chart = w.page.locator('[data-chart="Reward"]');
+    await chart.locator('canvas').waitFor();
+    expect(await chart.getAttribute('data-points')).toBe(String(STEPS));
+    const legend = await chart.locator('.u-legend .u-label').allTextContents();
+    expect(legend).toContain('train/reward');
+    expect(legend).toContain('val/reward');
+    expect(legend.some((l) => l.includes('mean within-group σ'))).toBe(true);
+    const painted = await chart.locator('canvas').evaluate((c: HTMLCanvasElement) => {
+      const d = c.getContext('2d')!.getImageData(0, 0, c.width, c.height).data;
+      let n = 0;
+      for (let i = 3; i < d.length; i += 4) if (d[i]) n++;
+      return n;
+    });
+    expect(painted).toBeGreaterThan(0);
+    // Hovering the last step shows the logged value the API holds (uPlot's legend, three decimals).
+    const metrics = await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/metrics?split=train`);
+    const last = metrics.body.data.filter((r: any) => r.step === STEPS - 1).at(-1).metrics['train/reward'];
+    const over = (await chart.locator('.u-over').boundingBox())!;
+    await w.page.mouse.move(over.x + over.width - 1, over.y + over.height / 2);
+    const values = chart.locator('.u-legend .u-series');
+    await w.page.waitForFunction(
+      (step) => document.querySelector('[data-chart="Reward"] .u-legend .u-series .u-value')?.textContent === String(step),
+      STEPS - 1,
+    );
+    const trainRow = values.filter({ has: w.page.locator('.u-label', { hasText: /^train\/reward$/ }) });
+    expect(Number(await trainRow.locator('.u-value').textContent())).toBeCloseTo(last, 3);
+    // Smoothing adds a smoothed line and keeps the raw one.
+    await w.page.locator('input[name="smoothing"]').fill('0.6');
+    await w.page.waitForFunction(() => [...document.querySelectorAll('[data-chart="Reward"] .u-legend .u-label')].some((e) => e.textContent === 'train/reward (smoothed)'));
+    const smoothedLegend = await chart.locator('.u-legend .u-label').allTextContents();
+    expect(smoothedLegend).toContain('train/reward (raw)');
+    await w.page.getByLabel('log scale').check();
+    await w.page.waitForFunction(() => document.querySelector('[data-chart="Reward"]')?.getAttribute('data-scale') !== 'linear');
+    await w.page.getByLabel('log scale').uncheck();
+    await w.page.locator('input[name="smoothing"]').fill('0');
+    await chart.locator('canvas').waitFor();
+    await screenshot(w.page, 'model');
+    w.expectClean();
+    await w.context.close();
+  });
+
+  it('lists the checkpoints the API holds, marks the best, copies the inference name and deletes one', async () => {
+    const api = await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/checkpoints?limit=100`);
+    const steps = api.body.data.map((c: any) => String(c.step));
+    const w = await signedIn();
+    w.page.on('dialog', (dialog) => void dialog.accept());
+    await w.page.goto(`${server.url}/ui/models/${model.id}`);
+    const table = w.page.getByRole('table', { name: 'Checkpoints' });
+    await table.locator('tbody tr').first().waitFor();
+    expect(await table.locator('tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-step')))).toEqual(steps);
+    // Best by loss/train (lowest): the last step, whose loss is smallest.
+    await w.page.locator('select[name="best-metric"]').selectOption('loss/train');
+    expect(await table.locator('tr.best').getAttribute('data-step')).toBe(steps.at(-1));
+    const first = table.locator(`tr[data-step="${steps[0]}"]`);
+    await first.getByRole('button', { name: 'Copy' }).click();
+    await w.page.locator('[data-copied] code').getByText(`wandb-artifact:///${model.entity}/${model.project}/${model.name}:step${steps[0]}`).waitFor();
+    await first.getByRole('button', { name: 'Delete' }).click();
+    await table.locator(`tr[data-step="${steps[0]}"]`).waitFor({ state: 'detached' });
+    const after = await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/checkpoints?limit=100`);
+    expect(after.body.data.map((c: any) => String(c.step))).toEqual(steps.slice(1));
+    w.expectClean();
+    await w.context.close();
+  });
+
+  it('opens the rollouts of a step from a click on the reward chart', async () => {
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${model.id}`);
+    const over = w.page.locator('[data-chart="Reward"] .u-over');
+    await over.waitFor();
+    const box = (await over.boundingBox())!;
+    await w.page.mouse.move(box.x + box.width - 2, box.y + box.height / 2);
+    await w.page.mouse.click(box.x + box.width - 2, box.y + box.height / 2);
+    await w.page.getByRole('heading', { name: /Rollouts at step/ }).waitFor();
+    const query = new URL(w.page.url()).searchParams;
+    expect(query.get('split')).toBe('train');
+    const step = Number(query.get('step'));
+    expect(step).toBe(STEPS - 1);
+    const api = await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/trajectories?split=train&step=${step}&limit=100`);
+    const groups = w.page.locator('section.group');
+    await groups.first().waitFor();
+    expect(await groups.count()).toBe(api.body.data.length);
+    const trajectories = api.body.data.reduce((n: number, g: any) => n + g.group.trajectories.length, 0);
+    const counts = await w.page.locator('.histogram .bar').evaluateAll((bars) => bars.map((b) => Number(b.getAttribute('data-count'))));
+    expect(counts.reduce((a, b) => a + b, 0)).toBe(trajectories);
+    // The group of equal rewards (0.25, 0.25) is flagged; the others are not.
+    expect(await w.page.locator('[data-flat]').count()).toBe(1);
+    await w.page.locator('section.group').nth(2).getByText('all rewards equal: teaches nothing').waitFor();
+    expect(await w.page.locator('.bubble-assistant').first().textContent()).toContain('left');
+    await screenshot(w.page, 'rollouts');
+    w.expectClean();
+    await w.context.close();
+  });
+
+  it('draws a 10,000-point reward chart (time logged, not asserted)', async () => {
+    const big = await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'long-run', base_model: 'other-base' });
+    await insertMetricRows(server.app, big.body.id, 10_000);
+    const w = await signedIn();
+    const started = Date.now();
+    await w.page.goto(`${server.url}/ui/models/${big.body.id}`);
+    const chart = w.page.locator('[data-chart="Reward"]');
+    await chart.locator('canvas').waitFor();
+    await w.page.waitForFunction(() => document.querySelector('[data-chart="Reward"]')?.hasAttribute('data-render-ms'));
+    const ready = Date.now() - started;
+    expect(await chart.getAttribute('data-points')).toBe('10000');
+    console.log(`10,000-point reward chart: on screen ${ready} ms after navigation; ${await chart.getAttribute('data-render-ms')} ms from its data to the painted frame`);
+    w.expectClean();
+    await w.context.close();
+  });
+});
+
+describe('job page', () => {
+  it('shows events and gradient-step charts as they arrive, without a reload, until the job ends', async () => {
+    const queued = await queueJob(server.app, user, model, worker);
+    const w = await signedIn();
+    let navigations = 0;
+    w.page.on('framenavigated', () => navigations++);
+    await w.page.goto(`${server.url}/ui/jobs/${queued.jobId}`);
+    await w.page.locator('.badge', { hasText: 'QUEUED' }).waitFor();
+    const claimed = await queued.claim();
+    await worker.events(claimed, [{ type: 'training_started', data: { num_sequences: 3 } }]);
+    await w.page.locator('.badge', { hasText: 'RUNNING' }).waitFor();
+    for (let i = 1; i <= 3; i++) {
+      await worker.events(claimed, [{ type: 'gradient_step', data: { loss: 1 / i, grad_norm: 0.3 * i, learning_rate: 5e-6 } }]);
+    }
+    await w.page.locator('tr[data-type="gradient_step"]').nth(2).waitFor();
+    await w.page.locator('[data-chart="loss"] canvas').waitFor();
+    expect(await w.page.locator('[data-chart="loss"]').getAttribute('data-points')).toBe('3');
+    await worker.complete(claimed, { 'loss/train': 0.1 });
+    await w.page.locator('.badge', { hasText: 'COMPLETED' }).waitFor();
+    await w.page.locator('tr[data-type="training_ended"]').waitFor();
+    expect(navigations).toBe(1);
+    await screenshot(w.page, 'job');
+    w.expectClean();
+    await w.context.close();
+  });
+
+  it('cancels a queued job', async () => {
+    const queued = await queueJob(server.app, user, model, worker);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/jobs/${queued.jobId}`);
+    await w.page.getByRole('button', { name: 'Cancel job' }).click();
+    await w.page.locator('h1 .badge', { hasText: 'CANCELED' }).waitFor();
+    const job = await call(server.app, user.headers, 'GET', `/v1/preview/training-jobs/${queued.jobId}`);
+    expect(job.body.status).toBe('CANCELED');
+    w.expectClean();
+    await w.context.close();
+  });
+});
+
+describe('traces', () => {
+  const t0 = new Date('2026-11-20T10:00:00Z');
+  const at = (ms: number) => new Date(t0.getTime() + ms);
+  const script = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>';
+
+  beforeAll(async () => {
+    const roots: SeededCall[] = Array.from({ length: 30 }, (_, i) => ({
+      id: `root-${String(i).padStart(2, '0')}`,
+      trace_id: `trace-${i}`,
+      op_name: i % 3 === 0 ? 'eval.score' : 'agent.run',
+      startedAt: at(i * 1000),
+      latencyMs: 100 + i,
+      exception: i === 7 ? 'ValueError: bad move' : undefined,
+      summary: { usage: { 'gpt-x': { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15, requests: 1 } } },
+    }));
+    const tree: SeededCall[] = [
+      { id: 'tree-root', trace_id: 'trace-tree', op_name: 'agent.episode', startedAt: at(100_000), latencyMs: 900 },
+      {
+        id: 'tree-chat',
+        trace_id: 'trace-tree',
+        parent_id: 'tree-root',
+        op_name: 'openai.chat.completions.create',
+        startedAt: at(100_010),
+        inputs: { model: 'gpt-x', messages: [{ role: 'system', content: 'You play 2048.' }, { role: 'user', content: script }] },
+        output: { choices: [{ index: 0, message: { role: 'assistant', content: 'I move left.' }, finish_reason: 'stop' }] },
+      },
+      { id: 'tree-tool', trace_id: 'trace-tree', parent_id: 'tree-root', op_name: 'tool.move', startedAt: at(100_200), inputs: { direction: 'left' }, output: { board: [[2, 0], [0, 0]] } },
+      { id: 'tree-leaf', trace_id: 'trace-tree', parent_id: 'tree-tool', op_name: 'game.apply', startedAt: at(100_210), output: 'ok' },
+    ];
+    const large: SeededCall[] = [{ id: 'big-0', trace_id: 'trace-big', op_name: 'big.root', startedAt: at(200_000) }];
+    for (let i = 1; i < 2000; i++) {
+      large.push({ id: `big-${i}`, trace_id: 'trace-big', parent_id: i < 50 ? 'big-0' : `big-${i % 49 + 1}`, op_name: `step.${i % 7}`, startedAt: at(200_000 + i) });
+    }
+    await upsertCalls(server.app, user, project, [...roots, ...tree, ...large]);
+  }, 120_000);
+
+  it('pages root calls, filters by op and status, sorts, and keeps all of it in the URL across a reload', async () => {
+    const w = await signedIn();
+    const bodies: any[] = [];
+    w.page.on('request', (r) => {
+      if (r.url().endsWith('/traces/calls/query')) bodies.push(r.postDataJSON());
+    });
+    await w.page.goto(`${server.url}/ui/p/${project}/traces`);
+    const rows = w.page.getByRole('table', { name: 'Traces' }).locator('tbody tr');
+    await rows.first().waitFor();
+    expect(await rows.count()).toBe(25);
+    await w.page.getByText('32 traces').waitFor();
+    await screenshot(w.page, 'traces');
+    expect(bodies[0].columns).not.toContain('inputs');
+    expect(bodies[0].columns).not.toContain('output');
+    await w.page.getByRole('button', { name: 'Next' }).click();
+    await w.page.getByText('Page 2 of 2').waitFor();
+    await w.page.waitForFunction(() => document.querySelectorAll('table[aria-label="Traces"] tbody tr').length === 7);
+    await w.page.locator('select[name="status"]').selectOption('error');
+    await w.page.getByText('1 traces').waitFor();
+    await w.page.waitForFunction(() => document.querySelectorAll('table[aria-label="Traces"] tbody tr').length === 1);
+    expect(await rows.first().locator('.badge').textContent()).toBe('error');
+    await w.page.locator('select[name="status"]').selectOption('');
+    await w.page.locator('input[name="op"]').fill('eval.score');
+    await w.page.locator('input[name="op"]').press('Enter');
+    await w.page.getByText('10 traces').waitFor();
+    await w.page.getByRole('button', { name: 'Latency' }).click();
+    await w.page.waitForFunction(() => new URLSearchParams(location.search).get('sort') === 'latency');
+    const before = await rows.locator('td:first-child').allTextContents();
+    const url = w.page.url();
+    await w.page.reload();
+    await w.page.getByText('10 traces').waitFor();
+    expect(w.page.url()).toBe(url);
+    expect(await w.page.locator('input[name="op"]').inputValue()).toBe('eval.score');
+    expect(await rows.locator('td:first-child').allTextContents()).toEqual(before);
+    w.expectClean();
+    await w.context.close();
+  });
+
+  it('shows the call tree, a call\'s messages as bubbles, a script payload as text, and takes feedback', async () => {
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/p/${project}/traces/trace-tree?call=tree-chat`);
+    const items = w.page.getByRole('treeitem');
+    await items.first().waitFor();
+    expect(await items.evaluateAll((rows) => rows.map((r) => [r.getAttribute('data-call'), r.getAttribute('aria-level')]))).toEqual([
+      ['tree-root', '1'],
+      ['tree-chat', '2'],
+      ['tree-tool', '2'],
+      ['tree-leaf', '3'],
+    ]);
+    const detail = w.page.getByRole('region', { name: 'Call detail' });
+    await detail.locator('.bubble-user').waitFor();
+    expect(await detail.locator('.bubble-user pre').textContent()).toBe(script);
+    expect(await detail.locator('.bubble-assistant pre').textContent()).toBe('I move left.');
+    expect(await w.page.evaluate('window.__pwned')).toBeUndefined();
+    expect(await detail.locator('img').count()).toBe(0);
+    await detail.locator('input[name="note"]').fill('left was right');
+    await detail.getByRole('button', { name: 'Add note' }).click();
+    await detail.locator('.feedback li', { hasText: 'left was right' }).waitFor();
+    await screenshot(w.page, 'trace');
+    await items.filter({ hasText: 'tool.move' }).getByRole('button', { name: 'tool.move' }).click();
+    await detail.getByText('"direction": "left"').waitFor();
+    expect(new URL(w.page.url()).searchParams.get('call')).toBe('tree-tool');
+    w.expectClean();
+    await w.context.close();
+  });
+
+  it('keeps a 2,000-call trace to a window of rows', async () => {
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/p/${project}/traces/trace-big`);
+    await w.page.getByRole('treeitem').first().waitFor();
+    expect(await w.page.locator('[data-calls]').getAttribute('data-calls')).toBe('2000');
+    expect(await w.page.getByRole('treeitem').count()).toBeLessThanOrEqual(150);
+    await w.page.locator('.tree').evaluate((el) => {
+      el.scrollTop = 26 * 1500;
+    });
+    await w.page.waitForFunction(() => [...document.querySelectorAll('[role=treeitem]')].some((e) => Number((e as HTMLElement).style.top.replace('px', '')) >= 26 * 1500));
+    expect(await w.page.getByRole('treeitem').count()).toBeLessThanOrEqual(150);
+    w.expectClean();
+    await w.context.close();
+  });
+});
+
+describe('usage', () => {
+  it('shows usage by model with totals equal to GET /v1/usage', async () => {
+    for (const [modelName, n] of [['fake/base-model', 3], ['fake/other-model', 2]] as const) {
+      for (let i = 0; i < n; i++) {
+        const response = await fetch(`${server.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { ...user.headers, 'content-type': 'application/json', 'compat-project': project },
+          body: JSON.stringify({ model: modelName, messages: [{ role: 'user', content: 'hi' }] }),
+        });
+        expect(response.status).toBe(200);
+      }
+    }
+    let totals: any;
+    for (let i = 0; i < 100; i++) {
+      totals = (await call(server.app, user.headers, 'GET', `/v1/usage?project=${project}`)).body.data[0];
+      if (totals?.requests === 5) break;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/p/${project}/usage`);
+    const table = w.page.getByRole('table', { name: 'Usage by model' });
+    await table.locator('tr[data-total]').waitFor();
+    expect(await table.locator('tbody td:first-child').allTextContents()).toEqual(['fake/base-model', 'fake/other-model']);
+    const cells = await table.locator('tr[data-total] td').allTextContents();
+    expect(cells.map(Number)).toEqual([totals.requests, totals.errors, totals.prompt_tokens, totals.completion_tokens, totals.cached_tokens, totals.total_tokens]);
+    expect(await w.page.locator('.histogram .bar').count()).toBe(1);
+    await screenshot(w.page, 'usage');
+    w.expectClean();
+    await w.context.close();
+  });
+});
+
+describe('admin', () => {
+  it('is refused to a non-admin session', async () => {
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/admin`);
+    await w.page.getByText('This page needs an admin key.').waitFor();
+    expect(await w.page.getByRole('link', { name: 'Admin' }).count()).toBe(0);
+    w.expectClean();
+    await w.context.close();
+  });
+
+  it('shows the system check and recent workers, creates a key shown once, and revokes it', async () => {
+    const w = await signedIn(admin);
+    w.page.on('dialog', (dialog) => void dialog.accept());
+    await w.page.goto(`${server.url}/ui/admin`);
+    const checks = w.page.getByRole('table', { name: 'System check' });
+    await checks.locator('tr').first().waitFor();
+    expect(await checks.locator('td:first-child').allTextContents()).toEqual(expect.arrayContaining(['api', 'database']));
+    await w.page.getByText(worker.workerId).waitFor();
+    await w.page.locator('input[name="key_user"]').fill(user.username);
+    await w.page.locator('input[name="key_name"]').fill('from the ui');
+    await w.page.getByRole('button', { name: 'Create key' }).click();
+    const secret = (await w.page.locator('[data-secret]').textContent())!;
+    expect(secret).toMatch(/^ty_[A-Za-z0-9]{40}$/);
+    const keys = (await call(server.app, admin.headers, 'GET', `/v1/admin/keys?username=${user.username}`)).body.data;
+    const created = keys.find((k: any) => k.name === 'from the ui');
+    const row = w.page.locator(`tr[data-key="${created.id}"]`);
+    await row.waitFor();
+    expect(await row.textContent()).not.toContain(secret);
+    expect(await row.locator('code').textContent()).toBe(`${created.prefix}…`);
+    await screenshot(w.page, 'admin');
+    await row.getByRole('button', { name: 'Revoke' }).click();
+    await row.getByRole('button', { name: 'Revoke' }).waitFor({ state: 'detached' });
+    const after = (await call(server.app, admin.headers, 'GET', `/v1/admin/keys?username=${user.username}`)).body.data;
+    expect(after.find((k: any) => k.id === created.id).revoked_at).not.toBeNull();
+    w.expectClean();
+    await w.context.close();
+  });
+});

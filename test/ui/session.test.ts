@@ -1,0 +1,191 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
+import Fastify from 'fastify';
+import { UI_CSP, uiPages } from '../../src/ui/plugin.js';
+import { createTestApp, createUserWithKey, createWorkerKey, type TestUser } from '../helpers/app.js';
+
+const UI = { 'x-trainyard-ui': '1' };
+
+async function signIn(app: App, key: string, headers: Record<string, string> = UI) {
+  return app.inject({ method: 'POST', url: '/ui/api/session', headers, payload: { api_key: key } });
+}
+
+function sessionCookie(setCookie: string | string[] | undefined): string {
+  const line = Array.isArray(setCookie) ? setCookie[0] : setCookie;
+  return /^ty_session=([^;]*)/.exec(line ?? '')![1];
+}
+
+describe('web UI sessions', () => {
+  let app: App;
+  let user: TestUser;
+  beforeAll(async () => {
+    app = await createTestApp();
+    user = await createUserWithKey(app);
+  });
+  afterAll(() => app.close());
+
+  it('a user key signs in to an HttpOnly, SameSite=Strict cookie that authenticates API calls', async () => {
+    const response = await signIn(app, user.key);
+    expect(response.statusCode).toBe(200);
+    expect(response.json()).toEqual({ username: user.username, entity: user.entity, entities: [user.entity], is_admin: false });
+    const setCookie = String(response.headers['set-cookie']);
+    expect(setCookie).toMatch(/^ty_session=[A-Za-z0-9_-]{43}; Path=\/; HttpOnly; SameSite=Strict; Max-Age=604800$/);
+    const cookie = `ty_session=${sessionCookie(response.headers['set-cookie'])}`;
+    const me = await app.inject({ url: '/ui/api/session', headers: { cookie } });
+    expect(me.json().username).toBe(user.username);
+    const models = await app.inject({ url: '/v1/preview/models', headers: { cookie } });
+    expect(models.statusCode).toBe(200);
+  });
+
+  it('marks the cookie Secure when UI_COOKIE_SECURE is set (TLS ended at a proxy)', async () => {
+    const secureApp = await createTestApp({ UI_COOKIE_SECURE: 'true' });
+    try {
+      const owner = await createUserWithKey(secureApp);
+      const response = await signIn(secureApp, owner.key);
+      expect(String(response.headers['set-cookie'])).toMatch(/; HttpOnly; SameSite=Strict; Max-Age=604800; Secure$/);
+    } finally {
+      await secureApp.close();
+    }
+  });
+
+  it('stores only a hash of the session token', async () => {
+    const token = sessionCookie((await signIn(app, user.key)).headers['set-cookie']);
+    const rows = await app.db.selectFrom('ui_sessions').select('token_hash').execute();
+    expect(rows.some((r) => r.token_hash === token)).toBe(false);
+    expect(rows.length).toBeGreaterThan(0);
+  });
+
+  it('a wrong key is refused with 401 and sets no cookie', async () => {
+    const response = await signIn(app, 'ty_wrong');
+    expect(response.statusCode).toBe(401);
+    expect(response.json()).toEqual({ detail: 'Invalid or revoked API key.' });
+    expect(response.headers['set-cookie']).toBeUndefined();
+  });
+
+  it('a worker key cannot sign in', async () => {
+    const worker = await createWorkerKey(app, user.username);
+    const response = await signIn(app, worker.key);
+    expect(response.statusCode).toBe(403);
+    expect(response.json()).toEqual({ detail: 'Worker keys cannot sign in to the web UI: use a user key.' });
+  });
+
+  it('signing in needs the UI header and a same-origin Origin (no login CSRF)', async () => {
+    const noHeader = await signIn(app, user.key, {});
+    expect(noHeader.statusCode).toBe(403);
+    expect(noHeader.json()).toEqual({ detail: 'Cookie-authenticated writes need the header "x-trainyard-ui: 1" (sent by the web UI).' });
+    const foreign = await signIn(app, user.key, { ...UI, origin: 'https://evil.example' });
+    expect(foreign.statusCode).toBe(403);
+    expect(foreign.json()).toEqual({ detail: 'Cross-origin request refused: Origin "https://evil.example" is not this server.' });
+  });
+
+  it('cookie-authenticated writes without the UI header or from another origin get 403 and change nothing', async () => {
+    const cookie = `ty_session=${sessionCookie((await signIn(app, user.key)).headers['set-cookie'])}`;
+    const body = { entity: user.entity, project: 'p', name: 'csrf-model', base_model: 'base' };
+    const bare = await app.inject({ method: 'POST', url: '/v1/preview/models', headers: { cookie }, payload: body });
+    expect(bare.statusCode).toBe(403);
+    expect(bare.json()).toEqual({ detail: 'Cookie-authenticated writes need the header "x-trainyard-ui: 1" (sent by the web UI).' });
+    const foreign = await app.inject({
+      method: 'POST',
+      url: '/v1/preview/models',
+      headers: { cookie, ...UI, origin: 'http://evil.example' },
+      payload: body,
+    });
+    expect(foreign.statusCode).toBe(403);
+    const opaque = await app.inject({ method: 'POST', url: '/v1/preview/models', headers: { cookie, ...UI, origin: 'null' }, payload: body });
+    expect(opaque.statusCode).toBe(403);
+    const list = await app.inject({ url: '/v1/preview/models', headers: { cookie } });
+    expect(list.json().data).toEqual([]);
+    const allowed = await app.inject({
+      method: 'POST',
+      url: '/v1/preview/models',
+      // Same host over https: TLS ended at a proxy in front of this process.
+      headers: { cookie, ...UI, origin: 'https://localhost:80' },
+      payload: body,
+    });
+    expect(allowed.statusCode).toBe(200);
+  });
+
+  it('bearer keys keep working without the UI header', async () => {
+    const response = await app.inject({
+      method: 'POST',
+      url: '/v1/preview/models',
+      headers: user.headers,
+      payload: { entity: user.entity, project: 'p', name: 'bearer-model', base_model: 'base' },
+    });
+    expect(response.statusCode).toBe(200);
+  });
+
+  it('signing out ends the session', async () => {
+    const cookie = `ty_session=${sessionCookie((await signIn(app, user.key)).headers['set-cookie'])}`;
+    const out = await app.inject({ method: 'DELETE', url: '/ui/api/session', headers: { cookie, ...UI } });
+    expect(out.statusCode).toBe(204);
+    expect(String(out.headers['set-cookie'])).toBe('ty_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0');
+    const after = await app.inject({ url: '/v1/preview/models', headers: { cookie } });
+    expect(after.statusCode).toBe(401);
+    expect(after.json()).toEqual({ detail: 'Your session has ended (signed out, expired or its API key was revoked): sign in again.' });
+  });
+
+  it('revoking the key ends its sessions', async () => {
+    const other = await createUserWithKey(app);
+    const cookie = `ty_session=${sessionCookie((await signIn(app, other.key)).headers['set-cookie'])}`;
+    expect((await app.inject({ url: '/ui/api/session', headers: { cookie } })).statusCode).toBe(200);
+    await app.auth.revokeKey({ keyId: other.keyId });
+    const after = await app.inject({ url: '/ui/api/session', headers: { cookie } });
+    expect(after.statusCode).toBe(401);
+  });
+
+  it('the session cookie is never accepted on the worker protocol', async () => {
+    const cookie = `ty_session=${sessionCookie((await signIn(app, user.key)).headers['set-cookie'])}`;
+    const response = await app.inject({ method: 'POST', url: '/v1/workers/claim', headers: { cookie, ...UI }, payload: {} });
+    expect(response.statusCode).toBe(401);
+  });
+});
+
+describe('serving the web UI pages', () => {
+  async function pages(files: Record<string, string>) {
+    const root = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-ui-'));
+    for (const [name, text] of Object.entries(files)) {
+      fs.mkdirSync(path.dirname(path.join(root, name)), { recursive: true });
+      fs.writeFileSync(path.join(root, name), text);
+    }
+    const app = Fastify();
+    await app.register(uiPages, { prefix: '/ui', root });
+    return app;
+  }
+
+  it('answers every page with how to build the UI when it is not built', async () => {
+    const app = await pages({});
+    for (const url of ['/ui/', '/ui/models/x']) {
+      const response = await app.inject({ url });
+      expect(response.statusCode).toBe(503);
+      expect(response.body).toBe('The web UI is not built. Run "npm run build" (it bundles ui/ into dist/ui/), then restart the server.\n');
+    }
+    await app.close();
+  });
+
+  it('serves index.html for deep links with the CSP, and hashed assets as immutable', async () => {
+    const app = await pages({ 'index.html': '<!doctype html><title>t</title>', 'assets/main-ABC123.js': 'void 0' });
+    const index = await app.inject({ url: '/ui/models/abc?x=1' });
+    expect(index.statusCode).toBe(200);
+    expect(index.body).toContain('<title>t</title>');
+    expect(index.headers['content-security-policy']).toBe(UI_CSP);
+    expect(index.headers['x-content-type-options']).toBe('nosniff');
+    expect(index.headers['cache-control']).toBe('no-cache');
+    const root = await app.inject({ url: '/ui/' });
+    expect(root.headers['cache-control']).toBe('no-cache');
+    const asset = await app.inject({ url: '/ui/assets/main-ABC123.js' });
+    expect(asset.headers['cache-control']).toBe('public, max-age=31536000, immutable');
+    expect((await app.inject({ url: '/ui/assets/missing.js' })).statusCode).toBe(404);
+    expect((await app.inject({ url: '/ui/api/nope' })).statusCode).toBe(404);
+    await app.close();
+  });
+});
+
+it('the CSP allows nothing inline and nothing from another host', () => {
+  expect(UI_CSP).toBe(
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'",
+  );
+});

@@ -1,0 +1,70 @@
+import { signal } from '@preact/signals';
+
+/** Calls the trainyard API with the session cookie; cookie-authenticated writes carry the CSRF header. */
+
+export interface Whoami {
+  username: string;
+  entity: string;
+  entities: string[];
+  is_admin: boolean;
+}
+
+/** Who is signed in: undefined while unknown, null when signed out. */
+export const session = signal<Whoami | null | undefined>(undefined);
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly body: unknown,
+  ) {
+    super(errorMessage(status, body));
+  }
+}
+
+function errorMessage(status: number, body: unknown): string {
+  if (body && typeof body === 'object') {
+    const b = body as Record<string, unknown>;
+    if (typeof b.detail === 'string') return b.detail;
+    if (Array.isArray(b.detail)) return b.detail.map((d) => (d as { msg?: string }).msg ?? JSON.stringify(d)).join('; ');
+    if (typeof b.reason === 'string') return b.reason;
+    const error = b.error as { message?: string } | undefined;
+    if (error?.message) return error.message;
+  }
+  return `HTTP ${status}`;
+}
+
+export async function api<T>(path: string, options: { method?: string; body?: unknown } = {}): Promise<T> {
+  const headers: Record<string, string> = { 'x-trainyard-ui': '1' };
+  if (options.body !== undefined) headers['content-type'] = 'application/json';
+  const response = await fetch(path, {
+    method: options.method ?? 'GET',
+    headers,
+    credentials: 'same-origin',
+    body: options.body === undefined ? undefined : JSON.stringify(options.body),
+  });
+  const text = await response.text();
+  let body: unknown = undefined;
+  if (text) {
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = text;
+    }
+  }
+  if (response.status === 401 && !path.startsWith('/ui/api/session')) session.value = null;
+  if (!response.ok) throw new ApiError(response.status, body);
+  return body as T;
+}
+
+/** Every page of a cursor list (`after` = last_id), up to `max` items. */
+export async function allPages<T>(path: string, max = 5000): Promise<T[]> {
+  const items: T[] = [];
+  let after = '';
+  for (;;) {
+    const sep = path.includes('?') ? '&' : '?';
+    const page = await api<{ data: T[]; last_id: string; has_more: boolean }>(`${path}${sep}limit=100${after ? `&after=${after}` : ''}`);
+    items.push(...page.data);
+    if (!page.has_more || items.length >= max || !page.last_id) return items;
+    after = encodeURIComponent(page.last_id);
+  }
+}

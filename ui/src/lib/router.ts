@@ -1,0 +1,70 @@
+import { signal } from '@preact/signals';
+
+/** A small history router: the path and query under /ui/ are the app's state, so reloads and links keep it. */
+
+export const BASE = '/ui';
+
+export interface Location {
+  path: string; // without the /ui prefix, e.g. "/models/abc"
+  query: URLSearchParams;
+}
+
+function read(): Location {
+  const pathname = window.location.pathname.startsWith(BASE) ? window.location.pathname.slice(BASE.length) : window.location.pathname;
+  return { path: pathname || '/', query: new URLSearchParams(window.location.search) };
+}
+
+export const location = signal<Location>(read());
+
+window.addEventListener('popstate', () => {
+  location.value = read();
+});
+
+/** Goes to an app path ("/models/x?y=1"); `replace` keeps the history entry (filters, sort). */
+export function navigate(to: string, replace = false): void {
+  const url = BASE + to;
+  if (replace) history.replaceState(null, '', url);
+  else history.pushState(null, '', url);
+  location.value = read();
+}
+
+/** Sets query parameters of the current page (empty values removed), replacing the history entry. */
+export function setQuery(changes: Record<string, string | undefined>): void {
+  const query = new URLSearchParams(location.value.query);
+  for (const [key, value] of Object.entries(changes)) {
+    if (value === undefined || value === '') query.delete(key);
+    else query.set(key, value);
+  }
+  const search = query.toString();
+  navigate(location.value.path + (search ? `?${search}` : ''), true);
+}
+
+/** Matches "/models/:id" against a path; returns the parameters or undefined. */
+export function match(pattern: string, path: string): Record<string, string> | undefined {
+  const want = pattern.split('/');
+  const have = path.split('/');
+  if (want.length !== have.length) return undefined;
+  const params: Record<string, string> = {};
+  for (let i = 0; i < want.length; i++) {
+    if (want[i].startsWith(':')) {
+      if (!have[i]) return undefined;
+      params[want[i].slice(1)] = decodeURIComponent(have[i]);
+    } else if (want[i] !== have[i]) return undefined;
+  }
+  return params;
+}
+
+/**
+ * Where to go after signing in: only a path inside this app. Anything else (another host, "//host",
+ * "/\\host", a scheme) is refused and the app's home is used instead: no open redirect.
+ */
+export function safeNext(next: string | null): string {
+  if (!next || !next.startsWith('/') || next.startsWith('//') || next.includes('\\')) return '/';
+  try {
+    const url = new URL(BASE + next, window.location.origin);
+    if (url.origin !== window.location.origin || !url.pathname.startsWith(`${BASE}/`)) return '/';
+    return url.pathname.slice(BASE.length) + url.search;
+  } catch {
+    return '/';
+  }
+}

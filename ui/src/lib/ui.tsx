@@ -1,0 +1,71 @@
+import type { ComponentChildren } from 'preact';
+import { navigate, BASE } from './router.js';
+
+/** Small shared pieces: links through the router, status badges, loading and error lines. */
+
+export function Link(props: { to: string; children: ComponentChildren; class?: string }) {
+  return (
+    <a
+      href={BASE + props.to}
+      class={props.class}
+      onClick={(event) => {
+        if (event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+        event.preventDefault();
+        navigate(props.to);
+      }}
+    >
+      {props.children}
+    </a>
+  );
+}
+
+export function Badge(props: { status: string }) {
+  return <span class={`badge badge-${props.status.toLowerCase()}`}>{props.status}</span>;
+}
+
+export function Problem(props: { error: string | undefined }) {
+  return props.error ? (
+    <p class="problem" role="alert">
+      {props.error}
+    </p>
+  ) : null;
+}
+
+export function Loading(props: { what: string }) {
+  return <p class="muted">Loading {props.what}…</p>;
+}
+
+export function fmt(value: unknown, digits = 4): string {
+  if (typeof value === 'number') return Number.isInteger(value) ? String(value) : value.toPrecision(digits);
+  if (value === null || value === undefined) return '—';
+  return String(value);
+}
+
+export function when(iso: string | null | undefined): string {
+  return iso ? new Date(iso).toISOString().replace('T', ' ').slice(0, 19) : '—';
+}
+
+/** Project tabs shown on every project page. */
+export function ProjectTabs(props: { project: string; active: 'models' | 'traces' | 'usage' }) {
+  const tabs = [
+    ['models', 'Models'],
+    ['traces', 'Traces'],
+    ['usage', 'Usage'],
+  ] as const;
+  return (
+    <nav class="tabs" aria-label="Project">
+      <strong>{props.project}</strong>
+      {tabs.map(([id, label]) =>
+        id === props.active ? (
+          <span class="tab active" aria-current="page">
+            {label}
+          </span>
+        ) : (
+          <Link class="tab" to={`/p/${props.project}/${id}`}>
+            {label}
+          </Link>
+        ),
+      )}
+    </nav>
+  );
+}

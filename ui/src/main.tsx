@@ -1,0 +1,88 @@
+import { render } from 'preact';
+import { useEffect } from 'preact/hooks';
+import { api, session, type Whoami } from './lib/api.js';
+import { location, match, navigate } from './lib/router.js';
+import { Link } from './lib/ui.js';
+import { AdminPage } from './pages/admin.js';
+import { JobPage } from './pages/job.js';
+import { LoginPage } from './pages/login.js';
+import { ModelPage } from './pages/model.js';
+import { ModelsPage } from './pages/models.js';
+import { ProjectsPage } from './pages/projects.js';
+import { RolloutsPage } from './pages/rollouts.js';
+import { TracePage } from './pages/trace.js';
+import { TracesPage } from './pages/traces.js';
+import { UsagePage } from './pages/usage.js';
+
+/** The app shell: who is signed in, the routes, and the sign-in gate. */
+
+const ROUTES: [string, (params: Record<string, string>) => preact.JSX.Element][] = [
+  ['/', () => <ProjectsPage />],
+  ['/p/:entity/:project/models', (p) => <ModelsPage project={`${p.entity}/${p.project}`} />],
+  ['/p/:entity/:project/traces', (p) => <TracesPage project={`${p.entity}/${p.project}`} />],
+  ['/p/:entity/:project/traces/:trace', (p) => <TracePage project={`${p.entity}/${p.project}`} traceId={p.trace} />],
+  ['/p/:entity/:project/usage', (p) => <UsagePage project={`${p.entity}/${p.project}`} />],
+  ['/models/:id', (p) => <ModelPage id={p.id} />],
+  ['/models/:id/rollouts', (p) => <RolloutsPage modelId={p.id} />],
+  ['/jobs/:id', (p) => <JobPage id={p.id} />],
+  ['/admin', () => <AdminPage />],
+];
+
+function Page() {
+  const path = location.value.path.replace(/\/+$/, '') || '/';
+  for (const [pattern, view] of ROUTES) {
+    const params = match(pattern, path);
+    if (params) return view(params);
+  }
+  return (
+    <main>
+      <h1>Not found</h1>
+      <p>
+        There is no page at <code>{location.value.path}</code>. <Link to="/">Projects</Link>
+      </p>
+    </main>
+  );
+}
+
+async function signOut() {
+  await api('/ui/api/session', { method: 'DELETE' }).catch(() => undefined);
+  session.value = null;
+}
+
+function App() {
+  useEffect(() => {
+    api<Whoami>('/ui/api/session').then(
+      (who) => (session.value = who),
+      () => (session.value = null),
+    );
+  }, []);
+  const who = session.value;
+  const onLogin = location.value.path === '/login';
+  useEffect(() => {
+    if (who === null && !onLogin) {
+      const here = location.value.path + (location.value.query.size ? `?${location.value.query}` : '');
+      navigate(`/login?next=${encodeURIComponent(here)}`, true);
+    }
+  }, [who, onLogin]);
+
+  if (onLogin) return <LoginPage />;
+  if (!who) return <p class="muted">Loading…</p>;
+  return (
+    <>
+      <header class="top">
+        <Link to="/" class="brand">
+          trainyard
+        </Link>
+        <span class="spacer" />
+        {who.is_admin && <Link to="/admin">Admin</Link>}
+        <span class="who">{who.username}</span>
+        <button type="button" class="link" onClick={signOut}>
+          Sign out
+        </button>
+      </header>
+      <Page />
+    </>
+  );
+}
+
+render(<App />, document.getElementById('app')!);

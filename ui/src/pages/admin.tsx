@@ -1,0 +1,246 @@
+import { useState } from 'preact/hooks';
+import { api, session } from '../lib/api.js';
+import { useLoad } from '../lib/hooks.js';
+import { Badge, Problem, when } from '../lib/ui.js';
+
+interface User {
+  id: string;
+  username: string;
+  entity: string;
+  is_admin: boolean;
+  created_at: string;
+}
+interface Key {
+  id: string;
+  name: string;
+  kind: 'user' | 'worker';
+  prefix: string;
+  username: string;
+  created_at: string;
+  last_used_at: string | null;
+  revoked_at: string | null;
+}
+interface Check {
+  success: boolean;
+  duration_ms: number;
+  error?: string;
+}
+
+function field(form: HTMLFormElement, name: string): string {
+  return (form.elements.namedItem(name) as HTMLInputElement).value.trim();
+}
+
+/** Users, teams, keys (the secret shown once), the system check and recent workers; admin keys only. */
+export function AdminPage() {
+  if (!session.value?.is_admin) {
+    return (
+      <main>
+        <h1>Admin</h1>
+        <p class="problem">This page needs an admin key.</p>
+      </main>
+    );
+  }
+  return <Admin />;
+}
+
+function Admin() {
+  const users = useLoad('users', () => api<{ data: User[] }>('/v1/admin/users'));
+  const keys = useLoad('keys', () => api<{ data: Key[] }>('/v1/admin/keys'));
+  const workers = useLoad('workers', () => api<{ data: { worker_id: string; last_seen_at: string }[] }>('/v1/admin/workers'));
+  const checks = useLoad('checks', async () => {
+    const response = await fetch('/v1/system-check', { credentials: 'same-origin' });
+    return (await response.json()) as Record<string, Check>;
+  });
+  const [secret, setSecret] = useState<string | undefined>(undefined);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [done, setDone] = useState<string | undefined>(undefined);
+
+  async function run(action: () => Promise<unknown>, message: string) {
+    setError(undefined);
+    setDone(undefined);
+    try {
+      await action();
+      setDone(message);
+    } catch (err) {
+      setError((err as Error).message);
+    }
+  }
+
+  return (
+    <main>
+      <h1>Admin</h1>
+      <Problem error={error ?? users.error ?? keys.error} />
+      {done && <p class="ok">{done}</p>}
+      <section>
+        <h2>System check</h2>
+        <table aria-label="System check">
+          <tbody>
+            {Object.entries(checks.data ?? {}).map(([name, c]) => (
+              <tr key={name}>
+                <td>{name}</td>
+                <td>
+                  <Badge status={c.success ? 'ok' : 'failed'} />
+                </td>
+                <td>{c.error ?? `${c.duration_ms} ms`}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </section>
+      <section>
+        <h2>Workers seen recently</h2>
+        {workers.data && workers.data.data.length === 0 && <p class="muted">No trainer worker has called in recently.</p>}
+        <ul>
+          {(workers.data?.data ?? []).map((w) => (
+            <li key={w.worker_id}>
+              {w.worker_id} <span class="muted">last seen {when(w.last_seen_at)}</span>
+            </li>
+          ))}
+        </ul>
+      </section>
+      <section>
+        <h2>Users</h2>
+        <table aria-label="Users">
+          <thead>
+            <tr>
+              <th>User</th>
+              <th>Admin</th>
+              <th>Created</th>
+            </tr>
+          </thead>
+          <tbody>
+            {(users.data?.data ?? []).map((u) => (
+              <tr key={u.id}>
+                <td>{u.username}</td>
+                <td>{u.is_admin ? 'yes' : ''}</td>
+                <td>{when(u.created_at)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+        <form
+          class="controls"
+          onSubmit={(e) => {
+            e.preventDefault();
+            const form = e.currentTarget as HTMLFormElement;
+            void run(async () => {
+              await api('/v1/admin/users', { method: 'POST', body: { username: field(form, 'username'), is_admin: (form.elements.namedItem('is_admin') as HTMLInputElement).checked } });
+              form.reset();
+              users.reload();
+            }, 'User created.');
+          }}
+        >
+          <input name="username" required placeholder="username" />
+          <label>
+            <input type="checkbox" name="is_admin" /> admin
+          </label>
+          <button type="submit">Create user</button>
+        </form>
+      </section>
+      <section>
+        <h2>Teams</h2>
+        <form
+          class="controls"
+          onSubmit={(e) => {
+            e.preventDefault();
+            const form = e.currentTarget as HTMLFormElement;
+            void run(() => api('/v1/admin/teams', { method: 'POST', body: { name: field(form, 'team') } }), 'Team created.');
+          }}
+        >
+          <input name="team" required placeholder="team name" />
+          <button type="submit">Create team</button>
+        </form>
+        <form
+          class="controls"
+          onSubmit={(e) => {
+            e.preventDefault();
+            const form = e.currentTarget as HTMLFormElement;
+            void run(
+              () => api(`/v1/admin/teams/${encodeURIComponent(field(form, 'team'))}/members`, { method: 'POST', body: { username: field(form, 'member') } }),
+              'Member added.',
+            );
+          }}
+        >
+          <input name="team" required placeholder="team" />
+          <input name="member" required placeholder="username" />
+          <button type="submit">Add member</button>
+        </form>
+      </section>
+      <section>
+        <h2>API keys</h2>
+        {secret && (
+          <div class="secret" role="status">
+            <p>The new key, shown only now: copy it.</p>
+            <code data-secret>{secret}</code>
+          </div>
+        )}
+        <form
+          class="controls"
+          onSubmit={(e) => {
+            e.preventDefault();
+            const form = e.currentTarget as HTMLFormElement;
+            void run(async () => {
+              const created = await api<{ key: string }>('/v1/admin/keys', {
+                method: 'POST',
+                body: { username: field(form, 'key_user'), name: field(form, 'key_name') || undefined, kind: field(form, 'kind') },
+              });
+              setSecret(created.key);
+              keys.reload();
+            }, 'Key created.');
+          }}
+        >
+          <input name="key_user" required placeholder="username" />
+          <input name="key_name" placeholder="key name" />
+          <select name="kind">
+            <option value="user">user</option>
+            <option value="worker">worker</option>
+          </select>
+          <button type="submit">Create key</button>
+        </form>
+        <table aria-label="API keys">
+          <thead>
+            <tr>
+              <th>Prefix</th>
+              <th>Name</th>
+              <th>User</th>
+              <th>Kind</th>
+              <th>Last used</th>
+              <th>Revoked</th>
+              <th />
+            </tr>
+          </thead>
+          <tbody>
+            {(keys.data?.data ?? []).map((k) => (
+              <tr key={k.id} data-key={k.id}>
+                <td>
+                  <code>{k.prefix}…</code>
+                </td>
+                <td>{k.name}</td>
+                <td>{k.username}</td>
+                <td>{k.kind}</td>
+                <td>{when(k.last_used_at)}</td>
+                <td>{when(k.revoked_at)}</td>
+                <td>
+                  {!k.revoked_at && (
+                    <button
+                      type="button"
+                      class="danger"
+                      onClick={() => {
+                        if (window.confirm(`Revoke key ${k.prefix}…?`)) void run(async () => {
+                          await api(`/v1/admin/keys/${k.id}/revoke`, { method: 'POST' });
+                          keys.reload();
+                        }, 'Key revoked.');
+                      }}
+                    >
+                      Revoke
+                    </button>
+                  )}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </section>
+    </main>
+  );
+}

@@ -1,0 +1,141 @@
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import { api } from '../lib/api.js';
+import { Chart, type Series } from '../lib/chart.js';
+import type { Job, JobEvent } from '../lib/types.js';
+import { Badge, fmt, Link, Problem, when } from '../lib/ui.js';
+
+const POLL_MS = 1000;
+const DONE = new Set(['COMPLETED', 'FAILED', 'CANCELED']);
+
+/** A job: status, its events as they arrive (polled by cursor until the job ends), gradient-step charts, cancel. */
+export function JobPage(props: { id: string }) {
+  const [job, setJob] = useState<Job | undefined>(undefined);
+  const [events, setEvents] = useState<JobEvent[]>([]);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const after = useRef('');
+
+  useEffect(() => {
+    let live = true;
+    let timer: number | undefined;
+    after.current = '';
+    setEvents([]);
+    async function tick() {
+      try {
+        const current = await api<Job>(`/v1/preview/training-jobs/${props.id}`);
+        if (!live) return;
+        setJob(current);
+        for (;;) {
+          const page = await api<{ data: JobEvent[]; last_id: string; has_more: boolean }>(
+            `/v1/preview/training-jobs/${props.id}/events?limit=100${after.current ? `&after=${after.current}` : ''}`,
+          );
+          if (!live) return;
+          if (page.data.length) {
+            after.current = page.last_id;
+            setEvents((old) => [...old, ...page.data]);
+          }
+          if (!page.has_more) break;
+        }
+        if (!DONE.has(current.status)) timer = window.setTimeout(tick, POLL_MS);
+      } catch (err) {
+        if (live) setError((err as Error).message);
+      }
+    }
+    void tick();
+    return () => {
+      live = false;
+      window.clearTimeout(timer);
+    };
+  }, [props.id]);
+
+  const charts = useMemo(() => {
+    const steps = events.filter((e) => e.type === 'gradient_step');
+    const series = (key: string): Series[] => {
+      const x: number[] = [];
+      const y: number[] = [];
+      steps.forEach((e, i) => {
+        const v = e.data[key];
+        if (typeof v === 'number') {
+          x.push(i + 1);
+          y.push(v);
+        }
+      });
+      return x.length ? [{ label: key, x, y }] : [];
+    };
+    return { loss: series('loss'), grad_norm: series('grad_norm'), learning_rate: series('learning_rate') };
+  }, [events]);
+
+  async function cancel() {
+    try {
+      setJob(await api<Job>(`/v1/preview/training-jobs/${props.id}/cancel`, { method: 'POST' }));
+    } catch (err) {
+      setError((err as Error).message);
+    }
+  }
+
+  return (
+    <main>
+      <Problem error={error} />
+      {job && (
+        <>
+          <p class="crumbs">
+            <Link to={`/models/${job.model_id}`}>model</Link> / job
+          </p>
+          <h1>
+            {job.kind.toUpperCase()} job {job.id.slice(0, 8)} <Badge status={job.status} />
+          </h1>
+          <dl class="facts">
+            <dt>Steps</dt>
+            <dd>
+              {fmt(job.base_step)} → {fmt(job.target_step)}
+            </dd>
+            <dt>Attempt</dt>
+            <dd>{job.attempt}</dd>
+            <dt>Created</dt>
+            <dd>{when(job.created_at)}</dd>
+            <dt>Started</dt>
+            <dd>{when(job.training_start)}</dd>
+            <dt>Ended</dt>
+            <dd>{when(job.training_end)}</dd>
+            {job.error_message && (
+              <>
+                <dt>Error</dt>
+                <dd class="problem">{job.error_message}</dd>
+              </>
+            )}
+          </dl>
+          {!DONE.has(job.status) && (
+            <button type="button" class="danger" onClick={cancel} disabled={job.cancel_requested}>
+              {job.cancel_requested ? 'Cancel requested' : 'Cancel job'}
+            </button>
+          )}
+        </>
+      )}
+      <div class="small-multiples">
+        {charts.loss.length > 0 && <Chart title="loss" series={charts.loss} height={180} xLabel="gradient step" />}
+        {charts.grad_norm.length > 0 && <Chart title="grad_norm" series={charts.grad_norm} height={180} xLabel="gradient step" />}
+        {charts.learning_rate.length > 0 && <Chart title="learning_rate" series={charts.learning_rate} height={180} xLabel="gradient step" />}
+      </div>
+      <h2>Events</h2>
+      <table aria-label="Events">
+        <thead>
+          <tr>
+            <th>#</th>
+            <th>Type</th>
+            <th>Data</th>
+          </tr>
+        </thead>
+        <tbody>
+          {events.map((e, i) => (
+            <tr key={e.id} data-type={e.type}>
+              <td>{i + 1}</td>
+              <td>{e.type}</td>
+              <td>
+                <code>{JSON.stringify(e.data)}</code>
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </main>
+  );
+}

@@ -1,0 +1,281 @@
+import { useMemo, useState } from 'preact/hooks';
+import { allPages, api } from '../lib/api.js';
+import { Chart, type Series } from '../lib/chart.js';
+import { useLoad } from '../lib/hooks.js';
+import { navigate } from '../lib/router.js';
+import type { Checkpoint, Job, MetricRecord, Model } from '../lib/types.js';
+import { Badge, fmt, Link, Loading, Problem, when } from '../lib/ui.js';
+
+/** The last logged row of each (split, step): a step logged twice shows its latest values. */
+export function latestBySplit(rows: MetricRecord[]): Map<string, MetricRecord[]> {
+  const last = new Map<string, MetricRecord>();
+  for (const row of rows) last.set(`${row.split}\u0000${row.step}`, row);
+  const bySplit = new Map<string, MetricRecord[]>();
+  for (const row of last.values()) {
+    const list = bySplit.get(row.split) ?? [];
+    list.push(row);
+    bySplit.set(row.split, list);
+  }
+  for (const list of bySplit.values()) list.sort((a, b) => a.step - b.step);
+  return bySplit;
+}
+
+function metricSeries(bySplit: Map<string, MetricRecord[]>, metric: (split: string, m: Record<string, number>) => number | undefined): Series[] {
+  const out: Series[] = [];
+  for (const [split, rows] of bySplit) {
+    const x: number[] = [];
+    const y: number[] = [];
+    for (const row of rows) {
+      const v = metric(split, row.metrics);
+      if (v !== undefined && Number.isFinite(v)) {
+        x.push(row.step);
+        y.push(v);
+      }
+    }
+    if (x.length) out.push({ label: split, x, y });
+  }
+  return out;
+}
+
+function rewardSeries(bySplit: Map<string, MetricRecord[]>): Series[] {
+  const out: Series[] = [];
+  for (const [split, rows] of bySplit) {
+    const x: number[] = [];
+    const y: number[] = [];
+    const lo: number[] = [];
+    const hi: number[] = [];
+    for (const row of rows) {
+      const r = row.metrics[`${split}/reward`];
+      if (r === undefined) continue;
+      const sd = row.metrics[`${split}/reward_std_dev`] ?? 0;
+      x.push(row.step);
+      y.push(r);
+      lo.push(r - sd);
+      hi.push(r + sd);
+    }
+    if (x.length) out.push({ label: `${split}/reward`, x, y, band: { lo, hi, label: '± mean within-group σ' } });
+  }
+  return out;
+}
+
+export function ModelPage(props: { id: string }) {
+  const id = props.id;
+  const model = useLoad(`model:${id}`, () => api<Model>(`/v1/preview/models/${id}`));
+  const metrics = useLoad(`metrics:${id}`, () => api<{ data: MetricRecord[] }>(`/v1/preview/models/${id}/metrics`));
+  const checkpoints = useLoad(`ckpt:${id}`, () => allPages<Checkpoint>(`/v1/preview/models/${id}/checkpoints`));
+  const jobs = useLoad(`jobs:${id}`, () => allPages<Job>(`/v1/preview/training-jobs?model_id=${id}`, 200));
+  const [smoothing, setSmoothing] = useState(0);
+  const [log, setLog] = useState(false);
+
+  const bySplit = useMemo(() => latestBySplit(metrics.data?.data ?? []), [metrics.data]);
+  const reward = useMemo(() => rewardSeries(bySplit), [bySplit]);
+  const exceptions = useMemo(() => metricSeries(bySplit, (s, m) => m[`${s}/exception_rate`]), [bySplit]);
+  const trainable = useMemo(
+    () =>
+      metricSeries(bySplit, (_s, m) =>
+        m['data/step_num_groups_trainable'] !== undefined && m['data/step_num_groups_submitted']
+          ? m['data/step_num_groups_trainable'] / m['data/step_num_groups_submitted']
+          : undefined,
+      ),
+    [bySplit],
+  );
+  const loss = useMemo<Series[]>(() => {
+    const rows = (checkpoints.data ?? []).filter((c) => c.metrics.loss !== undefined || c.metrics['loss/train'] !== undefined);
+    return rows.length ? [{ label: 'loss', x: rows.map((c) => c.step), y: rows.map((c) => c.metrics['loss/train'] ?? c.metrics.loss) }] : [];
+  }, [checkpoints.data]);
+  const defaultSplit = bySplit.has('train') ? 'train' : [...bySplit.keys()][0];
+
+  const m = model.data;
+  return (
+    <main>
+      <Problem error={model.error ?? metrics.error} />
+      {!m && !model.error && <Loading what="model" />}
+      {m && (
+        <>
+          <p class="crumbs">
+            <Link to={`/p/${m.entity}/${m.project}/models`}>{`${m.entity}/${m.project}`}</Link> / model
+          </p>
+          <h1>{m.name}</h1>
+          <p class="muted">
+            base model {m.base_model} · created {when(m.created_at)}
+          </p>
+        </>
+      )}
+      <section>
+        <div class="controls">
+          <label>
+            Smoothing
+            <input
+              type="range"
+              name="smoothing"
+              min="0"
+              max="0.99"
+              step="0.01"
+              value={smoothing}
+              onInput={(e) => setSmoothing(Number((e.currentTarget as HTMLInputElement).value))}
+            />
+            <output>{smoothing.toFixed(2)}</output>
+          </label>
+          <label>
+            <input type="checkbox" name="log" checked={log} onChange={(e) => setLog((e.currentTarget as HTMLInputElement).checked)} /> log scale
+          </label>
+          <span class="muted">Click a point to see the rollouts logged at that step.</span>
+        </div>
+        {metrics.data && reward.length === 0 && <p class="empty">No rewards logged yet: `model.log(groups)` or a training step writes them.</p>}
+        {reward.length > 0 && (
+          <Chart
+            title="Reward"
+            series={reward}
+            smoothing={smoothing}
+            log={log}
+            onPick={(step) => navigate(`/models/${id}/rollouts?split=${encodeURIComponent(defaultSplit)}&step=${step}`)}
+          />
+        )}
+        <p class="muted note">
+          The shaded band is ± the mean within-group standard deviation of rewards (`reward_std_dev`): the spread GRPO
+          learns from, not the spread of all rewards at the step.
+        </p>
+        <div class="small-multiples">
+          {exceptions.length > 0 && <Chart title="Exception rate" series={exceptions} height={160} />}
+          {trainable.length > 0 && <Chart title="Groups that can train (fraction)" series={trainable} height={160} />}
+          {loss.length > 0 && <Chart title="Loss (checkpoint metrics)" series={loss} height={160} log={log} />}
+        </div>
+      </section>
+      {m && <CheckpointsTable model={m} checkpoints={checkpoints.data} reload={checkpoints.reload} />}
+      <section>
+        <h2>Jobs</h2>
+        {jobs.data && jobs.data.length === 0 && <p class="muted">No training jobs yet.</p>}
+        {jobs.data && jobs.data.length > 0 && (
+          <table aria-label="Jobs">
+            <thead>
+              <tr>
+                <th>Job</th>
+                <th>Kind</th>
+                <th>Status</th>
+                <th>Steps</th>
+                <th>Created</th>
+              </tr>
+            </thead>
+            <tbody>
+              {[...jobs.data].reverse().map((j) => (
+                <tr key={j.id}>
+                  <td>
+                    <Link to={`/jobs/${j.id}`}>{j.id.slice(0, 8)}</Link>
+                  </td>
+                  <td>{j.kind}</td>
+                  <td>
+                    <Badge status={j.status} />
+                  </td>
+                  <td>
+                    {fmt(j.base_step)} → {fmt(j.target_step)}
+                  </td>
+                  <td>{when(j.created_at)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+      </section>
+    </main>
+  );
+}
+
+function CheckpointsTable(props: { model: Model; checkpoints: Checkpoint[] | undefined; reload: () => void }) {
+  const rows = props.checkpoints ?? [];
+  const keys = useMemo(() => [...new Set(rows.flatMap((c) => Object.keys(c.metrics)))].sort(), [rows]);
+  const [chosen, setChosen] = useState<string | undefined>(undefined);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [copied, setCopied] = useState<string | undefined>(undefined);
+  const metric = chosen ?? (keys.includes('val/reward') ? 'val/reward' : keys[0]);
+  const lowerIsBetter = metric !== undefined && /loss|exception/.test(metric);
+  let best: Checkpoint | undefined;
+  for (const c of rows) {
+    const v = metric ? c.metrics[metric] : undefined;
+    if (v === undefined) continue;
+    const b = best?.metrics[metric!];
+    if (b === undefined || (lowerIsBetter ? v < b : v > b)) best = c;
+  }
+  const shown = keys.slice(0, 6);
+  const name = (step: number) => `wandb-artifact:///${props.model.entity}/${props.model.project}/${props.model.name}:step${step}`;
+
+  async function remove(step: number) {
+    if (!window.confirm(`Delete the checkpoint at step ${step}?`)) return;
+    try {
+      await api(`/v1/preview/models/${props.model.id}/checkpoints`, { method: 'DELETE', body: { steps: [step] } });
+      props.reload();
+    } catch (err) {
+      setError((err as Error).message);
+    }
+  }
+
+  async function copy(step: number) {
+    const text = name(step);
+    try {
+      await navigator.clipboard.writeText(text);
+    } catch {
+      // clipboard needs a secure context; the name is on screen to select by hand
+    }
+    setCopied(text);
+  }
+
+  return (
+    <section>
+      <h2>Checkpoints</h2>
+      <Problem error={error} />
+      {rows.length === 0 && <p class="muted">No checkpoints yet.</p>}
+      {rows.length > 0 && (
+        <>
+          <label class="controls">
+            Best by
+            <select name="best-metric" value={metric} onChange={(e) => setChosen((e.currentTarget as HTMLSelectElement).value)}>
+              {keys.map((k) => (
+                <option value={k}>{k}</option>
+              ))}
+            </select>
+            <span class="muted">{lowerIsBetter ? '(lowest)' : '(highest)'}</span>
+          </label>
+          {copied && (
+            <p class="muted" data-copied>
+              Copied <code>{copied}</code>
+            </p>
+          )}
+          <table aria-label="Checkpoints">
+            <thead>
+              <tr>
+                <th>Step</th>
+                {shown.map((k) => (
+                  <th>{k}</th>
+                ))}
+                <th>Inference name</th>
+                <th />
+              </tr>
+            </thead>
+            <tbody>
+              {rows.map((c) => (
+                <tr key={c.id} data-step={c.step} class={c === best ? 'best' : undefined}>
+                  <td>
+                    {c.step} {c === best && <span class="badge badge-best">best</span>}
+                  </td>
+                  {shown.map((k) => (
+                    <td>{fmt(c.metrics[k])}</td>
+                  ))}
+                  <td>
+                    <code>{name(c.step)}</code>{' '}
+                    <button type="button" class="link" onClick={() => copy(c.step)}>
+                      Copy
+                    </button>
+                  </td>
+                  <td>
+                    <button type="button" class="danger" onClick={() => remove(c.step)}>
+                      Delete
+                    </button>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </>
+      )}
+    </section>
+  );
+}

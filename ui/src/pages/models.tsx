@@ -1,0 +1,43 @@
+import { allPages } from '../lib/api.js';
+import { useLoad } from '../lib/hooks.js';
+import type { Model } from '../lib/types.js';
+import { Link, Loading, Problem, ProjectTabs, when } from '../lib/ui.js';
+
+/** The models of one project. */
+export function ModelsPage(props: { project: string }) {
+  const [entity, project] = props.project.split('/');
+  const { data, error } = useLoad(props.project, () =>
+    allPages<Model>(`/v1/preview/models?entity=${encodeURIComponent(entity)}&project=${encodeURIComponent(project)}`),
+  );
+  return (
+    <main>
+      <ProjectTabs project={props.project} active="models" />
+      <h1>Models</h1>
+      <Problem error={error} />
+      {!data && !error && <Loading what="models" />}
+      {data && data.length === 0 && <p class="empty">No models in this project yet: register one with the ART client (`model.register(backend)`).</p>}
+      {data && data.length > 0 && (
+        <table aria-label="Models">
+          <thead>
+            <tr>
+              <th>Name</th>
+              <th>Base model</th>
+              <th>Created</th>
+            </tr>
+          </thead>
+          <tbody>
+            {data.map((m) => (
+              <tr key={m.id}>
+                <td>
+                  <Link to={`/models/${m.id}`}>{m.name}</Link>
+                </td>
+                <td>{m.base_model}</td>
+                <td>{when(m.created_at)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </main>
+  );
+}

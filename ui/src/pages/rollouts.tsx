@@ -1,0 +1,121 @@
+import { useMemo } from 'preact/hooks';
+import { allPages } from '../lib/api.js';
+import { useLoad } from '../lib/hooks.js';
+import { asMessages, Messages } from '../lib/messages.js';
+import { location, setQuery } from '../lib/router.js';
+import { fmt, Link, Loading, Problem } from '../lib/ui.js';
+
+interface Trajectory {
+  reward?: number;
+  messages_and_choices?: unknown[];
+  metrics?: Record<string, unknown>;
+}
+interface Group {
+  trajectories?: Trajectory[];
+  exceptions?: { type?: string; message?: string }[];
+}
+interface StoredGroup {
+  id: string;
+  step: number;
+  split: string;
+  group: Group;
+}
+
+const BINS = 10;
+
+/** Reward histogram over [min, max] in BINS bins; the counts sum to the number of rewards. */
+export function histogram(rewards: number[]): { lo: number; hi: number; count: number }[] {
+  if (!rewards.length) return [];
+  const min = Math.min(...rewards);
+  const max = Math.max(...rewards);
+  const width = max > min ? (max - min) / BINS : 1;
+  const bins = Array.from({ length: max > min ? BINS : 1 }, (_, i) => ({ lo: min + i * width, hi: min + (i + 1) * width, count: 0 }));
+  for (const r of rewards) bins[Math.min(bins.length - 1, Math.floor((r - min) / width))].count += 1;
+  return bins;
+}
+
+/** The trajectory groups logged at one (split, step): which groups can teach the model, and what they said. */
+export function RolloutsPage(props: { modelId: string }) {
+  const query = location.value.query;
+  const split = query.get('split') ?? 'train';
+  const step = Number(query.get('step') ?? '0');
+  const { data, error } = useLoad(`${props.modelId}:${split}:${step}`, () =>
+    allPages<StoredGroup>(`/v1/preview/models/${props.modelId}/trajectories?split=${encodeURIComponent(split)}&step=${step}`, 500),
+  );
+  const rewards = useMemo(() => (data ?? []).flatMap((g) => (g.group.trajectories ?? []).map((t) => t.reward ?? 0)), [data]);
+  const bins = useMemo(() => histogram(rewards), [rewards]);
+  const tallest = Math.max(1, ...bins.map((b) => b.count));
+
+  return (
+    <main>
+      <p class="crumbs">
+        <Link to={`/models/${props.modelId}`}>model</Link> / rollouts
+      </p>
+      <h1>
+        Rollouts at step {step}, split {split}
+      </h1>
+      <div class="controls">
+        <label>
+          Split <input name="split" value={split} onChange={(e) => setQuery({ split: (e.currentTarget as HTMLInputElement).value })} />
+        </label>
+        <label>
+          Step{' '}
+          <input name="step" type="number" min="0" value={step} onChange={(e) => setQuery({ step: (e.currentTarget as HTMLInputElement).value })} />
+        </label>
+      </div>
+      <Problem error={error} />
+      {!data && !error && <Loading what="trajectories" />}
+      {data && data.length === 0 && <p class="empty">No trajectory groups were logged at this step and split.</p>}
+      {data && data.length > 0 && (
+        <>
+          <p>
+            {data.length} groups, {rewards.length} trajectories.
+          </p>
+          <figure class="histogram" aria-label="Reward histogram">
+            <figcaption>Rewards</figcaption>
+            <div class="bars">
+              {bins.map((b) => (
+                <div class="bar" title={`${fmt(b.lo, 3)} – ${fmt(b.hi, 3)}: ${b.count}`} data-count={b.count}>
+                  <div class="fill" style={{ height: `${(100 * b.count) / tallest}%` }} />
+                  <span>{fmt(b.lo, 2)}</span>
+                </div>
+              ))}
+            </div>
+          </figure>
+          <div class="groups">
+            {data.map((g, i) => {
+              const ts = g.group.trajectories ?? [];
+              const rs = ts.map((t) => t.reward ?? 0);
+              const flat = rs.length > 0 && rs.every((r) => r === rs[0]);
+              return (
+                <section class={`group${flat ? ' flat' : ''}`} key={g.id} aria-label={`Group ${i + 1}`}>
+                  <h3>
+                    Group {i + 1} <span class="muted">rewards {rs.map((r) => fmt(r, 3)).join(', ')}</span>
+                  </h3>
+                  {flat && (
+                    <p class="badge badge-flat" data-flat>
+                      all rewards equal: teaches nothing
+                    </p>
+                  )}
+                  {(g.group.exceptions ?? []).map((e) => (
+                    <p class="problem">
+                      {e.type}: {e.message}
+                    </p>
+                  ))}
+                  <div class="side-by-side">
+                    {ts.map((t, j) => (
+                      <article class="trajectory" key={j}>
+                        <h4>reward {fmt(t.reward ?? 0, 4)}</h4>
+                        <Messages messages={asMessages(t.messages_and_choices) ?? []} />
+                      </article>
+                    ))}
+                  </div>
+                </section>
+              );
+            })}
+          </div>
+        </>
+      )}
+    </main>
+  );
+}

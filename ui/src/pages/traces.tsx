@@ -1,0 +1,122 @@
+import { api } from '../lib/api.js';
+import { costOf, LIST_COLUMNS, opLabel, tokensOf } from '../lib/calls.js';
+import { useLoad } from '../lib/hooks.js';
+import { location, setQuery } from '../lib/router.js';
+import type { Call } from '../lib/types.js';
+import { Badge, fmt, Link, Loading, Problem, ProjectTabs, when } from '../lib/ui.js';
+
+const PAGE = 25;
+const SORTS: Record<string, string> = { started: 'started_at', latency: 'summary.weave.latency_ms', op: 'op_name' };
+
+/** Root calls of a project: filters, sort and page live in the URL; inputs and outputs are never fetched here. */
+export function TracesPage(props: { project: string }) {
+  const q = location.value.query;
+  const op = q.get('op') ?? '';
+  const status = q.get('status') ?? '';
+  const sort = SORTS[q.get('sort') ?? ''] ? q.get('sort')! : 'started';
+  const dir = q.get('dir') === 'asc' ? 'asc' : 'desc';
+  const page = Math.max(0, Number(q.get('page') ?? '0') || 0);
+
+  const conditions: unknown[] = [];
+  if (op) conditions.push({ $contains: { input: { $getField: 'op_name' }, substr: { $literal: op } } });
+  if (status) conditions.push({ $eq: [{ $getField: 'summary.weave.status' }, { $literal: status }] });
+  const query = conditions.length ? { $expr: conditions.length === 1 ? conditions[0] : { $and: conditions } } : undefined;
+  const filter = { trace_roots_only: true };
+  const key = `${props.project}|${op}|${status}|${sort}|${dir}|${page}`;
+  const calls = useLoad(key, () =>
+    api<{ calls: Call[] }>('/traces/calls/query', {
+      method: 'POST',
+      body: {
+        project_id: props.project,
+        filter,
+        query,
+        sort_by: [{ field: SORTS[sort], direction: dir }],
+        limit: PAGE,
+        offset: page * PAGE,
+        columns: LIST_COLUMNS,
+        include_costs: true,
+      },
+    }),
+  );
+  const stats = useLoad(`${props.project}|${op}|${status}`, () =>
+    api<{ count: number }>('/traces/calls/query_stats', { method: 'POST', body: { project_id: props.project, filter, query } }),
+  );
+  const count = stats.data?.count;
+  const pages = count === undefined ? undefined : Math.max(1, Math.ceil(count / PAGE));
+
+  const header = (id: string, label: string) => (
+    <th aria-sort={sort === id ? (dir === 'asc' ? 'ascending' : 'descending') : undefined}>
+      <button type="button" class="link" onClick={() => setQuery({ sort: id, dir: sort === id && dir === 'desc' ? 'asc' : 'desc', page: undefined })}>
+        {label}
+        {sort === id ? (dir === 'asc' ? ' ▲' : ' ▼') : ''}
+      </button>
+    </th>
+  );
+
+  return (
+    <main>
+      <ProjectTabs project={props.project} active="traces" />
+      <h1>Traces</h1>
+      <form class="controls" onSubmit={(e) => e.preventDefault()}>
+        <label>
+          Op contains <input name="op" value={op} onChange={(e) => setQuery({ op: (e.currentTarget as HTMLInputElement).value, page: undefined })} />
+        </label>
+        <label>
+          Status
+          <select name="status" value={status} onChange={(e) => setQuery({ status: (e.currentTarget as HTMLSelectElement).value, page: undefined })}>
+            <option value="">any</option>
+            <option value="success">success</option>
+            <option value="error">error</option>
+            <option value="running">running</option>
+            <option value="descendant_error">descendant error</option>
+          </select>
+        </label>
+        {count !== undefined && <span class="muted">{count} traces</span>}
+      </form>
+      <Problem error={calls.error ?? stats.error} />
+      {!calls.data && !calls.error && <Loading what="traces" />}
+      {calls.data && (
+        <table aria-label="Traces">
+          <thead>
+            <tr>
+              {header('op', 'Op')}
+              <th>Status</th>
+              {header('started', 'Started')}
+              {header('latency', 'Latency')}
+              <th>Tokens</th>
+              <th>Cost</th>
+            </tr>
+          </thead>
+          <tbody>
+            {calls.data.calls.map((c) => (
+              <tr key={c.id}>
+                <td>
+                  <Link to={`/p/${props.project}/traces/${encodeURIComponent(c.trace_id)}?call=${encodeURIComponent(c.id)}`}>{opLabel(c)}</Link>
+                </td>
+                <td>
+                  <Badge status={c.summary?.weave?.status ?? 'unknown'} />
+                </td>
+                <td>{when(c.started_at)}</td>
+                <td>{c.summary?.weave?.latency_ms === undefined ? '—' : `${c.summary.weave.latency_ms} ms`}</td>
+                <td>{fmt(tokensOf(c))}</td>
+                <td>{costOf(c) === undefined ? '—' : `$${costOf(c)!.toFixed(6)}`}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      <nav class="pager" aria-label="Pages">
+        <button type="button" disabled={page === 0} onClick={() => setQuery({ page: page > 1 ? String(page - 1) : undefined })}>
+          Previous
+        </button>
+        <span>
+          Page {page + 1}
+          {pages ? ` of ${pages}` : ''}
+        </span>
+        <button type="button" disabled={pages !== undefined && page + 1 >= pages} onClick={() => setQuery({ page: String(page + 1) })}>
+          Next
+        </button>
+      </nav>
+    </main>
+  );
+}

@@ -1,0 +1,96 @@
+import { api } from '../lib/api.js';
+import { useLoad } from '../lib/hooks.js';
+import { location, setQuery } from '../lib/router.js';
+import { fmt, Loading, Problem, ProjectTabs } from '../lib/ui.js';
+
+interface Bucket {
+  model?: string;
+  day?: string;
+  requests: number;
+  errors: number;
+  prompt_tokens: number;
+  completion_tokens: number;
+  cached_tokens: number;
+  total_tokens: number;
+}
+interface Report {
+  data: Bucket[];
+}
+
+const COLUMNS = ['requests', 'errors', 'prompt_tokens', 'completion_tokens', 'cached_tokens', 'total_tokens'] as const;
+
+/** Inference usage of a project by model and by UTC day, from GET /v1/usage (the totals row is its ungrouped answer). */
+export function UsagePage(props: { project: string }) {
+  const q = location.value.query;
+  const from = q.get('from') ?? '';
+  const to = q.get('to') ?? '';
+  const base = `/v1/usage?project=${encodeURIComponent(props.project)}${from ? `&from=${from}` : ''}${to ? `&to=${to}` : ''}`;
+  const key = `${props.project}|${from}|${to}`;
+  const byModel = useLoad(`m|${key}`, () => api<Report>(`${base}&group_by=model`));
+  const byDay = useLoad(`d|${key}`, () => api<Report>(`${base}&group_by=day`));
+  const total = useLoad(`t|${key}`, () => api<Report>(base));
+  const days = byDay.data?.data ?? [];
+  const tallest = Math.max(1, ...days.map((d) => d.total_tokens));
+
+  return (
+    <main>
+      <ProjectTabs project={props.project} active="usage" />
+      <h1>Usage</h1>
+      <div class="controls">
+        <label>
+          From <input type="date" name="from" value={from} onChange={(e) => setQuery({ from: (e.currentTarget as HTMLInputElement).value })} />
+        </label>
+        <label>
+          To (exclusive) <input type="date" name="to" value={to} onChange={(e) => setQuery({ to: (e.currentTarget as HTMLInputElement).value })} />
+        </label>
+      </div>
+      <Problem error={byModel.error ?? byDay.error ?? total.error} />
+      {!byModel.data && !byModel.error && <Loading what="usage" />}
+      {days.length > 0 && (
+        <figure class="histogram" aria-label="Tokens per day">
+          <figcaption>Tokens per day</figcaption>
+          <div class="bars">
+            {days.map((d) => (
+              <div class="bar" title={`${d.day}: ${d.total_tokens} tokens`} data-day={d.day}>
+                <div class="fill" style={{ height: `${(100 * d.total_tokens) / tallest}%` }} />
+                <span>{d.day?.slice(5)}</span>
+              </div>
+            ))}
+          </div>
+        </figure>
+      )}
+      {byModel.data && (
+        <table aria-label="Usage by model">
+          <thead>
+            <tr>
+              <th>Model</th>
+              {COLUMNS.map((c) => (
+                <th>{c.replace('_', ' ')}</th>
+              ))}
+            </tr>
+          </thead>
+          <tbody>
+            {byModel.data.data.map((b) => (
+              <tr key={b.model}>
+                <td>{b.model}</td>
+                {COLUMNS.map((c) => (
+                  <td>{fmt(b[c])}</td>
+                ))}
+              </tr>
+            ))}
+          </tbody>
+          {total.data && total.data.data[0] && (
+            <tfoot>
+              <tr data-total>
+                <th>Total</th>
+                {COLUMNS.map((c) => (
+                  <td>{fmt(total.data!.data[0][c])}</td>
+                ))}
+              </tr>
+            </tfoot>
+          )}
+        </table>
+      )}
+    </main>
+  );
+}

@@ -1,0 +1,13 @@
+import { defineConfig } from 'vitest/config';
+
+/** The browser suite (npm run test:ui): headless Chromium against the built UI. Not part of `npm test`. */
+export default defineConfig({
+  test: {
+    include: ['test/ui/**/*.spec.ts'],
+    globalSetup: ['test/helpers/global-setup.ts', 'test/ui/browser-setup.ts'],
+    testTimeout: 60_000,
+    hookTimeout: 120_000,
+    pool: 'forks',
+    maxWorkers: 1,
+  },
+});
