@@ -15,11 +15,12 @@ const LONG_DIGITS = /\d{16}/;
 const MARK = `\u0000int-${randomBytes(8).toString('hex')}:`;
 const MARK_JSON = JSON.stringify(MARK).slice(1, -1);
 
-export function parseExactJson(text: string): unknown {
-  if (!LONG_DIGITS.test(text)) return parseJsonBody(text);
+/** The parsed body, and whether it holds BigInts (only then does validation need `holdIntegers`). */
+export function parseExactJson(text: string): { value: unknown; exact: boolean } {
+  if (!LONG_DIGITS.test(text)) return { value: parseJsonBody(text), exact: false };
   const marked = markLongIntegers(text);
-  if (marked === text) return parseJsonBody(text);
-  return revive(parseJsonBody(marked));
+  if (marked === text) return { value: parseJsonBody(text), exact: false };
+  return { value: revive(parseJsonBody(marked)), exact: true };
 }
 
 /** The text with each integer literal outside strings that a double would change put in a marked string. */

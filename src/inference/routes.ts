@@ -66,9 +66,12 @@ declare module 'fastify' {
  */
 function exactBodies(app: FastifyInstance): void {
   if (app.hasContentTypeParser('application/json')) app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => {
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
     try {
-      done(null, parseExactJson(body as string));
+      const { value, exact } = parseExactJson(body as string);
+      // Marked for the walk below, which only bodies with long integers need.
+      if (exact) request.heldIntegers = [];
+      done(null, value);
     } catch (error) {
       done(error as Error, undefined);
     }
@@ -77,12 +80,19 @@ function exactBodies(app: FastifyInstance): void {
     if (request.method !== 'POST' || request.body === undefined) return;
     const lax: Readonly<Record<string, LaxKind>> = request.url.startsWith('/v1/completions') ? COMPLETION_LAX_FIELDS : LAX_FIELDS;
     coerceLaxFields(request.body, lax);
-    const held = holdIntegers(request.body);
-    if (held.length > 0) request.heldIntegers = held;
+    // A numeric string coerced above may have become a BigInt too (`"seed": "9223372036854775807"`).
+    if (request.heldIntegers || hasBigInt(request.body)) request.heldIntegers = holdIntegers(request.body);
   });
   app.addHook('preHandler', async (request) => {
     if (request.heldIntegers) restoreIntegers(request.body, request.heldIntegers);
   });
+}
+
+/** Whether a top-level field holds a BigInt (what lax coercion can produce). */
+function hasBigInt(body: unknown): boolean {
+  if (body === null || typeof body !== 'object') return false;
+  for (const key in body) if (typeof (body as Record<string, unknown>)[key] === 'bigint') return true;
+  return false;
 }
 
 const errorResponses = {
