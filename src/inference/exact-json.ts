@@ -184,10 +184,12 @@ export function laxScalar(value: unknown, kind: LaxKind): unknown {
 export function coerceLaxFields(body: unknown, fields: Readonly<Record<string, LaxKind>>): void {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) return;
   const object = body as Record<string, unknown>;
-  for (const key in fields) {
+  // Over the body's keys (a handful) rather than the table's.
+  for (const key in object) {
+    if (!Object.hasOwn(fields, key)) continue;
+    const kind = fields[key];
     const value = object[key];
     if (value === undefined || value === null) continue;
-    const kind = fields[key];
     if (kind === 'bool' ? typeof value === 'boolean' : typeof value === 'number' || typeof value === 'bigint') continue;
     object[key] = laxScalar(value, kind);
   }
