@@ -192,6 +192,22 @@ describe('streams waiting for their first token', () => {
   });
 });
 
+describe('errors', () => {
+  it('tell a tenant that a checkpoint cannot be served without naming the backend', async () => {
+    await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'on-static', baseModel: 'fake/slow-start', steps: [1] });
+    const response = await post('/v1/chat/completions', chat(`${owner.entity}/proj/on-static:step1`));
+    expect(response.statusCode).toBe(404);
+    expect(response.json()).toEqual({
+      error: {
+        message: `The checkpoints of ${owner.entity}/proj/on-static cannot be served: the engines serving its base model do not load adapters at run time (the server log says how to enable it).`,
+        type: 'invalid_request_error',
+        param: 'model',
+        code: 'model_not_found',
+      },
+    });
+  });
+});
+
 describe('model cards', () => {
   it('GET /v1/models/{id} answers the listed card, for base models and checkpoint names with slashes', async () => {
     const { client, close } = openaiClient(`${url}/v1`, owner.key);
