@@ -76,15 +76,22 @@ function exactBodies(app: FastifyInstance): void {
       done(error as Error, undefined);
     }
   });
-  app.addHook('preValidation', async (request) => {
-    if (request.method !== 'POST' || request.body === undefined) return;
+  // Callback hooks: on every proxied request, so no promise each.
+  app.addHook('preValidation', (request, _reply, done) => {
+    if (request.method !== 'POST' || request.body === undefined) return done();
     const lax: Readonly<Record<string, LaxKind>> = request.url.startsWith('/v1/completions') ? COMPLETION_LAX_FIELDS : LAX_FIELDS;
-    coerceLaxFields(request.body, lax);
-    // A numeric string coerced above may have become a BigInt too (`"seed": "9223372036854775807"`).
-    if (request.heldIntegers || hasBigInt(request.body)) request.heldIntegers = holdIntegers(request.body);
+    try {
+      coerceLaxFields(request.body, lax);
+      // A numeric string coerced above may have become a BigInt too (`"seed": "9223372036854775807"`).
+      if (request.heldIntegers || hasBigInt(request.body)) request.heldIntegers = holdIntegers(request.body);
+    } catch (error) {
+      return done(error as Error);
+    }
+    done();
   });
-  app.addHook('preHandler', async (request) => {
+  app.addHook('preHandler', (request, _reply, done) => {
     if (request.heldIntegers) restoreIntegers(request.body, request.heldIntegers);
+    done();
   });
 }
 
