@@ -55,6 +55,7 @@ const EnvSchema = z.object({
   SFT_ALLOW_HTTP_URLS: boolean.default(false),
   BACKENDS_FILE: z.string().min(1).optional(),
   USAGE_FLUSH_INTERVAL_MS: integer(10, 60_000).default(1_000),
+  SSE_KEEPALIVE_MS: integer(0, 600_000).default(15_000),
   TRACE_FILE_LIMIT_MB: megabytes(4096).default(32 * 1024 * 1024),
   TRAINYARD_URL: z.url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' }).optional(),
   TRAINYARD_ADMIN_KEY: z.string().min(1).optional(),
@@ -98,6 +99,8 @@ export interface Config {
   /** The inference backends file (JSON or YAML); unset: no engine configured. */
   readonly backendsFile: string | undefined;
   readonly usageFlushIntervalMs: number;
+  /** While a streamed completion waits for its first token, an SSE comment is sent this often (0: never). */
+  readonly sseKeepAliveMs: number;
   readonly traceFileLimitBytes: number;
   /** The environment, for the backends file's `api_key_env` references. */
   readonly env: Readonly<Record<string, string | undefined>>;
@@ -155,6 +158,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     uiCookieSecure: e.UI_COOKIE_SECURE,
     backendsFile: e.BACKENDS_FILE === undefined ? undefined : path.resolve(e.BACKENDS_FILE),
     usageFlushIntervalMs: e.USAGE_FLUSH_INTERVAL_MS,
+    sseKeepAliveMs: e.SSE_KEEPALIVE_MS,
     traceFileLimitBytes: e.TRACE_FILE_LIMIT_MB,
     env: Object.freeze({ ...env }),
     cliServerUrl: (e.TRAINYARD_URL ?? `http://${localAddress(e.HOST)}:${e.PORT}`).replace(/\/+$/, ''),

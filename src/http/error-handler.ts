@@ -15,7 +15,7 @@ import { RequestValidationError, type ValidationDetail } from './validation.js';
  */
 export type ApiFamily = 'training' | 'inference' | 'tracing';
 
-const INFERENCE_PATHS = ['/v1/chat/completions', '/v1/models', '/v1/usage'];
+const INFERENCE_PATHS = ['/v1/chat/completions', '/v1/completions', '/v1/models', '/v1/usage', '/tokenize', '/detokenize'];
 
 export function apiFamily(url: string): ApiFamily {
   const path = url.split('?', 1)[0];

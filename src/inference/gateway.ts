@@ -1,4 +1,4 @@
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import type { Principal, ProjectRef } from '../auth/principal.js';
 import { requireProject } from '../auth/principal.js';
 import { AppError, UnprocessableError, UpstreamError } from '../errors.js';
@@ -8,17 +8,32 @@ import { EngineError, RequestAbortedError } from './proxy/errors.js';
 import type { UpstreamResponse } from './proxy/client.js';
 import type { ModelRouter, Route } from './router.js';
 import { modelRewriter, readUsage } from './rewrite.js';
-import type { ChatCompletionRequest, Usage } from './schemas.js';
-import { relayStream, type RelayOutcome } from './stream.js';
+import { stringifyExact } from './exact-json.js';
+import type { Logger } from './logger.js';
+import type { CompletionRequest, EngineRequestBody, Usage } from './schemas.js';
+import { errorEvent, relayEvents, relayStream, type RelayOutcome } from './stream.js';
 import type { UsageRecord } from './usage/repository.js';
 import type { UsageWriter } from './usage/writer.js';
 import type { UsageOutcome } from './tables.js';
 
-export interface ChatCall {
+/** The engine routes the gateway serves, by the path it sends them to. */
+export type Endpoint = 'chat' | 'completions' | 'tokenize' | 'detokenize';
+
+const ENGINE_PATHS: Record<Endpoint, string> = {
+  chat: '/v1/chat/completions',
+  completions: '/v1/completions',
+  tokenize: '/tokenize',
+  detokenize: '/detokenize',
+};
+
+export interface EngineCall {
+  endpoint: Endpoint;
   principal: Principal;
-  body: ChatCompletionRequest;
-  /** The request's id (x-request-id or generated). */
-  requestId: string;
+  body: EngineRequestBody;
+  /** The X-Request-Id header as sent: it wins over a body `request_id`, as in vLLM. */
+  headerRequestId: string | undefined;
+  /** The id when neither the header nor the body gives one. */
+  generatedRequestId: string;
   /** `Compat-Project` or `OpenAI-Project`, as sent. */
   projectHeader: string | undefined;
   /** Fires when the client goes away; the upstream request is aborted with it. */
@@ -41,19 +56,46 @@ export class ClientClosedError extends AppError {
 
 /** The engines' extension field for engine_xargs; the only kind so far speaks vLLM's dialect. */
 const XARGS_FIELD = 'vllm_xargs';
+const KEEP_ALIVE = ': keep-alive\n\n';
 
 /**
- * Chat completions: resolve the model for the caller, shape the engine request (forced rollout
- * fields, usage for metering, the engine's names), send it through the backend's client, and answer
- * with the engine's body where only `model` is changed. Every request that is sent on to an engine is
- * metered, whatever its outcome; one refused before (a model it cannot route, a body it cannot accept,
- * such as a priority the model's backend cannot honour) is not, as no invalid input writes anything.
+ * A request id that can travel as an HTTP header value (to the engine, and back in ours): printable
+ * ASCII without spaces is sent as is, anything else percent-encoded. vLLM takes any string as an id.
+ */
+export function headerSafeRequestId(id: string): string {
+  return /^[\x21-\x7e]{1,1024}$/.test(id) ? id : encodeURIComponent(id).slice(0, 8192);
+}
+
+export interface GatewayOptions {
+  /** While a stream waits for its first token, an SSE comment is sent this often (0: never). */
+  keepAliveMs?: number;
+  log?: Logger;
+}
+
+/**
+ * Chat and text completions, tokenize and detokenize: resolve the model for the caller, shape the
+ * engine request (forced rollout fields, usage for metering, the engine's names), send it through the
+ * backend's client, and answer with the engine's body where only `model` is changed. Every completion
+ * that is sent on to an engine is metered exactly once, whatever its outcome, shutdown included; one
+ * refused before (a model it cannot route, a body it cannot accept, such as a priority the model's
+ * backend cannot honour) is not, as no invalid input writes anything. Tokenize and detokenize
+ * generate nothing and are not metered.
  */
 export class ChatGateway {
+  private readonly keepAliveMs: number;
+  private readonly log: Logger | undefined;
+  /** Meters of requests sent on and not yet written, for shutdown to wait on. */
+  private readonly open = new Set<Meter>();
+  private drainWaiters: (() => void)[] = [];
+
   constructor(
     private readonly router: ModelRouter,
     private readonly usage: UsageWriter,
-  ) {}
+    options: GatewayOptions = {},
+  ) {
+    this.keepAliveMs = options.keepAliveMs ?? 0;
+    this.log = options.log;
+  }
 
   /** The project usage is billed to: the header's (403 when the key cannot reach it), else `<entity>/inference`. */
   projectFor(principal: Principal, header: string | undefined): ProjectRef {
@@ -61,7 +103,23 @@ export class ChatGateway {
     return requireProject(principal, header.trim(), 'Compat-Project');
   }
 
-  async complete(call: ChatCall): Promise<ChatResult> {
+  /**
+   * Resolves when every request sent on so far has written its usage row (streams cut at shutdown
+   * included), or after `timeoutMs`.
+   */
+  drained(timeoutMs: number): Promise<void> {
+    if (this.open.size === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, timeoutMs);
+      timer.unref();
+      this.drainWaiters.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+
+  async complete(call: EngineCall): Promise<ChatResult> {
     const startedAt = Date.now();
     const project = this.projectFor(call.principal, call.projectHeader);
     const body = call.body;
@@ -70,39 +128,47 @@ export class ChatGateway {
       throw new UnprocessableError('Field required', ['body', 'model'], { type: 'missing', input: boundedInput(body) });
     }
     const modelId = body.model;
-    const requestId = body.request_id ?? call.requestId;
-    const meter = new Meter(this.usage, { call, project, modelId, requestId, startedAt });
+    const bodyId = 'request_id' in body && typeof body.request_id === 'string' && body.request_id !== '' ? body.request_id : undefined;
+    const requestId = headerSafeRequestId(call.headerRequestId || bodyId || call.generatedRequestId);
 
     // A model that cannot be routed reached no engine and is not metered; nor is a refused priority below.
     const route = await this.router.resolve(call.principal, modelId);
-    meter.route = route;
-    if (body.priority !== undefined && body.priority !== 0 && !route.backend.backend.priorityScheduling) {
+    const priority = 'priority' in body ? body.priority : undefined;
+    if (priority !== undefined && priority !== 0 && !route.backend.backend.priorityScheduling) {
       // The engine would answer 400 (vLLM: "Priority scheduling is not enabled"); the seed makes it a validation error.
       throw new UnprocessableError(
-        `Value error, priority ${body.priority} needs priority scheduling, which the backend serving ${modelId} does not use; send priority 0 or omit it`,
+        `Value error, priority ${priority} needs priority scheduling, which the backend serving ${modelId} does not use; send priority 0 or omit it`,
         ['body', 'priority'],
-        { input: body.priority, ctx: { error: 'priority scheduling is not enabled' } },
+        { input: priority, ctx: { error: 'priority scheduling is not enabled' } },
       );
     }
 
-    const clientWantsUsage = body.stream === true && body.stream_options?.include_usage === true;
-    const upstreamBody = engineRequestBody(body, route, clientWantsUsage);
+    const generates = call.endpoint === 'chat' || call.endpoint === 'completions';
+    const streaming = generates && (body as CompletionRequest).stream === true;
+    const streamOptions = streaming ? (body as CompletionRequest).stream_options : undefined;
+    const clientWantsUsage = streaming && streamOptions?.include_usage === true;
+    const upstreamBody = engineRequestBody(body, route, clientWantsUsage, call.endpoint);
+    const meter = generates ? this.meter({ call, project, modelId, requestId, startedAt, route, stream: streaming }) : undefined;
+
+    const sending = this.send(route, ENGINE_PATHS[call.endpoint], upstreamBody, requestId, call.signal, !streaming);
+    if (streaming && this.keepAliveMs > 0) {
+      const first = await raceTimer(sending, this.keepAliveMs);
+      if (first === TIMED_OUT) {
+        // The engine has not sent its first token yet: answer 200 now and keep the connection alive.
+        return { kind: 'stream', requestId, payload: Readable.from(this.afterKeepAlive(sending, { meter: meter!, modelId, clientWantsUsage, signal: call.signal })) };
+      }
+    }
     let response: UpstreamResponse;
     try {
-      response = await this.send(route, upstreamBody, requestId, call.signal, body.stream !== true);
+      response = await sending;
     } catch (error) {
-      meter.failed(error);
+      meter?.failed(error);
       throw closedOr(error, call.signal);
     }
-    meter.firstByteAt = Date.now();
+    if (meter) meter.firstByteAt = Date.now();
 
-    if (body.stream === true) {
-      const stream = relayStream(response.body, {
-        model: modelId,
-        clientWantsUsage,
-        signal: call.signal,
-        onEnd: (outcome) => meter.streamEnded(outcome),
-      });
+    if (streaming) {
+      const stream = relayStream(response.body, this.relayOptions(meter!, modelId, clientWantsUsage, call.signal));
       return { kind: 'stream', requestId, payload: stream };
     }
 
@@ -110,24 +176,85 @@ export class ChatGateway {
     try {
       text = await response.text();
     } catch (error) {
-      meter.failed(error);
+      meter?.failed(error);
       throw closedOr(error, call.signal);
     }
     if (!text.trimStart().startsWith('{')) {
       const error = new UpstreamError(`the engine's answer for ${modelId} was not a JSON object`);
-      meter.failed(error);
+      meter?.failed(error);
       throw error;
     }
-    meter.succeeded(readUsage(text), false);
-    return { kind: 'json', requestId, payload: modelRewriter(modelId)(text) };
+    meter?.succeeded(readUsage(text), false);
+    return { kind: 'json', requestId, payload: generates ? modelRewriter(modelId)(text) : text };
+  }
+
+  private meter(context: MeterContext): Meter {
+    const meter = new Meter(this.usage, context, () => {
+      this.open.delete(meter);
+      if (this.open.size === 0) {
+        const waiters = this.drainWaiters;
+        this.drainWaiters = [];
+        for (const wake of waiters) wake();
+      }
+    });
+    this.open.add(meter);
+    return meter;
+  }
+
+  private relayOptions(meter: Meter, modelId: string, clientWantsUsage: boolean, signal: CancelSignal) {
+    return {
+      model: modelId,
+      clientWantsUsage,
+      signal,
+      onEnd: (outcome: RelayOutcome) => meter.streamEnded(outcome),
+      onFault: (error: unknown) => this.log?.warn({ err: error }, 'an engine stream failed mid-response'),
+    };
+  }
+
+  /** SSE comments until the engine answers, then its stream; a failure meanwhile is told as an error event. */
+  private async *afterKeepAlive(
+    sending: Promise<UpstreamResponse>,
+    args: { meter: Meter; modelId: string; clientWantsUsage: boolean; signal: CancelSignal },
+  ): AsyncGenerator<Buffer | string> {
+    let relayed = false;
+    try {
+      yield KEEP_ALIVE;
+      for (;;) {
+        const next = await raceTimer(sending, this.keepAliveMs);
+        if (next === TIMED_OUT) {
+          yield KEEP_ALIVE;
+          continue;
+        }
+        break;
+      }
+      let response: UpstreamResponse;
+      try {
+        response = await sending;
+      } catch (error) {
+        args.meter.failed(error);
+        if (error instanceof RequestAbortedError || args.signal.aborted) return;
+        this.log?.warn({ err: error }, 'an engine request failed while its stream was kept alive');
+        yield errorEvent(error) + 'data: [DONE]\n\n';
+        return;
+      }
+      args.meter.firstByteAt = Date.now();
+      relayed = true;
+      yield* relayEvents(response.body, this.relayOptions(args.meter, args.modelId, args.clientWantsUsage, args.signal));
+    } finally {
+      if (!relayed) {
+        // The client left while waiting: nothing will read the answer.
+        sending.then((response) => response.discard(), () => undefined);
+        args.meter.failed(new RequestAbortedError());
+      }
+    }
   }
 
   /**
    * Sends, and when an adapter the client believes loaded is unknown to the engine (it restarted, or
    * another gateway process unloaded it), forgets it and loads it again, once.
    */
-  private async send(route: Route, body: string, requestId: string, signal: CancelSignal, wholeBody: boolean): Promise<UpstreamResponse> {
-    const request = { path: '/v1/chat/completions', body, headers: { 'x-request-id': requestId }, signal, adapter: route.adapter, wholeBody };
+  private async send(route: Route, path: string, body: string, requestId: string, signal: CancelSignal, wholeBody: boolean): Promise<UpstreamResponse> {
+    const request = { path, body, headers: { 'x-request-id': requestId }, signal, adapter: route.adapter, wholeBody };
     try {
       return await route.backend.send(request);
     } catch (error) {
@@ -138,41 +265,71 @@ export class ChatGateway {
   }
 }
 
+const TIMED_OUT = Symbol('timed out');
+
+/** The promise's settlement, or TIMED_OUT after `ms` (a rejection is left for the caller to await). */
+function raceTimer<T>(promise: Promise<T>, ms: number): Promise<typeof TIMED_OUT | 'settled'> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(TIMED_OUT), ms);
+    const settle = () => {
+      clearTimeout(timer);
+      resolve('settled');
+    };
+    promise.then(settle, settle);
+  });
+}
+
 /** The body sent to the engine: the client's, with the engine's model name and what the gateway needs. */
-export function engineRequestBody(body: ChatCompletionRequest, route: Route, clientWantsUsage: boolean): string {
+export function engineRequestBody(body: EngineRequestBody, route: Route, clientWantsUsage: boolean, endpoint: Endpoint = 'chat'): string {
   const out: Record<string, unknown> = { ...body, model: route.engineModel };
   if (out.engine_xargs !== undefined) {
     const xargs = out.engine_xargs;
     delete out.engine_xargs;
     if (xargs !== null) out[XARGS_FIELD] = { ...(out[XARGS_FIELD] as object | undefined), ...xargs };
   }
-  if (route.trainable) {
+  if (route.trainable && endpoint === 'chat') {
     // The trainer needs each sampled token's id and logprob (`token_id:N` tokens).
     out.logprobs ??= true;
     out.return_tokens_as_token_ids ??= true;
   }
-  if (body.stream === true) {
+  if (route.trainable && endpoint === 'completions') {
+    // Completions give logprobs as a count of alternatives: 0 is the sampled token's alone.
+    out.logprobs ??= 0;
+    out.return_tokens_as_token_ids ??= true;
+  }
+  if ((endpoint === 'chat' || endpoint === 'completions') && out.stream === true) {
+    const options = out.stream_options as object | null | undefined;
     // Always metered; per-chunk usage only when the client asked for usage, since it cannot be stripped without re-serialising.
     out.stream_options = clientWantsUsage
-      ? { ...body.stream_options, include_usage: true }
-      : { ...body.stream_options, include_usage: true, continuous_usage_stats: false };
+      ? { ...options, include_usage: true }
+      : { ...options, include_usage: true, continuous_usage_stats: false };
   }
-  return JSON.stringify(out);
+  return stringifyExact(out);
 }
 
 function closedOr(error: unknown, signal: CancelSignal): unknown {
   return error instanceof RequestAbortedError || signal.aborted ? new ClientClosedError() : error;
 }
 
+interface MeterContext {
+  call: EngineCall;
+  project: ProjectRef;
+  modelId: string;
+  requestId: string;
+  startedAt: number;
+  route: Route;
+  stream: boolean;
+}
+
 /** Collects one request's usage and hands the row to the writer when the request is over. */
 class Meter {
-  route: Route | undefined;
   firstByteAt: number | undefined;
   private done = false;
 
   constructor(
     private readonly writer: UsageWriter,
-    private readonly context: { call: ChatCall; project: ProjectRef; modelId: string; requestId: string; startedAt: number },
+    private readonly context: MeterContext,
+    private readonly onWritten: () => void,
   ) {}
 
   succeeded(usage: Usage | undefined, estimated: boolean, completionEstimate = 0): void {
@@ -211,8 +368,7 @@ class Meter {
   ): void {
     if (this.done) return;
     this.done = true;
-    const { call, project, modelId, requestId, startedAt } = this.context;
-    const route = this.route;
+    const { call, project, modelId, requestId, startedAt, route, stream } = this.context;
     const row: UsageRecord = {
       created_at: new Date(startedAt),
       entity: project.entity,
@@ -220,11 +376,11 @@ class Meter {
       api_key_id: call.principal.keyId,
       request_id: requestId,
       model: modelId,
-      base_model: route?.baseModel ?? null,
-      trained_model: route?.trained?.name ?? null,
-      checkpoint_step: route?.trained?.step ?? null,
-      backend: route?.backend.backend.name ?? null,
-      stream: call.body.stream === true,
+      base_model: route.baseModel,
+      trained_model: route.trained?.name ?? null,
+      checkpoint_step: route.trained?.step ?? null,
+      backend: route.backend.backend.name,
+      stream,
       prompt_tokens: usage?.prompt_tokens ?? 0,
       completion_tokens: usage?.completion_tokens ?? (estimated ? completionEstimate : 0),
       cached_tokens: usage?.prompt_tokens_details?.cached_tokens ?? 0,
@@ -236,5 +392,6 @@ class Meter {
       error_code: errorCode,
     };
     this.writer.record(row);
+    this.onWritten();
   }
 }

@@ -1,36 +1,72 @@
 import type { Kysely } from 'kysely';
 import type { Principal } from '../auth/principal.js';
 import type { Database } from '../db/schema.js';
+import { NotFoundError } from '../errors.js';
 import type { BackendRegistry } from './backends/registry.js';
 import { listCheckpoints } from './checkpoints.js';
-import type { Model, ModelList } from './schemas.js';
+import type { Model, ModelList, ModelPermission } from './schemas.js';
 
 const seconds = (date: Date) => Math.floor(date.getTime() / 1000);
 
+/** vLLM's default permission entry: sampling, logprobs and viewing allowed, nothing else. */
+function permission(id: string, created: number): ModelPermission {
+  return {
+    id: `modelperm-${id}`,
+    object: 'model_permission',
+    created,
+    allow_create_engine: false,
+    allow_sampling: true,
+    allow_logprobs: true,
+    allow_search_indices: false,
+    allow_view: true,
+    allow_fine_tuning: false,
+    organization: '*',
+    group: null,
+    is_blocking: false,
+  };
+}
+
+function card(id: string, created: number, ownedBy: string, root: string, parent: string | null, maxModelLen: number | null): Model {
+  return { id, object: 'model', created, owned_by: ownedBy, root, parent, max_model_len: maxModelLen, permission: [permission(id, created)] };
+}
+
 /**
- * GET /v1/models: the served base models, then the caller's trained models. Each trained model is
- * listed by its bare name (its latest checkpoint, or its base model before the first one) and by
- * each checkpoint's `:stepN` name; `root` is the base model.
+ * GET /v1/models: the served base models, then the caller's trained models, in vLLM's card form.
+ * Base models carry what the engine reports (`root`, `max_model_len`) and `parent: null`. Each trained
+ * model is listed by its bare name (its latest checkpoint, or its base model before the first one)
+ * and by each checkpoint's `:stepN` name, with `parent` its base model and `root` its own name (never
+ * the engine's adapter name or the weights' path).
  */
 export async function listModels(db: Kysely<Database>, registry: BackendRegistry, principal: Principal): Promise<ModelList> {
   const [served, checkpoints] = await Promise.all([registry.list(), listCheckpoints(db, { entities: [...principal.entities] })]);
-  const data: Model[] = served.map((m) => ({ id: m.id, object: 'model', created: m.created, owned_by: m.backend.backend.name, root: m.root }));
+  const data: Model[] = served.map((m) => card(m.id, m.created, m.backend.backend.name, m.root, null, m.maxModelLen));
+  const contextOf = new Map(served.map((m) => [m.id, m.maxModelLen]));
   let previous = '';
   for (const row of checkpoints) {
     const name = `${row.entity}/${row.project}/${row.name}`;
+    const maxModelLen = contextOf.get(row.baseModel) ?? null;
     if (name !== previous) {
-      data.push({ id: name, object: 'model', created: seconds(row.modelCreatedAt), owned_by: row.entity, root: row.baseModel });
+      data.push(card(name, seconds(row.modelCreatedAt), row.entity, name, row.baseModel, maxModelLen));
       previous = name;
     }
     if (row.step !== null) {
-      data.push({
-        id: `${name}:step${row.step}`,
-        object: 'model',
-        created: seconds(row.checkpointCreatedAt ?? row.modelCreatedAt),
-        owned_by: row.entity,
-        root: row.baseModel,
-      });
+      const id = `${name}:step${row.step}`;
+      data.push(card(id, seconds(row.checkpointCreatedAt ?? row.modelCreatedAt), row.entity, id, row.baseModel, maxModelLen));
     }
   }
   return { object: 'list', data };
+}
+
+/** GET /v1/models/{id}: one card of the list, or 404 model_not_found (the same for another tenant's model). */
+export async function getModel(db: Kysely<Database>, registry: BackendRegistry, principal: Principal, id: string): Promise<Model> {
+  const { data } = await listModels(db, registry, principal);
+  const found = data.find((model) => model.id === id);
+  if (!found) {
+    throw new NotFoundError('model', id, {
+      code: 'model_not_found',
+      param: 'model',
+      message: `The model \`${id}\` does not exist or you do not have access to it.`,
+    });
+  }
+  return found;
 }

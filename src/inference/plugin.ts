@@ -4,12 +4,15 @@ import type { DomainEventMap } from '../events.js';
 import { loadBackendsFile } from './backends/config.js';
 import { BackendRegistry } from './backends/registry.js';
 import { ChatGateway } from './gateway.js';
-import { listModels } from './models.js';
-import { EngineError } from './proxy/errors.js';
+import { getModel, listModels } from './models.js';
+import { EngineError, EngineFault } from './proxy/errors.js';
 import { ModelRouter } from './router.js';
 import { inferenceRoutes } from './routes.js';
 import { UsageService } from './usage/service.js';
 import { UsageWriter } from './usage/writer.js';
+
+/** How long shutdown waits for the requests cut at the end of the grace period to record their usage. */
+const DRAIN_TIMEOUT_MS = 5_000;
 
 /** The inference API's routes and background work; registered by src/app.ts. */
 export const inferencePlugin: FastifyPluginAsyncZod = async (app) => {
@@ -21,7 +24,7 @@ export const inferencePlugin: FastifyPluginAsyncZod = async (app) => {
   const registry = new BackendRegistry(backends, app.log);
   const router = new ModelRouter(app.db, registry, app.log, { trainableBaseModels: config.trainableBaseModels });
   const writer = new UsageWriter(app.db, app.log, { flushIntervalMs: config.usageFlushIntervalMs });
-  const gateway = new ChatGateway(router, writer);
+  const gateway = new ChatGateway(router, writer, { keepAliveMs: config.sseKeepAliveMs, log: app.log });
   const usage = new UsageService(app.db, writer);
 
   const onCheckpointsDeleted = (event: DomainEventMap['checkpoints-deleted'][0]) => router.checkpointsDeleted(event);
@@ -30,14 +33,18 @@ export const inferencePlugin: FastifyPluginAsyncZod = async (app) => {
 
   app.addHook('onClose', async () => {
     app.events.off('checkpoints-deleted', onCheckpointsDeleted);
+    // The server has closed: connections still open at the end of the grace period were cut, and
+    // their streams end now. Each is metered before the writer's last flush.
+    await gateway.drained(DRAIN_TIMEOUT_MS);
     await writer.close();
     await router.settled();
     await registry.close();
   });
 
-  // An engine's Retry-After reaches the client, so that the openai SDKs wait as the engine asked.
+  // An engine's Retry-After reaches the client, so that the openai SDKs wait as the engine asked; the
+  // gateway's own 503s (engine unreachable, every replica resting) say how long to wait too.
   app.addHook('onError', async (_request, reply, error) => {
-    if (error instanceof EngineError && error.retryAfterMs !== undefined) {
+    if ((error instanceof EngineError || error instanceof EngineFault) && error.retryAfterMs !== undefined) {
       reply.header('retry-after', String(Math.max(1, Math.ceil(error.retryAfterMs / 1000))));
       reply.header('retry-after-ms', String(error.retryAfterMs));
     }
@@ -47,5 +54,6 @@ export const inferencePlugin: FastifyPluginAsyncZod = async (app) => {
     gateway,
     usage,
     listModels: (request) => listModels(app.db, registry, principalOf(request)),
+    getModel: (request, id) => getModel(app.db, registry, principalOf(request), id),
   });
 };

@@ -169,10 +169,12 @@ export class ModelRouter {
     }
     const backend = served.backend;
     if (!backend.backend.runtimeLora) {
-      throw modelNotFound(
-        modelId,
-        `Backend ${backend.backend.name} cannot load checkpoint adapters: set runtime_lora: true for it in the backends file and start its engines with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True.`,
+      // The fix is the operator's: the log names the backend, the tenant reads no engine topology.
+      this.log.warn(
+        { backend: backend.backend.name, model: modelId },
+        'a checkpoint was asked for, but its backend cannot load adapters: set runtime_lora: true for it in the backends file and start its engines with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True',
       );
+      throw modelNotFound(modelId, `The checkpoints of ${name} cannot be served: the engines serving its base model do not load adapters at run time (the server log says how to enable it).`);
     }
     const engineModel = adapterName(ref, checkpoint.step, checkpoint.id);
     return {

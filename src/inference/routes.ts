@@ -1,9 +1,28 @@
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { principalOf } from '../auth/plugin.js';
-import type { ChatGateway } from './gateway.js';
+import { coerceLaxFields, holdIntegers, parseExactJson, restoreIntegers, type HeldInteger, type LaxKind } from './exact-json.js';
+import type { ChatGateway, Endpoint } from './gateway.js';
 import { Cancel, type CancelSignal } from './proxy/cancel.js';
-import { ChatCompletion, ChatCompletionRequest, ErrorEnvelope, ModelList, ValidationErrorBody } from './schemas.js';
+import {
+  ChatCompletion,
+  ChatCompletionRequest,
+  Completion,
+  COMPLETION_LAX_FIELDS,
+  CompletionRequest,
+  DetokenizeRequest,
+  DetokenizeResponse,
+  ErrorEnvelope,
+  LAX_FIELDS,
+  Model,
+  ModelList,
+  ModelParams,
+  TokenizeRequest,
+  TokenizeResponse,
+  ValidationErrorBody,
+  type EngineRequestBody,
+} from './schemas.js';
 import { UsageQuery, UsageReport } from './usage/schemas.js';
 import type { UsageService } from './usage/service.js';
 
@@ -11,6 +30,7 @@ export interface InferenceRoutesOptions {
   gateway: ChatGateway;
   usage: UsageService;
   listModels(request: FastifyRequest): Promise<ModelList>;
+  getModel(request: FastifyRequest, id: string): Promise<Model>;
 }
 
 const tags = ['inference'];
@@ -33,35 +53,81 @@ function clientGone(request: FastifyRequest, reply: FastifyReply): CancelSignal 
   return cancel;
 }
 
-export const inferenceRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = async (app, { gateway, usage, listModels }) => {
-  const chat = {
-    schema: {
-      tags,
-      summary: 'Create a chat completion',
-      description:
-        'OpenAI-compatible. With `stream: true` the answer is server-sent events (`data: <chunk>` ... `data: [DONE]`). ' +
-        '`Compat-Project` (or `OpenAI-Project`) names the project usage is recorded under.',
-      body: ChatCompletionRequest,
-      response: {
-        200: ChatCompletion,
-        400: ErrorEnvelope.describe('The engine refused the request (its message and param), or a malformed Compat-Project'),
-        401: ErrorEnvelope.describe('Missing or invalid API key'),
-        403: ErrorEnvelope.describe('The key cannot reach the Compat-Project project'),
-        404: ErrorEnvelope.describe('model_not_found: unknown, unreachable, or no backend configured'),
-        422: ValidationErrorBody.describe('The body breaks a field rule'),
-        429: ErrorEnvelope.describe('The engine is rate limiting; Retry-After says for how long'),
-        502: ErrorEnvelope.describe('upstream_error: the engine failed'),
-        503: ErrorEnvelope.describe('upstream_unreachable or upstream_unavailable'),
-        504: ErrorEnvelope.describe('upstream_timeout'),
-      },
-    },
-  };
-  const handler = async (request: FastifyRequest<{ Body: ChatCompletionRequest }>, reply: FastifyReply) => {
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Integers a double would change, held out of validation and put back after it. */
+    heldIntegers?: HeldInteger[];
+  }
+}
+
+/**
+ * Bodies read as vLLM reads them: integer literals exactly as written (exact-json.ts), and the
+ * scalars pydantic's lax mode coerces (`"max_tokens": "16"`) coerced before the schema sees them.
+ */
+function exactBodies(app: FastifyInstance): void {
+  if (app.hasContentTypeParser('application/json')) app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    try {
+      const { value, exact } = parseExactJson(body as string);
+      // Marked for the walk below, which only bodies with long integers need.
+      if (exact) request.heldIntegers = [];
+      done(null, value);
+    } catch (error) {
+      done(error as Error, undefined);
+    }
+  });
+  // Callback hooks: on every proxied request, so no promise each.
+  app.addHook('preValidation', (request, _reply, done) => {
+    if (request.method !== 'POST' || request.body === undefined) return done();
+    const lax: Readonly<Record<string, LaxKind>> = request.url.startsWith('/v1/completions') ? COMPLETION_LAX_FIELDS : LAX_FIELDS;
+    try {
+      coerceLaxFields(request.body, lax);
+      // A numeric string coerced above may have become a BigInt too (`"seed": "9223372036854775807"`).
+      if (request.heldIntegers || hasBigInt(request.body)) request.heldIntegers = holdIntegers(request.body);
+    } catch (error) {
+      return done(error as Error);
+    }
+    done();
+  });
+  app.addHook('preHandler', (request, _reply, done) => {
+    if (request.heldIntegers) restoreIntegers(request.body, request.heldIntegers);
+    done();
+  });
+}
+
+/** Whether a top-level field holds a BigInt (what lax coercion can produce). */
+function hasBigInt(body: unknown): boolean {
+  if (body === null || typeof body !== 'object') return false;
+  for (const key in body) if (typeof (body as Record<string, unknown>)[key] === 'bigint') return true;
+  return false;
+}
+
+const errorResponses = {
+  400: ErrorEnvelope.describe('The engine refused the request (its message and param), or a malformed Compat-Project'),
+  401: ErrorEnvelope.describe('Missing or invalid API key'),
+  403: ErrorEnvelope.describe('The key cannot reach the Compat-Project project'),
+  404: ErrorEnvelope.describe('model_not_found: unknown, unreachable, or no backend configured'),
+  422: ValidationErrorBody.describe('The body breaks a field rule'),
+  429: ErrorEnvelope.describe('The engine is rate limiting; Retry-After says for how long'),
+  500: ErrorEnvelope.describe("engine_error: the engine's own internal error, with its message"),
+  501: ErrorEnvelope.describe('not_implemented: the engine does not implement what was asked'),
+  502: ErrorEnvelope.describe('upstream_error: the engine failed'),
+  503: ErrorEnvelope.describe('upstream_unreachable or upstream_unavailable; Retry-After says when to try again'),
+  504: ErrorEnvelope.describe('upstream_timeout'),
+};
+
+export const inferenceRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = async (app, { gateway, usage, listModels, getModel }) => {
+  exactBodies(app);
+
+  const handler = (endpoint: Endpoint) => async (request: FastifyRequest<{ Body: EngineRequestBody }>, reply: FastifyReply) => {
     const headers = request.headers;
+    const headerId = headers['x-request-id'];
     const result = await gateway.complete({
+      endpoint,
       principal: principalOf(request),
       body: request.body,
-      requestId: request.id,
+      headerRequestId: typeof headerId === 'string' && headerId !== '' ? headerId : undefined,
+      generatedRequestId: request.id,
       projectHeader: (headers['compat-project'] ?? headers['openai-project']) as string | undefined,
       signal: clientGone(request, reply),
     });
@@ -74,13 +140,39 @@ export const inferenceRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = as
     }
     return reply.send(result.payload);
   };
-  app.post('/v1/chat/completions', chat, handler);
-  app.post('/v1/chat/completions/', chat, handler);
+
+  const streamed =
+    'With `stream: true` the answer is server-sent events (`data: <chunk>` ... `data: [DONE]`), with `: keep-alive` comments while the engine has not sent its first token. ' +
+    '`Compat-Project` (or `OpenAI-Project`) names the project usage is recorded under. `X-Request-Id` wins over a body `request_id`.';
+  const routes: { path: string; endpoint: Endpoint; summary: string; description: string; body: typeof ChatCompletionRequest | typeof CompletionRequest | typeof TokenizeRequest | typeof DetokenizeRequest; ok: typeof ChatCompletion | typeof Completion | typeof TokenizeResponse | typeof DetokenizeResponse }[] = [
+    { path: '/v1/chat/completions', endpoint: 'chat', summary: 'Create a chat completion', description: `OpenAI-compatible. ${streamed}`, body: ChatCompletionRequest, ok: ChatCompletion },
+    { path: '/v1/completions', endpoint: 'completions', summary: 'Create a text completion', description: `OpenAI- and vLLM-compatible (prompt-based rollouts, \`echo\` and \`prompt_logprobs\` scoring). ${streamed}`, body: CompletionRequest, ok: Completion },
+    { path: '/tokenize', endpoint: 'tokenize', summary: 'Tokenize a prompt or chat messages', description: "vLLM's /tokenize, routed like chat completions (checkpoint names included). Not metered.", body: TokenizeRequest, ok: TokenizeResponse },
+    { path: '/detokenize', endpoint: 'detokenize', summary: 'Turn token ids back into text', description: "vLLM's /detokenize, routed like chat completions. Not metered.", body: DetokenizeRequest, ok: DetokenizeResponse },
+  ];
+  for (const route of routes) {
+    const options = { schema: { tags, summary: route.summary, description: route.description, body: route.body, response: { 200: route.ok, ...errorResponses } } };
+    app.post(route.path, options, handler(route.endpoint));
+    if (route.endpoint === 'chat') app.post(`${route.path}/`, options, handler(route.endpoint));
+  }
 
   app.get(
     '/v1/models',
     { schema: { tags, summary: 'List the models this key can use', response: { 200: ModelList, 401: ErrorEnvelope } } },
     async (request) => listModels(request),
+  );
+  app.get(
+    '/v1/models/*',
+    {
+      schema: {
+        tags,
+        summary: 'One model card',
+        description: 'The card /v1/models lists for this id (ids may contain slashes); 404 model_not_found otherwise.',
+        params: z.object({ '*': ModelParams.shape.model }),
+        response: { 200: Model, 401: ErrorEnvelope, 404: ErrorEnvelope },
+      },
+    },
+    async (request) => getModel(request, (request.params as { '*': string })['*']),
   );
 
   app.get(

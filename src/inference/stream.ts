@@ -20,6 +20,8 @@ export interface RelayOptions {
   clientWantsUsage: boolean;
   signal: CancelSignal;
   onEnd(outcome: RelayOutcome): void;
+  /** A failure after the first byte, told to the client as an error event; the gateway logs it. */
+  onFault?(error: unknown): void;
 }
 
 export interface RelayOutcome {
@@ -43,6 +45,11 @@ export function relayStream(upstream: AsyncIterable<Buffer>, options: RelayOptio
     if (!state.started) options.onEnd({ usage: undefined, contentChunks: 0, disconnected: true, error: undefined });
   });
   return readable;
+}
+
+/** The relayed events; used directly by a stream that has already started (keep-alives sent). */
+export function relayEvents(upstream: AsyncIterable<Buffer>, options: RelayOptions): AsyncGenerator<Buffer | string> {
+  return relay(upstream, options, { started: false });
 }
 
 async function* relay(upstream: AsyncIterable<Buffer>, options: RelayOptions, state: { started: boolean }): AsyncGenerator<Buffer | string> {
@@ -124,17 +131,26 @@ async function* relay(upstream: AsyncIterable<Buffer>, options: RelayOptions, st
       outcome.disconnected = true;
       return;
     }
+    options.onFault?.(error);
     // Headers went out long ago: the failure can only be told in the stream, as vLLM does it.
     const status = error instanceof AppError ? error.statusCode : 502;
     const code = error instanceof AppError ? error.code : 'upstream_error';
-    const message = error instanceof Error ? error.message : String(error);
     outcome.error = { status, code };
-    yield `data: ${JSON.stringify({ error: { message, type: 'server_error', param: null, code } })}\n\n${DONE}`;
+    yield `${errorEvent(error)}${DONE}`;
   } finally {
     // Not ended: the consumer stopped reading (the client left) and the generator was returned early.
     if (!ended) outcome.disconnected = true;
     options.onEnd(outcome);
   }
+}
+
+/** A failure told inside a stream, in the OpenAI envelope (the message never names engines). */
+export function errorEvent(error: unknown): string {
+  const status = error instanceof AppError ? error.statusCode : 502;
+  const code = error instanceof AppError ? error.code : 'upstream_error';
+  const message = error instanceof Error ? error.message : String(error);
+  const param = error instanceof AppError ? error.param : null;
+  return `data: ${JSON.stringify({ error: { message, type: status < 500 ? 'invalid_request_error' : 'server_error', param, code } })}\n\n`;
 }
 
 /**

@@ -2,8 +2,9 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 
 /**
- * A fake vLLM-shaped OpenAI-compatible engine on a loopback port, for tests and benchmarks: chat
- * completions (JSON and SSE), /v1/models, runtime LoRA load/unload, and injectable faults.
+ * A fake vLLM-shaped OpenAI-compatible engine on a loopback port, for tests and benchmarks: chat and
+ * text completions (JSON and SSE), /tokenize and /detokenize (a token is a character's code),
+ * /v1/models (with max_model_len), runtime LoRA load/unload, and injectable faults.
  */
 
 export type FakeBehaviour =
@@ -53,6 +54,8 @@ export interface RecordedRequest {
   path: string;
   headers: IncomingMessage['headers'];
   body: unknown;
+  /** The body as sent, for checks JSON.parse would blur (integers above 2^53). */
+  rawBody: string;
 }
 
 export interface Disconnect {
@@ -76,6 +79,7 @@ export interface FakeEngine {
   /** Applies to the next `times` adapter loads (all of them when omitted), then back to 'ok'. */
   setLoadBehaviour(behaviour: FakeLoadBehaviour, times?: number): void;
   chatRequests(): RecordedRequest[];
+  completionRequests(): RecordedRequest[];
   close(): Promise<void>;
 }
 
@@ -115,6 +119,7 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
       loadRemaining = times;
     },
     chatRequests: () => engine.requests.filter((r) => r.path === '/v1/chat/completions'),
+  completionRequests: () => engine.requests.filter((r) => r.path === '/v1/completions'),
     close: async () => {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -141,14 +146,17 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
         }
       }
       const path = (req.url ?? '/').split('?')[0];
-      engine.requests.push({ method: req.method ?? 'GET', path, headers: req.headers, body });
+      engine.requests.push({ method: req.method ?? 'GET', path, headers: req.headers, body, rawBody: text });
       if (settings.apiKey && req.headers.authorization !== `Bearer ${settings.apiKey}`) {
         return json(res, 401, { error: 'Unauthorized' });
       }
       if (req.method === 'GET' && path === '/v1/models') return listModels(res);
       if (req.method === 'POST' && path === '/v1/load_lora_adapter') return void loadAdapter(res, body as LoraBody);
       if (req.method === 'POST' && path === '/v1/unload_lora_adapter') return unloadAdapter(res, body as LoraBody);
-      if (req.method === 'POST' && path === '/v1/chat/completions') return void chat(req, res, body as ChatBody);
+      if (req.method === 'POST' && path === '/v1/chat/completions') return void chat(req, res, body as ChatBody, false);
+      if (req.method === 'POST' && path === '/v1/completions') return void chat(req, res, body as ChatBody, true);
+      if (req.method === 'POST' && path === '/tokenize') return tokenize(res, body as TokenizeBody);
+      if (req.method === 'POST' && path === '/detokenize') return detokenize(res, body as { model?: string; tokens?: number[] });
       json(res, 404, { detail: 'Not Found' });
     });
   });
@@ -186,11 +194,30 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
     res.writeHead(200, { 'content-type': 'text/plain' }).end(`Success: LoRA adapter '${body.lora_name}' removed successfully.`);
   }
 
-  async function chat(req: IncomingMessage, res: ServerResponse, body: ChatBody): Promise<void> {
+  function knownModel(res: ServerResponse, requested: string): boolean {
+    if (settings.models.includes(requested) || engine.adapters.has(requested)) return true;
+    vllmError(res, 404, `The model \`${requested}\` does not exist.`, 'NotFoundError', {}, 'model');
+    return false;
+  }
+
+  function tokenize(res: ServerResponse, body: TokenizeBody): void {
+    if (!knownModel(res, body?.model ?? settings.models[0])) return;
+    const text = body.prompt ?? (body.messages ?? []).map((m) => `${m.role}: ${typeof m.content === 'string' ? m.content : ''}\n`).join('');
+    const tokens = [...text].map((c) => c.codePointAt(0)!);
+    json(res, 200, { count: tokens.length, max_model_len: 4096, tokens, token_strs: body.return_token_strs ? [...text] : null });
+  }
+
+  function detokenize(res: ServerResponse, body: { model?: string; tokens?: number[] }): void {
+    if (!knownModel(res, body?.model ?? settings.models[0])) return;
+    json(res, 200, { prompt: String.fromCodePoint(...(body.tokens ?? [])) });
+  }
+
+  async function chat(req: IncomingMessage, res: ServerResponse, body: ChatBody, textCompletion: boolean): Promise<void> {
     const current = nextBehaviour();
     let chunksSent = 0;
+    const route = textCompletion ? '/v1/completions' : '/v1/chat/completions';
     res.on('close', () => {
-      if (!res.writableFinished) engine.disconnects.push({ path: '/v1/chat/completions', chunksSent });
+      if (!res.writableFinished) engine.disconnects.push({ path: route, chunksSent });
     });
     if (current.kind === 'hang') return;
     if (settings.latencyMs > 0) await delay(settings.latencyMs);
@@ -200,10 +227,9 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
       return vllmError(res, current.status, current.message ?? `fake engine failure ${current.status}`, 'InternalServerError', headers);
     }
     const requested = body?.model ?? settings.models[0];
-    if (!settings.models.includes(requested) && !engine.adapters.has(requested)) {
-      return vllmError(res, 404, `The model \`${requested}\` does not exist.`, 'NotFoundError', {}, 'model');
-    }
+    if (!knownModel(res, requested)) return;
     const model = settings.reportModel ?? requested;
+    if (textCompletion) return completion(req, res, body, current, model);
 
     const id = `chatcmpl-${req.headers['x-request-id'] ?? `fake-${++counter}`}`;
     const created = Math.floor(Date.now() / 1000);
@@ -266,6 +292,38 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
     res.end('data: [DONE]\n\n');
   }
 
+  /** vLLM's text completion: `text` choices, logprobs as token lists, `echo` and `prompt_logprobs`. */
+  function completion(req: IncomingMessage, res: ServerResponse, body: ChatBody, current: FakeBehaviour, model: string): void {
+    const id = `cmpl-${req.headers['x-request-id'] ?? `fake-${++counter}`}`;
+    const created = Math.floor(Date.now() / 1000);
+    const prompt = typeof body.prompt === 'string' ? body.prompt : 'prompt';
+    const tokens = Array.from({ length: settings.chunks }, (_, i) => TOKENS[i % TOKENS.length]);
+    const logprobs = (list: string[]) =>
+      typeof body.logprobs === 'number'
+        ? { tokens: list.map((t, i) => (body.return_tokens_as_token_ids ? `token_id:${1000 + i}` : t)), token_logprobs: list.map((_, i) => -0.1 * (i + 1)), top_logprobs: list.map(() => ({})), text_offset: list.map((_, i) => i) }
+        : null;
+    const usage = { prompt_tokens: 7, completion_tokens: settings.chunks, total_tokens: 7 + settings.chunks };
+    const promptLogprobs = body.prompt_logprobs != null ? { prompt_logprobs: [null, ...[...prompt].slice(1).map((c, i) => ({ [String(c.codePointAt(0))]: { logprob: -1 - i, rank: 1, decoded_token: c } }))] } : {};
+    if (!body.stream) {
+      const text = (body.echo ? prompt : '') + tokens.join('');
+      return json(res, 200, {
+        id,
+        object: 'text_completion',
+        created,
+        model,
+        choices: [{ index: 0, text, logprobs: logprobs(tokens), finish_reason: 'length', stop_reason: null, ...promptLogprobs }],
+        usage,
+      });
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+    if (current.kind === 'hang-after-headers') return void res.flushHeaders();
+    const send = (chunk: object) => res.write(`data: ${JSON.stringify(chunk)}\n\n`);
+    const base = { id, object: 'text_completion', created, model };
+    tokens.forEach((t, i) => send({ ...base, choices: [{ index: 0, text: t, logprobs: logprobs([t]), finish_reason: i === tokens.length - 1 ? 'length' : null }] }));
+    if (body.stream_options?.include_usage) send({ ...base, choices: [], usage });
+    res.end('data: [DONE]\n\n');
+  }
+
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   engine.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return engine;
@@ -277,11 +335,21 @@ interface LoraBody {
   load_inplace?: boolean;
 }
 
+interface TokenizeBody {
+  model?: string;
+  prompt?: string;
+  messages?: { role: string; content?: unknown }[];
+  return_token_strs?: boolean;
+}
+
 interface ChatBody {
   model?: string;
   stream?: boolean;
   stream_options?: { include_usage?: boolean };
-  logprobs?: boolean;
+  logprobs?: boolean | number;
+  prompt?: unknown;
+  echo?: boolean;
+  prompt_logprobs?: number | null;
   return_tokens_as_token_ids?: boolean;
   return_token_ids?: boolean;
 }

@@ -1,7 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { BackendClient } from '../../src/inference/proxy/client.js';
-import { UpstreamError } from '../../src/errors.js';
-import { RequestAbortedError } from '../../src/inference/proxy/errors.js';
+import { EngineFault, RequestAbortedError } from '../../src/inference/proxy/errors.js';
 import { startFakeEngine, type FakeEngine, type FakeEngineOptions } from '../fakes/engine.js';
 import { backendFor, chatBody, waitFor } from './helpers.js';
 
@@ -106,11 +105,12 @@ describe('adapter load failures (review fixes)', () => {
     const e = await engine({ loadDelayMs: 1_000 });
     const c = client([e.url], { adapterLoadMs: 100 });
     const error = await sendWithAdapter(c).catch((err: unknown) => err);
-    expect(error).toBeInstanceOf(UpstreamError);
+    expect(error).toBeInstanceOf(EngineFault);
     expect(error).toMatchObject({
       statusCode: 504,
       code: 'adapter_load_failed',
-      message: `replica ${e.url} of backend test-backend did not load adapter ${adapter.name} from ${adapter.path} within the adapter load timeout of 100 ms`,
+      message: "The engine did not load the checkpoint's weights within the adapter load timeout of 100 ms.",
+      detail: `replica ${e.url} of backend test-backend did not load adapter ${adapter.name} from ${adapter.path} within the adapter load timeout of 100 ms`,
     });
     expect(c.adapters.isLoaded(c.replicas[0], adapter.name)).toBe(false);
   });
@@ -120,25 +120,27 @@ describe('adapter load failures (review fixes)', () => {
     e.setLoadBehaviour({ kind: 'drop' }, 1);
     const c = client([e.url]);
     const error = await sendWithAdapter(c).catch((err: unknown) => err);
-    expect(error).toBeInstanceOf(UpstreamError);
+    expect(error).toBeInstanceOf(EngineFault);
     expect(error).toMatchObject({
       statusCode: 502,
       code: 'adapter_load_failed',
-      message: `replica ${e.url} of backend test-backend failed while loading adapter ${adapter.name} from ${adapter.path}: other side closed`,
+      message: "The engine failed while loading the checkpoint's weights: other side closed",
+      detail: `replica ${e.url} of backend test-backend failed while loading adapter ${adapter.name} from ${adapter.path}: other side closed`,
     });
     // Forgotten: the next request loads it.
     await sendWithAdapter(c);
     expect(e.loads.get(adapter.name)).toBe(1);
   });
 
-  it('answers an engine 4xx to the load with a 502 adapter_load_failed carrying the engine\'s status and message', async () => {
+  it('answers an engine 4xx to the load with a 502 adapter_load_failed; the engine\'s message, which names the path, is only logged', async () => {
     const e = await engine();
     e.setLoadBehaviour({ kind: 'status', status: 400, message: 'No adapter found for /ckpt/agent-001/3' }, 1);
     const error = await sendWithAdapter(client([e.url])).catch((err: unknown) => err);
     expect(error).toMatchObject({
       statusCode: 502,
       code: 'adapter_load_failed',
-      message: `replica ${e.url} of backend test-backend could not load adapter ${adapter.name} from ${adapter.path} (engine answered 400): No adapter found for /ckpt/agent-001/3`,
+      message: "The engine could not load the checkpoint's weights (it answered 400); the server log has the engine's message.",
+      detail: `replica ${e.url} of backend test-backend could not load adapter ${adapter.name} from ${adapter.path} (engine answered 400): No adapter found for /ckpt/agent-001/3`,
     });
   });
 

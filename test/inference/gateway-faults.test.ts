@@ -7,7 +7,8 @@ import { createUserWithKey, testConfig, type TestUser } from '../helpers/app.js'
 import { freshDatabase } from '../helpers/database.js';
 import { listen } from '../helpers/listen.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
-import { backendEntry, chat, createGatewayApp, sseData, writeBackendsFile, usageRow } from './gateway-helpers.js';
+import OpenAI from 'openai';
+import { backendEntry, chat, createGatewayApp, openaiClient, sseData, writeBackendsFile, usageRow } from './gateway-helpers.js';
 import { deadUrl, waitFor } from './helpers.js';
 
 let healthy: FakeEngine;
@@ -47,19 +48,40 @@ describe('replica faults', () => {
     }
   });
 
-  it('answers 503 in the OpenAI envelope when every replica is down', async () => {
+  it('answers 503 with Retry-After when every replica is down, naming no replica or backend', async () => {
     const response = await post(chat('fake/gone-model'));
     expect(response.statusCode).toBe(503);
+    expect(response.headers['retry-after']).toBe('1');
     expect(response.json()).toEqual({
-      error: { message: expect.stringMatching(/^could not connect to replica http:\/\/127\.0\.0\.1:\d+ of backend gone/), type: 'server_error', param: null, code: 'upstream_unreachable' },
+      error: { message: 'The engine serving this model could not be reached; try again shortly.', type: 'server_error', param: null, code: 'upstream_unreachable' },
     });
   });
 
-  it('answers an engine 500 as 502 upstream_error', async () => {
+  it("keeps an engine's 500 and 501 with the engine's own message", async () => {
     healthy.setBehaviour({ kind: 'status', status: 500, message: 'Internal server error' }, 1);
     const response = await post(chat('fake/base-model'));
-    expect(response.statusCode).toBe(502);
-    expect(response.json().error).toMatchObject({ type: 'server_error', code: 'upstream_error', param: null });
+    expect(response.statusCode).toBe(500);
+    expect(response.json()).toEqual({ error: { message: 'Internal server error', type: 'server_error', param: null, code: 'engine_error' } });
+    expect(response.body).not.toContain('127.0.0.1');
+
+    healthy.setBehaviour({ kind: 'status', status: 501, message: 'beam search is not implemented for this model' }, 1);
+    const unimplemented = await post(chat('fake/base-model'));
+    expect(unimplemented.statusCode).toBe(501);
+    expect(unimplemented.json()).toEqual({
+      error: { message: 'beam search is not implemented for this model', type: 'server_error', param: null, code: 'not_implemented' },
+    });
+  });
+
+  it('tells the openai SDK of an engine failure without the engine topology', async () => {
+    const { client, close } = openaiClient(`${url}/v1`, user.key);
+    try {
+      const error = await client.chat.completions.create({ model: 'fake/gone-model', messages: [{ role: 'user', content: 'Hi' }] }).catch((err: unknown) => err);
+      expect(error).toBeInstanceOf(OpenAI.InternalServerError);
+      expect(error).toMatchObject({ status: 503, code: 'upstream_unreachable', message: '503 The engine serving this model could not be reached; try again shortly.' });
+      expect((error as InstanceType<typeof OpenAI.APIError>).headers?.get('retry-after')).toBe('1');
+    } finally {
+      await close();
+    }
   });
 
   it('keeps an engine 4xx status and message', async () => {
@@ -96,8 +118,9 @@ describe('mid-stream failures', () => {
     const data = sseData(response.body);
     expect(data.at(-1)).toBe('[DONE]');
     expect(JSON.parse(data.at(-2)!)).toEqual({
-      error: { message: expect.stringContaining('broke off mid-response'), type: 'server_error', param: null, code: 'upstream_error' },
+      error: { message: expect.stringMatching(/^The engine broke off mid-response: /), type: 'server_error', param: null, code: 'upstream_error' },
     });
+    expect(response.body).not.toMatch(/replica|backend|127\.0\.0\.1/);
     expect(data.slice(0, -2).map((d) => JSON.parse(d).choices[0].delta.content)).toEqual(['', 'Hello', ' from']);
   });
 
@@ -159,7 +182,7 @@ describe('usage records', () => {
   it('records a failure with its status and code', async () => {
     healthy.setBehaviour({ kind: 'status', status: 500 }, 1);
     await post(chat('fake/base-model'), { 'x-request-id': 'usage-fail-1' });
-    expect(await usageRow(app, 'usage-fail-1')).toMatchObject({ outcome: 'error', status: 502, error_code: 'upstream_error', prompt_tokens: 0 });
+    expect(await usageRow(app, 'usage-fail-1')).toMatchObject({ outcome: 'error', status: 500, error_code: 'engine_error', prompt_tokens: 0 });
   });
 
   it('records a client that left mid-stream, with the tokens relayed so far, and aborts the engine', async () => {

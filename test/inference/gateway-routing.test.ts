@@ -189,17 +189,18 @@ describe('trained checkpoints', () => {
 });
 
 describe('the model list', () => {
-  it('holds the served base models and the caller\'s trained models and checkpoints, rooted at their base', async () => {
+  it('holds the served base models (with the engine\'s max_model_len) and the caller\'s trained models and checkpoints, parented by their base', async () => {
     const response = await app.inject({ method: 'GET', url: '/v1/models', headers: owner.headers });
     expect(response.statusCode).toBe(200);
     const body = response.json();
     expect(body.object).toBe('list');
     const byId = new Map(body.data.map((m: { id: string }) => [m.id, m]));
     for (const id of ['fake/base-model', 'fake/trainable-base', 'fake/discovered']) {
-      expect(byId.get(id)).toEqual({ id, object: 'model', created: expect.any(Number), owned_by: expect.any(String), root: id });
+      expect(byId.get(id)).toEqual({ id, object: 'model', created: expect.any(Number), owned_by: expect.any(String), root: id, parent: null, max_model_len: 4096, permission: [expect.objectContaining({ object: 'model_permission', allow_sampling: true })] });
     }
     for (const id of [`${owner.entity}/proj/agent`, `${owner.entity}/proj/agent:step1`, `${owner.entity}/proj/agent:step2`, `${owner.entity}/proj/fresh`]) {
-      expect(byId.get(id)).toEqual({ id, object: 'model', created: expect.any(Number), owned_by: owner.entity, root: 'fake/base-model' });
+      // Rooted at their own name: never the engine's adapter name or the weights' path.
+      expect(byId.get(id)).toEqual({ id, object: 'model', created: expect.any(Number), owned_by: owner.entity, root: id, parent: 'fake/base-model', max_model_len: 4096, permission: [expect.objectContaining({ id: `modelperm-${id}`, object: 'model_permission' })] });
     }
     expect(byId.has(`${owner.entity}/proj/fresh:step1`)).toBe(false);
   });

@@ -70,7 +70,16 @@ describe('the openai SDK against the gateway', () => {
   it('lists models', async () => {
     const ids = [];
     for await (const model of client.models.list()) ids.push(model);
-    expect(ids).toContainEqual({ id: 'fake/base-model', object: 'model', created: expect.any(Number), owned_by: 'local', root: 'fake/base-model' });
+    expect(ids).toContainEqual({
+      id: 'fake/base-model',
+      object: 'model',
+      created: expect.any(Number),
+      owned_by: 'local',
+      root: 'fake/base-model',
+      parent: null,
+      max_model_len: 4096,
+      permission: [expect.objectContaining({ object: 'model_permission' })],
+    });
   });
 
   it('surfaces an unknown model as NotFoundError with code and param', async () => {

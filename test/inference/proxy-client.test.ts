@@ -1,7 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { UpstreamError } from '../../src/errors.js';
 import { BackendClient } from '../../src/inference/proxy/client.js';
-import { EngineError, RequestAbortedError, StreamInterruptedError } from '../../src/inference/proxy/errors.js';
+import { EngineError, EngineFault, RequestAbortedError, StreamInterruptedError } from '../../src/inference/proxy/errors.js';
 import { SseParser } from '../../src/inference/proxy/sse.js';
 import { startFakeEngine, type FakeEngine, type FakeEngineOptions } from '../fakes/engine.js';
 import { startBlackhole } from './blackhole.js';
@@ -75,17 +74,18 @@ describe('BackendClient requests', () => {
   it('turns an engine 401 (its plain auth error) into a 502 upstream_unauthorized naming the key variable, not the caller\'s 401', async () => {
     const e = await engine({ apiKey: 'right' });
     const error = await send(client(backendFor([e.url], { apiKey: 'wrong', apiKeyEnv: 'VLLM_KEY' }))).catch((err: unknown) => err);
-    expect(error).toBeInstanceOf(UpstreamError);
+    expect(error).toBeInstanceOf(EngineFault);
     expect(error).toMatchObject({
       statusCode: 502,
       code: 'upstream_unauthorized',
-      message: `replica ${e.url} of backend test-backend refused the gateway's credentials (401: Unauthorized); check that VLLM_KEY holds the key the engine was started with (--api-key)`,
+      message: "The engine refused the gateway's credentials; the operator has to fix the gateway's configuration (the server log says how).",
+      detail: `replica ${e.url} of backend test-backend refused the gateway's credentials (401: Unauthorized); check that VLLM_KEY holds the key the engine was started with (--api-key)`,
     });
     const keyless = await send(client(backendFor([e.url]))).catch((err: unknown) => err);
     expect(keyless).toMatchObject({
       statusCode: 502,
       code: 'upstream_unauthorized',
-      message: `replica ${e.url} of backend test-backend refused the gateway's credentials (401: Unauthorized); the backend has no api_key_env; set it to the variable holding the engine's --api-key`,
+      detail: `replica ${e.url} of backend test-backend refused the gateway's credentials (401: Unauthorized); the backend has no api_key_env; set it to the variable holding the engine's --api-key`,
     });
   });
 
@@ -140,16 +140,16 @@ describe('BackendClient balancing and retries', () => {
   it('answers 503 when no replica can be reached', async () => {
     const c = client(backendFor([await deadUrl(startFakeEngine), await deadUrl(startFakeEngine)]));
     const error = await send(c).catch((err: unknown) => err);
-    expect(error).toBeInstanceOf(UpstreamError);
+    expect(error).toBeInstanceOf(EngineFault);
     expect(error).toMatchObject({ statusCode: 503, code: 'upstream_unreachable' });
   });
 
-  it('does not retry an engine 500', async () => {
+  it('does not retry an engine 500, and keeps its status and message', async () => {
     const [a, b] = [await engine(), await engine()];
     a.setBehaviour({ kind: 'status', status: 500 });
     b.setBehaviour({ kind: 'status', status: 500 });
     const error = await send(client(backendFor([a.url, b.url]))).catch((err: unknown) => err);
-    expect(error).toMatchObject({ statusCode: 502, code: 'upstream_error' });
+    expect(error).toMatchObject({ statusCode: 500, code: 'engine_error', message: 'fake engine failure 500' });
     expect(a.chatRequests().length + b.chatRequests().length).toBe(1);
   });
 
@@ -215,7 +215,7 @@ describe('BackendClient timeouts', () => {
     const e = await engine();
     e.setBehaviour({ kind: 'hang' });
     const error = await send(client(backendFor([e.url], { timeouts: { firstByteMs: 200 } }))).catch((err: unknown) => err);
-    expect(error).toBeInstanceOf(UpstreamError);
+    expect(error).toBeInstanceOf(EngineFault);
     expect(error).toMatchObject({ statusCode: 504, code: 'upstream_timeout', message: expect.stringContaining('first byte') });
     await waitFor(() => e.disconnects.length === 1);
   });
@@ -265,7 +265,7 @@ describe('BackendClient timeouts', () => {
     cleanups.push(() => blackhole.close());
     const started = Date.now();
     const error = await send(client(backendFor([blackhole.url], { timeouts: { connectMs: 200 } }))).catch((err: unknown) => err);
-    expect(error).toMatchObject({ statusCode: 503, code: 'upstream_unreachable', message: expect.stringMatching(/connect/i) });
+    expect(error).toMatchObject({ statusCode: 503, code: 'upstream_unreachable', message: 'The engine serving this model could not be reached; try again shortly.', detail: expect.stringMatching(/^could not connect to replica/) });
     expect(Date.now() - started).toBeLessThan(3_000);
   });
 
@@ -345,7 +345,7 @@ describe('BackendClient breaker accounting (review fixes)', () => {
     const c = client(backendFor([e.url]), { breaker: { failureThreshold: 2, openMs: 60_000 } });
     for (const id of ['日本', 'a\nb', 'a\rb']) {
       const error = await c.send({ path: '/v1/chat/completions', body: chatBody(), headers: { 'x-request-id': id } }).catch((err: unknown) => err);
-      expect(error).toBeInstanceOf(UpstreamError);
+      expect(error).toBeInstanceOf(EngineFault);
       expect(error).toMatchObject({ statusCode: 502, code: 'upstream_error' });
     }
     expect(c.replicas[0].breaker.state).toBe('closed');
@@ -368,7 +368,8 @@ describe('BackendClient breaker accounting (review fixes)', () => {
     expect(error).toMatchObject({
       statusCode: 504,
       code: 'upstream_timeout',
-      message: `replica ${e.url} of backend test-backend sent nothing within the total timeout of 300 ms`,
+      message: 'The engine sent nothing within the total timeout of 300 ms.',
+      detail: `replica ${e.url} of backend test-backend sent nothing within the total timeout of 300 ms`,
     });
     expect(c.replicas[0].breaker.state).toBe('closed');
   });

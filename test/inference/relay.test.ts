@@ -77,8 +77,8 @@ describe('relayStream', () => {
   });
 
   it('turns a failure after the first byte into an error event and [DONE]', async () => {
-    const { text, outcome } = await relay([role, chunk('a'), new StreamInterruptedError('replica broke off', { timeout: false })]);
-    expect(text).toBe(`${role}${chunk('a')}data: {"error":{"message":"replica broke off","type":"server_error","param":null,"code":"upstream_error"}}\n\n${done}`);
+    const { text, outcome } = await relay([role, chunk('a'), new StreamInterruptedError('The engine broke off', 'replica http://10.0.0.7:8000 of backend main broke off', { timeout: false })]);
+    expect(text).toBe(`${role}${chunk('a')}data: {"error":{"message":"The engine broke off","type":"server_error","param":null,"code":"upstream_error"}}\n\n${done}`);
     expect(outcome).toMatchObject({ error: { status: 502, code: 'upstream_error' }, contentChunks: 1, usage: undefined });
   });
 

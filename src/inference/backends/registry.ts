@@ -8,6 +8,8 @@ export interface ServedModel {
   id: string;
   /** What the engine reports as the model's root (its weights' path), or the id. */
   root: string;
+  /** The context length the engine reports (vLLM's max_model_len), null until an engine has said. */
+  maxModelLen: number | null;
   backend: BackendClient;
   /** Unix seconds: when this process first saw it served. */
   created: number;
@@ -19,6 +21,12 @@ export interface RegistryOptions {
   /** A lookup of an unknown model re-reads the replicas at most this often. */
   missRefreshMs?: number;
   client?: ClientOptions;
+}
+
+/** What an engine's /v1/models says of a base model. */
+interface EngineCard {
+  root: string;
+  maxModelLen: number | null;
 }
 
 /** Discovery is off the request path, so it gets a bound of its own rather than the generation timeouts. */
@@ -57,7 +65,8 @@ export class BackendRegistry {
 
   /** Starts discovery in the background; the server does not wait for engines to come up. */
   start(): void {
-    if (!this.clients.some((client) => client.backend.models === 'discover' || client.backend.runtimeLora)) return;
+    // Every backend is read: listed models get the engine's card details (root, context length) too.
+    if (this.clients.length === 0) return;
     this.firstDiscovery = this.discover();
     this.timer = setInterval(() => void this.discover(), this.refreshMs);
     this.timer.unref();
@@ -109,10 +118,10 @@ export class BackendRegistry {
   }
 
   private async discoverAll(): Promise<void> {
-    const discovered = new Map<BackendClient, Map<string, string>>();
+    const discovered = new Map<BackendClient, Map<string, EngineCard>>();
     await Promise.all(
       this.clients.map(async (client) => {
-        const bases = new Map<string, string>();
+        const bases = new Map<string, EngineCard>();
         let answered = false;
         await Promise.all(
           client.replicas.map(async (replica) => {
@@ -124,7 +133,11 @@ export class BackendRegistry {
               const isAdapter = (m: { id: string; parent?: string | null }) => Boolean(m.parent) || isAdapterShaped(m.id);
               const adapters = models.filter(isAdapter).map((m) => m.id);
               if (client.backend.runtimeLora) client.adapters.markLoaded(replica, adapters);
-              for (const model of models) if (!isAdapter(model)) bases.set(model.id, model.root ?? model.id);
+              for (const model of models) {
+                if (isAdapter(model)) continue;
+                const maxModelLen = typeof model.max_model_len === 'number' && Number.isSafeInteger(model.max_model_len) ? model.max_model_len : null;
+                bases.set(model.id, { root: model.root ?? model.id, maxModelLen });
+              }
             } catch (error) {
               this.log.warn({ err: error, backend: client.backend.name, replica: replica.url }, 'could not read the models of an engine replica');
             }
@@ -137,23 +150,25 @@ export class BackendRegistry {
   }
 
   /** Served models in backends-file order: when two backends serve a name, the first one wins. */
-  private rebuild(discovered: Map<BackendClient, Map<string, string>>): void {
+  private rebuild(discovered: Map<BackendClient, Map<string, EngineCard>>): void {
     const now = Math.floor(Date.now() / 1000);
     const next = new Map<string, ServedModel>();
     for (const client of this.clients) {
-      let models: Iterable<[string, string]>;
+      // A backend that did not answer this time keeps what it served (and reported) before.
+      const before = new Map([...this.served.values()].filter((m) => m.backend === client).map((m) => [m.id, { root: m.root, maxModelLen: m.maxModelLen }]));
+      const fresh = discovered.get(client);
+      let models: Iterable<[string, EngineCard]>;
       if (client.backend.models !== 'discover') {
-        models = client.backend.models.map((id) => [id, id] as [string, string]);
+        // Listed in the backends file; what the engine reports about them (root, context length) is kept.
+        models = client.backend.models.map((id) => [id, fresh?.get(id) ?? before.get(id) ?? { root: id, maxModelLen: null }]);
       } else {
-        // A backend that did not answer this time keeps what it served before.
-        const fresh = discovered.get(client);
-        models = fresh ?? [...this.served.values()].filter((m) => m.backend === client).map((m) => [m.id, m.root] as [string, string]);
+        models = fresh ?? before;
       }
-      for (const [id, root] of models) {
+      for (const [id, card] of models) {
         if (next.has(id)) continue;
         const key = `${client.backend.name}\n${id}`;
         if (!this.seenAt.has(key)) this.seenAt.set(key, now);
-        next.set(id, { id, root, backend: client, created: this.seenAt.get(key)! });
+        next.set(id, { id, root: card.root, maxModelLen: card.maxModelLen, backend: client, created: this.seenAt.get(key)! });
       }
     }
     this.served = next;

@@ -1,6 +1,5 @@
-import { UpstreamError } from '../../errors.js';
 import type { CancelSignal } from './cancel.js';
-import { engineErrorDetails, RequestAbortedError, upstreamUnauthorized } from './errors.js';
+import { engineErrorDetails, EngineFault, RequestAbortedError, upstreamUnauthorized } from './errors.js';
 import { isConnectError, isTimeoutError, type Replica } from './replica.js';
 
 export interface AdapterSpec {
@@ -82,7 +81,7 @@ export class AdapterLoader {
         });
         if (response.status >= 400 && response.status !== 404) {
           const { message } = engineErrorDetails(response.text, response.status);
-          throw new UpstreamError(`replica ${replica.url} of backend ${this.backendName} could not unload adapter ${name}: ${message}`);
+          throw new EngineFault(502, 'upstream_error', message, `replica ${replica.url} of backend ${this.backendName} could not unload adapter ${name}: ${message}`);
         }
       }),
     );
@@ -103,23 +102,32 @@ export class AdapterLoader {
       // A connect error goes back as is: the client tries another replica.
       if (isConnectError(error)) throw error;
       if (isTimeoutError(error)) {
-        throw new UpstreamError(`${what} did not load adapter ${adapter.name} from ${adapter.path} within the adapter load timeout of ${this.timeoutMs} ms`, {
-          statusCode: 504,
-          code: 'adapter_load_failed',
-        });
+        throw new EngineFault(
+          504,
+          'adapter_load_failed',
+          `The engine did not load the checkpoint's weights within the adapter load timeout of ${this.timeoutMs} ms.`,
+          `${what} did not load adapter ${adapter.name} from ${adapter.path} within the adapter load timeout of ${this.timeoutMs} ms`,
+        );
       }
-      throw new UpstreamError(`${what} failed while loading adapter ${adapter.name} from ${adapter.path}: ${(error as Error).message}`, {
-        code: 'adapter_load_failed',
-      });
+      const reason = (error as Error).message;
+      throw new EngineFault(
+        502,
+        'adapter_load_failed',
+        `The engine failed while loading the checkpoint's weights: ${reason}`,
+        `${what} failed while loading adapter ${adapter.name} from ${adapter.path}: ${reason}`,
+      );
     }
     if (response.status < 400) return;
     const { message } = engineErrorDetails(response.text, response.status);
     if (response.status === 401 || response.status === 403) throw upstreamUnauthorized(this.backend, replica.url, response.status, message);
     // Another gateway process sharing this engine may have loaded it first.
     if (response.status === 400 && /already been loaded/i.test(message)) return;
-    throw new UpstreamError(
+    // The engine's message names the adapter's path, which is the operator's business, not the tenant's.
+    throw new EngineFault(
+      502,
+      'adapter_load_failed',
+      `The engine could not load the checkpoint's weights (it answered ${response.status}); the server log has the engine's message.`,
       `${what} could not load adapter ${adapter.name} from ${adapter.path} (engine answered ${response.status}): ${message}`,
-      { code: 'adapter_load_failed' },
     );
   }
 }

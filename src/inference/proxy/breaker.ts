@@ -27,6 +27,11 @@ export class CircuitBreaker {
     return this.now() - this.openedAt >= this.options.openMs ? 'half-open' : 'open';
   }
 
+  /** Milliseconds until an open circuit lets a probe through (0 when it would now). */
+  reopensInMs(): number {
+    return this.state === 'open' ? this.options.openMs - (this.now() - this.openedAt) : 0;
+  }
+
   /** Whether a request may go to this replica now; a half-open breaker admits one probe at a time. */
   canPass(): boolean {
     const state = this.state;

@@ -1,11 +1,10 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Readable } from 'node:stream';
-import { UpstreamError } from '../../errors.js';
 import type { BackendConfig } from '../backends/config.js';
 import { AdapterLoader, type AdapterSpec } from './adapters.js';
 import { Cancel, sleep, type CancelSignal } from './cancel.js';
 import { DEFAULT_BREAKER, type BreakerOptions } from './breaker.js';
-import { EngineError, engineErrorDetails, RequestAbortedError, StreamInterruptedError, upstreamUnauthorized } from './errors.js';
+import { EngineError, engineErrorDetails, EngineFault, RequestAbortedError, StreamInterruptedError, upstreamUnauthorized } from './errors.js';
 import { isConnectError, isUpstreamFault, Replica, retryAfterMs } from './replica.js';
 
 export interface UpstreamRequest {
@@ -42,6 +41,14 @@ export interface UpstreamResponse {
   json<T = unknown>(): Promise<T>;
   /** Aborts the upstream request when the body is not wanted. */
   discard(): void;
+}
+
+/** A model as an engine's /v1/models lists it. */
+export interface EngineModelCard {
+  id: string;
+  root?: string | null;
+  parent?: string | null;
+  max_model_len?: unknown;
 }
 
 export interface ClientOptions {
@@ -95,7 +102,7 @@ export class BackendClient {
 
   /**
    * Sends a request and resolves when the first byte of a 2xx body has arrived (or rejects with the
-   * reason it never did: EngineError for an engine 4xx, UpstreamError otherwise, RequestAbortedError
+   * reason it never did: EngineError for an engine 4xx, EngineFault otherwise, RequestAbortedError
    * when the signal fired). Only here, before the first byte, is a request retried.
    */
   async send(request: UpstreamRequest): Promise<UpstreamResponse> {
@@ -116,10 +123,13 @@ export class BackendClient {
     }
     throw (
       lastError ??
-      new UpstreamError(`no replica of backend ${this.backend.name} is available (circuit open after repeated failures)`, {
-        statusCode: 503,
-        code: 'upstream_unavailable',
-      })
+      new EngineFault(
+        503,
+        'upstream_unavailable',
+        'The engines serving this model failed repeatedly and are rested for a while; try again shortly.',
+        `no replica of backend ${this.backend.name} is available (circuit open after repeated failures)`,
+        { retryAfterMs: Math.max(1_000, Math.min(...this.replicas.map((r) => r.breaker.reopensInMs()))) },
+      )
     );
   }
 
@@ -127,13 +137,13 @@ export class BackendClient {
   async listModels(
     replica: Replica = this.replicas[0],
     timeoutMs = this.backend.timeouts.firstByteMs,
-  ): Promise<{ id: string; root?: string | null; parent?: string | null }[]> {
+  ): Promise<EngineModelCard[]> {
     const response = await replica.control({ method: 'GET', path: '/v1/models', headers: this.baseHeaders, timeoutMs });
     if (response.status !== 200) {
       const { message } = engineErrorDetails(response.text, response.status);
-      throw new UpstreamError(`replica ${replica.url} of backend ${this.backend.name} answered ${response.status} to /v1/models: ${message}`);
+      throw new EngineFault(502, 'upstream_error', message, `replica ${replica.url} of backend ${this.backend.name} answered ${response.status} to /v1/models: ${message}`);
     }
-    const body = JSON.parse(response.text) as { data?: { id: string; root?: string | null; parent?: string | null }[] };
+    const body = JSON.parse(response.text) as { data?: EngineModelCard[] };
     return body.data ?? [];
   }
 
@@ -240,7 +250,8 @@ export class BackendClient {
         return new RetryableFailure(this.unreachable(replica, error));
       }
       if (isUpstreamFault(error)) judge(false);
-      return new UpstreamError(`replica ${replica.url} of backend ${this.backend.name} failed: ${(error as Error).message}`);
+      const reason = (error as Error).message;
+      return new EngineFault(502, 'upstream_error', `The engine failed before answering: ${reason}`, `replica ${replica.url} of backend ${this.backend.name} failed: ${reason}`, { cause: error });
     };
 
     let response;
@@ -279,9 +290,7 @@ export class BackendClient {
       const error =
         status < 500
           ? new EngineError(status, message, { param, retryAfterMs: waitMs })
-          : new UpstreamError(`replica ${replica.url} of backend ${this.backend.name} answered ${status}: ${message}`, {
-              statusCode: status === 503 || status === 504 ? status : 502,
-            });
+          : engineServerError(status, message, `replica ${replica.url} of backend ${this.backend.name} answered ${status}: ${message}`, waitMs);
       throw RETRYABLE_STATUS.has(status) ? new RetryableFailure(error) : error;
     }
 
@@ -302,10 +311,19 @@ export class BackendClient {
         // An idle engine is a failure; the total timeout is a long answer (or a slow client), and
         // idle timeouts caused by a slow client are re-armed, never fired (see expire).
         if (timedOut === 'idle') replica.breaker.onFailure();
-        return new StreamInterruptedError(`replica ${replica.url} of backend ${backendName} hit the ${timedOut} timeout mid-response`, { timeout: true, cause: error });
+        return new StreamInterruptedError(
+          `The engine sent nothing within the ${timedOut} timeout mid-response.`,
+          `replica ${replica.url} of backend ${backendName} hit the ${timedOut} timeout mid-response`,
+          { timeout: true, cause: error },
+        );
       }
       if (signal?.aborted) return new RequestAbortedError();
-      return new StreamInterruptedError(`replica ${replica.url} of backend ${backendName} broke off mid-response: ${(error as Error).message}`, { timeout: false, cause: error });
+      const reason = (error as Error).message;
+      return new StreamInterruptedError(
+        `The engine broke off mid-response: ${reason}`,
+        `replica ${replica.url} of backend ${backendName} broke off mid-response: ${reason}`,
+        { timeout: false, cause: error },
+      );
     };
     let consumed = false;
     async function* chunks(): AsyncGenerator<Buffer> {
@@ -351,21 +369,40 @@ export class BackendClient {
     };
   }
 
-  private unreachable(replica: Replica, error: unknown): UpstreamError {
-    return new UpstreamError(
+  private unreachable(replica: Replica, error: unknown): EngineFault {
+    return new EngineFault(
+      503,
+      'upstream_unreachable',
+      'The engine serving this model could not be reached; try again shortly.',
       `could not connect to replica ${replica.url} of backend ${this.backend.name}: ${(error as Error).message}`,
-      { statusCode: 503, code: 'upstream_unreachable' },
+      { retryAfterMs: UNREACHABLE_RETRY_AFTER_MS },
     );
   }
 
-  private timeout(replica: Replica, kind: TimeoutKind): UpstreamError {
+  private timeout(replica: Replica, kind: TimeoutKind): EngineFault {
     const t = this.backend.timeouts;
     const ms = kind === 'total' ? t.totalMs : kind === 'idle' ? t.idleMs : t.firstByteMs;
-    return new UpstreamError(
+    return new EngineFault(
+      504,
+      'upstream_timeout',
+      `The engine sent nothing within the ${kind} timeout of ${ms} ms.`,
       `replica ${replica.url} of backend ${this.backend.name} sent nothing within the ${kind} timeout of ${ms} ms`,
-      { statusCode: 504, code: 'upstream_timeout' },
     );
   }
+}
+
+/** What a client is told to wait after an engine could not be reached. */
+const UNREACHABLE_RETRY_AFTER_MS = 1_000;
+
+/**
+ * An engine's own 5xx keeps its status where it means something to a client (vLLM answers 500 for an
+ * internal error and 501 for a feature it does not implement; a load balancer's 502/503/504 are
+ * what they say); anything else is a 502. The client reads the engine's message.
+ */
+function engineServerError(status: number, message: string, detail: string, retryAfterMs: number | undefined): EngineFault {
+  const kept = status >= 500 && status <= 504 ? status : 502;
+  const code = { 500: 'engine_error', 501: 'not_implemented', 502: 'upstream_error', 503: 'upstream_unavailable', 504: 'upstream_timeout' }[kept]!;
+  return new EngineFault(kept, code, message, detail, { retryAfterMs: kept === 503 ? (retryAfterMs ?? UNREACHABLE_RETRY_AFTER_MS) : retryAfterMs });
 }
 
 async function readCapped(body: Readable, limit: number): Promise<string> {

@@ -1,4 +1,4 @@
-import { AppError, UpstreamError } from '../../errors.js';
+import { AppError } from '../../errors.js';
 
 /**
  * Errors of the upstream client. Before the first byte a failure is an AppError with a real status;
@@ -34,33 +34,53 @@ export class EngineError extends AppError {
 }
 
 /**
+ * The engine failed, could not be reached, or timed out. The message is what the client reads: the
+ * engine's own message, or what happened in words that name no replica, backend, adapter or path.
+ * `detail` says where it happened, for the server log only (the error handler logs it with the error).
+ */
+export class EngineFault extends AppError {
+  readonly statusCode: number;
+  readonly code: string;
+  /** Where and why, with the replica URL and backend name: logged, never sent. */
+  readonly detail: string;
+  /** How long the client should wait before trying again (Retry-After), for 503 and 429 answers. */
+  readonly retryAfterMs: number | undefined;
+  constructor(status: number, code: string, message: string, detail: string, options: { retryAfterMs?: number; cause?: unknown } = {}) {
+    super(message);
+    this.statusCode = status;
+    this.code = code;
+    this.detail = detail;
+    this.retryAfterMs = options.retryAfterMs;
+    if (options.cause !== undefined) this.cause = options.cause;
+  }
+}
+
+/**
  * The engine refused trainyard's own credentials (401/403): a gateway misconfiguration, not the
- * caller's, so it is a 502 naming the backend's key variable rather than the caller's auth error.
+ * caller's, so it is a 502; the log names the backend's key variable, the client reads only that the
+ * gateway could not authenticate.
  */
 export function upstreamUnauthorized(
   backend: { name: string; apiKeyEnv?: string },
   replicaUrl: string,
   status: number,
   engineMessage: string,
-): UpstreamError {
+): EngineFault {
   const fix = backend.apiKeyEnv
     ? `check that ${backend.apiKeyEnv} holds the key the engine was started with (--api-key)`
     : 'the backend has no api_key_env; set it to the variable holding the engine\'s --api-key';
-  return new UpstreamError(
+  return new EngineFault(
+    502,
+    'upstream_unauthorized',
+    'The engine refused the gateway\'s credentials; the operator has to fix the gateway\'s configuration (the server log says how).',
     `replica ${replicaUrl} of backend ${backend.name} refused the gateway's credentials (${status}: ${engineMessage}); ${fix}`,
-    { code: 'upstream_unauthorized' },
   );
 }
 
 /** The upstream failed after the first byte of a 2xx body had been received. */
-export class StreamInterruptedError extends AppError {
-  readonly statusCode: number;
-  readonly code: string;
-  constructor(message: string, options: { timeout: boolean; cause?: unknown }) {
-    super(message);
-    this.statusCode = options.timeout ? 504 : 502;
-    this.code = options.timeout ? 'upstream_timeout' : 'upstream_error';
-    if (options.cause !== undefined) this.cause = options.cause;
+export class StreamInterruptedError extends EngineFault {
+  constructor(message: string, detail: string, options: { timeout: boolean; cause?: unknown }) {
+    super(options.timeout ? 504 : 502, options.timeout ? 'upstream_timeout' : 'upstream_error', message, detail, { cause: options.cause });
   }
 }
 

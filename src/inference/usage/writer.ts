@@ -37,7 +37,8 @@ export class UsageWriter {
 
   record(row: UsageRecord): void {
     this.buffer.push(row);
-    if (this.buffer.length >= this.batchSize) void this.flush();
+    // After close there is no timer: a late row (a request cut at shutdown) is written at once.
+    if (this.buffer.length >= this.batchSize || this.closed) void this.flush();
   }
 
   /** Writes everything recorded so far; resolves when it is in the database (or the write failed and was logged). */
