@@ -171,7 +171,7 @@ const DISCARD_TIMEOUT_MS = 30_000;
  * with it, and clients then report a broken connection (EPIPE, ECONNRESET) and retry the same body.
  */
 function discardRestOfBody(raw: IncomingMessage): Promise<void> {
-  if (raw.complete || raw.destroyed) return Promise.resolve();
+  if (raw.complete || raw.readableEnded || raw.destroyed) return Promise.resolve();
   return new Promise((resolve) => {
     let discarded = 0;
     const done = () => {

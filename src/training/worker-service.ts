@@ -63,13 +63,18 @@ export class WorkerService {
   async claim(principal: Principal, body: ClaimRequest, abort?: AbortSignal): Promise<ClaimResponse | undefined> {
     const { signal, config } = this.deps;
     await repo.touchWorker(this.db, { workerId: body.worker_id, apiKeyId: principal.keyId });
+    const claimArgs = {
+      reach: reachOf(principal),
+      workerId: body.worker_id,
+      kinds: body.kinds,
+      baseModels: body.base_models,
+      leaseSeconds: config.workerLeaseSeconds,
+    };
     const deadline = Date.now() + body.wait_seconds * 1000;
     for (;;) {
       if (signal.isClosed || abort?.aborted) return undefined;
       const seen = signal.version;
-      const claim = await this.db.transaction().execute((trx) =>
-        repo.claimJob(trx, { reach: reachOf(principal), workerId: body.worker_id, kinds: body.kinds, baseModels: body.base_models, leaseSeconds: config.workerLeaseSeconds }),
-      );
+      const claim = await this.db.transaction().execute((trx) => repo.claimJob(trx, claimArgs));
       if (claim) return this.claimJson(claim);
       const left = deadline - Date.now();
       if (left <= 0) return undefined;

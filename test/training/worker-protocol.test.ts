@@ -9,8 +9,10 @@ import { call, groupGenerationA, ScriptedWorker, staleBody, userWithModel, type 
 let app: App;
 
 beforeAll(async () => {
-  // A fast sweeper and two attempts, so that lease expiry and the last attempt are quick to reach.
-  app = await createTestApp({ LEASE_SWEEP_INTERVAL_MS: '100', JOB_MAX_ATTEMPTS: '2', WORKER_LEASE_SECONDS: '30' });
+  // A fast sweeper and two attempts, so that lease expiry (forced by expireLease) and the last attempt are
+  // quick to reach. Leases are long so that no earlier test's lease lapses on its own while a later test
+  // compares database fingerprints, however slowly a loaded machine runs the file.
+  app = await createTestApp({ LEASE_SWEEP_INTERVAL_MS: '100', JOB_MAX_ATTEMPTS: '2', WORKER_LEASE_SECONDS: '600' });
 });
 afterAll(async () => {
   await app.close();

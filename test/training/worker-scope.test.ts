@@ -12,7 +12,8 @@ let owner: TestUser;
 let other: TestUser;
 
 beforeAll(async () => {
-  app = await createTestApp();
+  // Long leases: no test's lease lapses on its own while another compares database fingerprints.
+  app = await createTestApp({ WORKER_LEASE_SECONDS: '600' });
   ({ owner, other } = await createTenants(app));
 });
 afterAll(async () => {
