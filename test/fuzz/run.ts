@@ -159,7 +159,8 @@ async function main(): Promise<number> {
       REPORT,
       ...process.argv.slice(2),
     ];
-    const child = spawn(schemathesis, args, { cwd: ROOT, stdio: 'inherit', env: { ...process.env, FUZZ_ADMIN_KEY: server.key, FUZZ_WORKER_KEY: workerKey } });
+    // Run inside the report folder, where the tool keeps its cache (.schemathesis/).
+    const child = spawn(schemathesis, args, { cwd: REPORT, stdio: 'inherit', env: { ...process.env, FUZZ_ADMIN_KEY: server.key, FUZZ_WORKER_KEY: workerKey } });
     return await new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? 1)));
   } finally {
     if (server) {
