@@ -147,8 +147,10 @@ async function main(): Promise<number> {
       process.env.FUZZ_MAX_EXAMPLES ?? '10',
       '--seed',
       process.env.FUZZ_SEED ?? '1',
+      // One worker: hypothesis describes strategies with `ast` from several threads otherwise, which
+      // CPython 3.11 can fail on ("AST constructor recursion depth mismatch"), erroring the run.
       '--workers',
-      '4',
+      '1',
       '--request-timeout',
       '30',
       '--suppress-health-check',
