@@ -147,8 +147,10 @@ async function main(): Promise<number> {
       process.env.FUZZ_MAX_EXAMPLES ?? '10',
       '--seed',
       process.env.FUZZ_SEED ?? '1',
+      // One worker: hypothesis describes strategies with `ast` from several threads otherwise, which
+      // CPython 3.11 can fail on ("AST constructor recursion depth mismatch"), erroring the run.
       '--workers',
-      '4',
+      '1',
       '--request-timeout',
       '30',
       '--suppress-health-check',
@@ -159,7 +161,8 @@ async function main(): Promise<number> {
       REPORT,
       ...process.argv.slice(2),
     ];
-    const child = spawn(schemathesis, args, { cwd: ROOT, stdio: 'inherit', env: { ...process.env, FUZZ_ADMIN_KEY: server.key, FUZZ_WORKER_KEY: workerKey } });
+    // Run inside the report folder, where the tool keeps its cache (.schemathesis/).
+    const child = spawn(schemathesis, args, { cwd: REPORT, stdio: 'inherit', env: { ...process.env, FUZZ_ADMIN_KEY: server.key, FUZZ_WORKER_KEY: workerKey } });
     return await new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? 1)));
   } finally {
     if (server) {
