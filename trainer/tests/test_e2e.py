@@ -47,7 +47,9 @@ def stop(process):
 @pytest.fixture(scope="module")
 def trainyard(tmp_path_factory, model_dir):
     tmp = tmp_path_factory.mktemp("e2e")
-    env = {**os.environ, "PORT": "0", "HOST": "127.0.0.1", "DATA_DIR": str(tmp / "data"), "LOG_LEVEL": "warn"}
+    env = {**os.environ, "PORT": "0", "HOST": "127.0.0.1", "DATA_DIR": str(tmp / "data"), "LOG_LEVEL": "warn",
+           # The server accepts checkpoints only under these prefixes: the worker's --output-dir below.
+           "CHECKPOINT_URI_PREFIXES": f"{tmp / 'adapters'}/"}
     env.pop("DATABASE_URL", None)
     server_log = open(tmp / "server.log", "w+")
     server = spawn([NODE_BIN, "src/main.ts"], env, server_log)
