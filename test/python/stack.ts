@@ -93,6 +93,7 @@ fs.writeFileSync(
 );
 
 const dataDir = path.join(workDir, 'data');
+const adapters = path.join(workDir, 'adapters');
 const port = await freePort();
 const url = `http://127.0.0.1:${port}`;
 start('server', ['src/main.ts'], {
@@ -103,6 +104,8 @@ start('server', ['src/main.ts'], {
   TRAINABLE_BASE_MODELS: BASE_MODEL,
   LOG_LEVEL: 'info',
   USAGE_FLUSH_INTERVAL_MS: '50',
+  // Checkpoints are accepted only under the worker's --output-dir.
+  CHECKPOINT_URI_PREFIXES: `${adapters}/`,
 });
 await until('the server', async () => ((await fetch(`${url}/v1/health`)).ok ? true : undefined));
 const adminKey = await until('the admin key', async () => fs.readFileSync(path.join(dataDir, 'admin-api-key'), 'utf8').trim() || undefined);
@@ -112,7 +115,6 @@ const username = `py${process.pid}`;
 const user = await api(`${url}/v1/admin/users`, adminKey, 'POST', { username });
 const { key } = await api(`${url}/v1/admin/keys`, adminKey, 'POST', { username });
 const worker = await api(`${url}/v1/admin/keys`, adminKey, 'POST', { username, kind: 'worker' });
-const adapters = path.join(workDir, 'adapters');
 const inputsDir = path.join(workDir, 'job-inputs');
 start(
   'worker',
