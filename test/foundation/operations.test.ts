@@ -102,11 +102,13 @@ describe('API documents', () => {
   it('every operation documents its 4XX and 503 answers in its API\'s error form', () => {
     const document = JSON.parse(fs.readFileSync(OPENAPI_PATH, 'utf8'));
     const family = (url: string) =>
-      url.startsWith('/traces') || url === '/graphql' ? 'TracingError' : /^\/v1\/(chat\/completions|models|usage)/.test(url) ? 'InferenceError' : 'TrainingError';
+      url.startsWith('/traces') || url === '/graphql'
+        ? 'TracingError'
+        : /^\/(v1\/(chat\/completions|completions|models|usage)|tokenize|detokenize)/.test(url) ? 'InferenceError' : 'TrainingError';
     for (const [url, operations] of Object.entries<Record<string, { responses: Record<string, any> }>>(document.paths)) {
       for (const [method, operation] of Object.entries(operations)) {
-        // /v1/system-check and chat completions declare 503 bodies of their own.
-        const own503 = url === '/v1/system-check' || url.startsWith('/v1/chat/completions');
+        // /v1/system-check and the gateway's engine routes declare 503 bodies of their own.
+        const own503 = url === '/v1/system-check' || /^\/(v1\/(chat\/completions|completions)|tokenize|detokenize)/.test(url);
         for (const status of own503 ? ['4XX'] : ['4XX', '503']) {
           const schema = operation.responses[status]?.content?.['application/json']?.schema;
           expect(schema, `${method} ${url} ${status}`).toEqual(expect.objectContaining({ $ref: `#/components/schemas/${family(url)}` }));
