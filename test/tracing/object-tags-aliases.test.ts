@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { createTestApp, uniqueName, type TestUser } from '../helpers/app.js';
@@ -228,6 +229,19 @@ describe('include_tags_and_aliases and filters', () => {
     expect(await versions({ tags: ['alpha', 'beta'], aliases: ['pinned'] })).toEqual([1]);
     // The Python SDK sends every filter key, unset ones as null.
     expect(await versions({ tags: null, aliases: null })).toEqual([0, 1, 2]);
+  });
+
+  it('an unlimited objs/query labels thousands of versions in one answer', async () => {
+    const big = `${owner.entity}/${uniqueName('big')}`;
+    // More object ids than one statement could bind as separate parameters (src/db/limits.ts).
+    await sql`insert into trace_objects (project_id, object_id, kind, digest, val, version_index)
+      select ${big}, 'o' || i, 'object', 'd' || i, '{}'::jsonb, 0 from generate_series(1, 9000) as i`.execute(app.db);
+    ok(await send('PUT', '/objs/o7/versions/d7/tags', { project_id: big, tags: ['seven'] }));
+    const response = await post(app, owner, '/objs/query', { project_id: big, metadata_only: true, include_tags_and_aliases: true });
+    expect(response.statusCode, response.body.slice(0, 300)).toBe(200);
+    const objs = response.json().objs as Record<string, unknown>[];
+    expect(objs).toHaveLength(9000);
+    expect(objs.filter((o) => (o.tags as string[]).length > 0).map((o) => [o.object_id, o.tags, o.aliases])).toEqual([['o7', ['seven'], ['latest']]]);
   });
 
   it('obj/read by latest carries the latest version\'s tags and "latest"', async () => {

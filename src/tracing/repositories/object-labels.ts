@@ -82,18 +82,21 @@ export interface VersionLabels {
   aliases: string[];
 }
 
-/** Tags and aliases of the given versions, keyed by `labelKey(objectId, digest)`, each list in byte order. */
-export async function labelsOf(db: Executor, args: { projectId: string; keys: readonly { objectId: string; digest: string }[] }): Promise<Map<string, VersionLabels>> {
+/**
+ * Tags and aliases of every version of the given object ids, keyed by `labelKey(objectId, digest)`, each
+ * list in byte order. The ids go as one array parameter: an unlimited objs/query may list thousands.
+ */
+export async function labelsOf(db: Executor, args: { projectId: string; objectIds: readonly string[] }): Promise<Map<string, VersionLabels>> {
   const out = new Map<string, VersionLabels>();
-  if (args.keys.length === 0) return out;
-  const pairs = sql.join(args.keys.map((k) => sql`(${k.objectId}::text, ${k.digest}::text)`));
+  if (args.objectIds.length === 0) return out;
+  const ids = sql`${[...new Set(args.objectIds)]}::text[]`;
   const { rows } = await sql<{ object_id: string; digest: string; kind: 'tag' | 'alias'; name: string }>`
     select * from (
       select object_id, digest, 'tag' as kind, tag as name from trace_object_tags
-        where project_id = ${args.projectId} and (object_id, digest) in (${pairs})
+        where project_id = ${args.projectId} and object_id = any(${ids})
       union all
       select object_id, digest, 'alias' as kind, alias as name from trace_object_aliases
-        where project_id = ${args.projectId} and (object_id, digest) in (${pairs})
+        where project_id = ${args.projectId} and object_id = any(${ids})
     ) l order by ${byteOrder(sql.ref('l.name'))}`.execute(db);
   for (const row of rows) {
     const key = labelKey(row.object_id, row.digest);

@@ -111,8 +111,7 @@ export function toObjSchema(row: repo.ObjectVersionRow, options: { metadataOnly?
  * does: the user aliases naming the version, after a virtual `latest` on the latest version.
  */
 async function attachLabels(deps: TracingDeps, projectId: string, objs: Record<string, unknown>[]): Promise<void> {
-  const keys = objs.map((o) => ({ objectId: o.object_id as string, digest: o.digest as string }));
-  const found = await labels.labelsOf(deps.db, { projectId, keys });
+  const found = await labels.labelsOf(deps.db, { projectId, objectIds: objs.map((o) => o.object_id as string) });
   for (const obj of objs) {
     const own = found.get(labels.labelKey(obj.object_id as string, obj.digest as string)) ?? { tags: [], aliases: [] };
     obj.tags = own.tags;
