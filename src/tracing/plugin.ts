@@ -8,6 +8,7 @@ import { completionRoutes } from './routes/completions.js';
 import { costRoutes } from './routes/costs.js';
 import { feedbackRoutes } from './routes/feedback.js';
 import { fileRoutes } from './routes/files.js';
+import { objectLabelRoutes } from './routes/object-labels.js';
 import { objectRoutes } from './routes/objects.js';
 import { otelRoutes } from './routes/otel.js';
 import { projectRoutes } from './routes/project.js';
@@ -27,6 +28,7 @@ export const tracingPlugin: FastifyPluginAsyncZod = async (app) => {
   await app.register(serviceRoutes);
   await app.register(callRoutes);
   await app.register(objectRoutes);
+  await app.register(objectLabelRoutes);
   await app.register(tableRoutes);
   await app.register(fileRoutes);
   await app.register(refRoutes);

@@ -59,6 +59,24 @@ export interface ObjectVersionTable {
   deleted_at: Timestamp | null;
 }
 
+/** A user-set tag of one object version (migration 0008). */
+export interface ObjectTagTable {
+  project_id: string;
+  object_id: string;
+  digest: string;
+  tag: string;
+  created_at: Generated<Date>;
+}
+
+/** A user-set alias: names one version (digest) of an object id; setting it again moves it (migration 0008). */
+export interface ObjectAliasTable {
+  project_id: string;
+  object_id: string;
+  alias: string;
+  digest: string;
+  created_at: Generated<Date>;
+}
+
 /** Content-addressed table rows, shared by every table of a project that holds the same row. */
 export interface TableRowTable {
   project_id: string;
@@ -126,6 +144,8 @@ export interface TracingTables {
   trace_llm_prices: LlmPriceTable;
   trace_calls: CallTable;
   trace_objects: ObjectVersionTable;
+  trace_object_tags: ObjectTagTable;
+  trace_object_aliases: ObjectAliasTable;
   trace_table_rows: TableRowTable;
   trace_tables: TableTable;
   trace_files: FileTable;

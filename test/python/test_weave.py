@@ -146,6 +146,36 @@ def test_publish_dataset_model_and_object_and_read_refs_back(stack, client, proj
     assert [r["val"] for r in table] == [{"name": "ada", "expected": "hi, ada"}, {"name": "bob", "expected": "hi, bob"}]
 
 
+
+def test_tags_and_aliases_with_the_sdk_functions(stack, client, project):
+    v0 = weave.publish({"v": 0}, name="prompt")
+    v1 = weave.publish({"v": 1}, name="prompt", tags=["candidate"], aliases=["staging"])
+    weave.add_tags(v0, ["reviewed", "baseline"])
+    weave.remove_tags(v0, ["baseline"])
+    assert weave.get_tags(v0) == ["reviewed"]
+    assert weave.get_tags(v1) == ["candidate"]
+    assert weave.get_aliases(v1) == ["latest", "staging"]
+    assert weave.ref("prompt:staging").get() == {"v": 1}
+
+    # An alias names one version: setting it on v0 moves it there.
+    weave.set_aliases(v0, "staging")
+    assert weave.ref("prompt:staging").get() == {"v": 0}
+    assert weave.get_aliases(v1) == ["latest"]
+    assert weave.list_tags() == ["candidate", "reviewed"]
+    assert weave.list_aliases() == ["staging"]
+
+    weave.remove_aliases(v0, "staging")
+    with pytest.raises(ValueError, match="Unable to read object"):
+        weave.ref("prompt:staging").get()
+
+    # The same labels through the HTTP API.
+    objs = stack.ok(
+        "POST",
+        "/traces/objs/query",
+        {"project_id": project, "filter": {"object_ids": ["prompt"], "tags": ["reviewed"]}, "include_tags_and_aliases": True},
+    )["objs"]
+    assert [(o["digest"], o["tags"], o["aliases"]) for o in objs] == [(v0.digest, ["reviewed"], [])]
+
 def test_evaluation_with_scorers(stack, client, project, write_path):
     class Echo(weave.Model):
         @weave.op

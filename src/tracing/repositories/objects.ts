@@ -104,8 +104,9 @@ export async function undeleteVersion(trx: Executor, args: { projectId: string; 
 export type VersionSelector = { latest: true } | { versionIndex: number } | { digest: string };
 
 /**
- * One version of an object id, deleted or not: by digest, by version index, or the latest live one.
- * With `latest` and no live version, the most recent deleted one (so the caller can say when).
+ * One version of an object id, deleted or not: by digest (or a user alias naming one), by version index,
+ * or the latest live one. With `latest` and no live version, the most recent deleted one (so the caller
+ * can say when).
  */
 export async function readVersion(
   db: Executor,
@@ -115,10 +116,17 @@ export async function readVersion(
   // version_index is an int4: a larger vN names no version (rather than failing the bind).
   if ('versionIndex' in selector && !(selector.versionIndex <= 2147483647)) return undefined;
   const condition =
-    'latest' in selector ? sql`true` : 'versionIndex' in selector ? sql`o.version_index = ${selector.versionIndex}` : sql`o.digest = ${selector.digest}`;
+    'latest' in selector
+      ? sql`true`
+      : 'versionIndex' in selector
+        ? sql`o.version_index = ${selector.versionIndex}`
+        : sql`(o.digest = ${selector.digest} or o.digest = (select a.digest from trace_object_aliases a
+            where a.project_id = ${args.projectId} and a.object_id = ${args.objectId} and a.alias = ${selector.digest}))`;
+  // A digest wins over an alias of the same name.
+  const exact = 'digest' in selector ? sql`(o.digest = ${selector.digest}) desc,` : sql``;
   const { rows } = await sql<ObjectVersionRow>`select ${columns({ val: !args.metadataOnly })} from trace_objects o
     where o.project_id = ${args.projectId} and o.object_id = ${args.objectId} and ${condition}
-    order by (o.deleted_at is null) desc, o.version_index desc, o.kind
+    order by ${exact} (o.deleted_at is null) desc, o.version_index desc, o.kind
     limit 1`.execute(db);
   return rows[0] ? normalise(rows[0]) : undefined;
 }
@@ -143,6 +151,10 @@ export interface ObjectsQuery {
   objectIds?: readonly string[] | null;
   isOp?: boolean | null;
   latestOnly?: boolean | null;
+  /** Versions with any of these tags. */
+  tags?: readonly string[] | null;
+  /** Versions any of these aliases name (`latest`: the latest version). */
+  aliases?: readonly string[] | null;
   sortBy?: readonly { field: 'object_id' | 'created_at'; direction: 'asc' | 'desc' }[];
   limit?: number | null;
   offset?: number | null;
@@ -161,6 +173,20 @@ export async function queryVersions(db: Executor, q: ObjectsQuery): Promise<Obje
   if (q.objectIds?.length) conditions.push(sql`o.object_id in (${sql.join(q.objectIds)})`);
   if (q.isOp != null) conditions.push(sql`o.kind = ${q.isOp ? 'op' : 'object'}`);
   if (q.latestOnly) conditions.push(sql`${IS_LATEST} = 1`);
+  if (q.tags?.length) {
+    conditions.push(sql`exists (select 1 from trace_object_tags t
+      where t.project_id = o.project_id and t.object_id = o.object_id and t.digest = o.digest and t.tag in (${sql.join(q.tags)}))`);
+  }
+  if (q.aliases?.length) {
+    const named = q.aliases.filter((a) => a !== 'latest');
+    const either = [];
+    if (named.length) {
+      either.push(sql`exists (select 1 from trace_object_aliases a
+        where a.project_id = o.project_id and a.object_id = o.object_id and a.digest = o.digest and a.alias in (${sql.join(named)}))`);
+    }
+    if (named.length < q.aliases.length) either.push(sql`${IS_LATEST} = 1`);
+    conditions.push(sql`(${sql.join(either, sql` or `)})`);
+  }
   // object_id sorts in byte order whatever the database's collation (as weave's stores do).
   const key = (field: string) => (field === 'object_id' ? byteOrder(sql.ref(`o.${field}`)) : sql.ref(`o.${field}`));
   const order = (q.sortBy ?? []).map((s) => sql`${key(s.field)} ${sql.raw(s.direction)}`);

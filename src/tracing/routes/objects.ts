@@ -42,7 +42,7 @@ export const objectRoutes: FastifyPluginAsyncZod = async (app) => {
   app.post('/obj/read', { schema: { tags, summary: 'Read an object version', body: ObjReadBody, response: { 200: ObjReadResponse } } }, async (request, reply) => {
     const { body } = request;
     const projectId = projectFor(request, body.project_id);
-    const obj = await objects.readObject(deps, { projectId, objectId: body.object_id, digest: body.digest, metadataOnly: body.metadata_only ?? false });
+    const obj = await objects.readObject(deps, { projectId, objectId: body.object_id, digest: body.digest, metadataOnly: body.metadata_only ?? false, includeTagsAndAliases: body.include_tags_and_aliases ?? false });
     return sendLosslessJson(reply, { obj });
   });
 
@@ -57,6 +57,7 @@ export const objectRoutes: FastifyPluginAsyncZod = async (app) => {
       offset: body.offset,
       metadataOnly: body.metadata_only,
       includeStorageSize: body.include_storage_size,
+      includeTagsAndAliases: body.include_tags_and_aliases,
     });
     return sendLosslessJson(reply, { objs });
   });

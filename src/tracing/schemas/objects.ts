@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AnyJson, KeyList, Limit, Offset, ProjectId, SortByList } from './common.js';
+import { AnyJson, Key, KeyList, Limit, Offset, ProjectId, SortByList } from './common.js';
 
 /** Objects (reference §2.3). */
 
@@ -30,13 +30,16 @@ export const ObjSchema = z.object({
   val: AnyJson,
   wb_user_id: z.string().nullable(),
   size_bytes: z.number().optional(),
+  tags: z.array(z.string()).optional().describe('With include_tags_and_aliases: the version\'s tags, in byte order.'),
+  aliases: z.array(z.string()).optional().describe('With include_tags_and_aliases: "latest" on the latest version, then the user aliases naming it.'),
 });
 
 export const ObjReadBody = z.object({
   project_id: ProjectId,
   object_id: z.string(),
-  digest: z.string().describe('A digest, "latest" or "v<N>".'),
+  digest: Key.describe('A digest, "latest", "v<N>" or a user alias.'),
   metadata_only: z.boolean().nullish(),
+  include_tags_and_aliases: z.boolean().nullish(),
 });
 export const ObjReadResponse = z.object({ obj: ObjSchema });
 
@@ -50,6 +53,8 @@ export const ObjQueryBody = z.object({
       object_ids: KeyList.nullish(),
       is_op: z.boolean().nullish(),
       latest_only: z.boolean().nullish(),
+      tags: KeyList.nullish().describe('Versions with any of these tags.'),
+      aliases: KeyList.nullish().describe('Versions any of these aliases name ("latest": the latest version).'),
     })
     .nullish(),
   limit: Limit,
@@ -57,6 +62,7 @@ export const ObjQueryBody = z.object({
   sort_by: SortByList.nullish().describe('object_id or created_at'),
   metadata_only: z.boolean().nullish(),
   include_storage_size: z.boolean().nullish(),
+  include_tags_and_aliases: z.boolean().nullish(),
 });
 export const ObjQueryResponse = z.object({ objs: z.array(ObjSchema) });
 
@@ -66,3 +72,13 @@ export const ObjDeleteBody = z.object({
   digests: z.array(z.string()).nullish().describe('At most 100; none: every version.'),
 });
 export const ObjDeleteResponse = z.object({ num_deleted: z.number() });
+
+/** Tags and aliases (weave's `/objs/{object_id}/...` routes; names are checked by the service). */
+export const ObjectIdParams = z.object({ object_id: Key });
+export const ObjectVersionParams = z.object({ object_id: Key, digest: Key.describe('A digest; "latest", "v<N>" or an alias also name one.') });
+export const ObjTagsBody = z.object({ project_id: ProjectId, tags: KeyList });
+export const ObjSetAliasesBody = z.object({ project_id: ProjectId, digest: Key.describe('A digest; "latest", "v<N>" or an alias also name one.'), aliases: KeyList });
+export const ObjRemoveAliasesBody = z.object({ project_id: ProjectId, aliases: KeyList });
+export const ProjectQuery = z.object({ project_id: ProjectId });
+export const TagsListResponse = z.object({ tags: z.array(z.string()) });
+export const AliasesListResponse = z.object({ aliases: z.array(z.string()) });

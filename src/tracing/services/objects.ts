@@ -3,6 +3,7 @@ import { processBuiltinObject } from '../builtin-classes.js';
 import { objectDigest } from '../digest.js';
 import { storedJsonText, toPlainJson, type LosslessJson } from '../json.js';
 import { mapJsonbErrors } from '../repositories/common.js';
+import * as labels from '../repositories/object-labels.js';
 import * as repo from '../repositories/objects.js';
 import type { TracingDeps } from './deps.js';
 
@@ -105,14 +106,30 @@ export function toObjSchema(row: repo.ObjectVersionRow, options: { metadataOnly?
   return out;
 }
 
+/**
+ * Adds `tags` (in byte order) and `aliases` to ObjSchema answers, as weave's `include_tags_and_aliases`
+ * does: the user aliases naming the version, after a virtual `latest` on the latest version.
+ */
+async function attachLabels(deps: TracingDeps, projectId: string, objs: Record<string, unknown>[]): Promise<void> {
+  const found = await labels.labelsOf(deps.db, { projectId, objectIds: objs.map((o) => o.object_id as string) });
+  for (const obj of objs) {
+    const own = found.get(labels.labelKey(obj.object_id as string, obj.digest as string)) ?? { tags: [], aliases: [] };
+    obj.tags = own.tags;
+    obj.aliases = obj.is_latest === 1 ? ['latest', ...own.aliases] : own.aliases;
+  }
+}
+
+/** `digest` may be a digest, `latest`, `v<N>` or a user alias. */
 export async function readObject(
   deps: TracingDeps,
-  args: { projectId: string; objectId: string; digest: string; metadataOnly?: boolean },
+  args: { projectId: string; objectId: string; digest: string; metadataOnly?: boolean; includeTagsAndAliases?: boolean },
 ): Promise<Record<string, unknown>> {
   const row = await repo.readVersion(deps.db, { ...args, selector: parseVersionSelector(args.digest) });
   if (!row) throw new NotFoundError('object', undefined, { message: `Obj ${args.objectId}:${args.digest} not found` });
   if (row.deleted_at) throw deletedError(row);
-  return toObjSchema(row, args);
+  const obj = toObjSchema(row, args);
+  if (args.includeTagsAndAliases) await attachLabels(deps, args.projectId, [obj]);
+  return obj;
 }
 
 export interface ObjectsQueryInput {
@@ -124,12 +141,15 @@ export interface ObjectsQueryInput {
     object_ids?: string[] | null;
     is_op?: boolean | null;
     latest_only?: boolean | null;
+    tags?: string[] | null;
+    aliases?: string[] | null;
   } | null;
   sortBy?: { field: string; direction: string }[] | null;
   limit?: number | null;
   offset?: number | null;
   metadataOnly?: boolean | null;
   includeStorageSize?: boolean | null;
+  includeTagsAndAliases?: boolean | null;
 }
 
 export async function queryObjects(deps: TracingDeps, input: ObjectsQueryInput): Promise<Record<string, unknown>[]> {
@@ -151,18 +171,22 @@ export async function queryObjects(deps: TracingDeps, input: ObjectsQueryInput):
     objectIds: f.object_ids,
     isOp: f.is_op,
     latestOnly: f.latest_only,
+    tags: f.tags,
+    aliases: f.aliases,
     sortBy,
     limit: input.limit,
     offset: input.offset,
     metadataOnly: Boolean(input.metadataOnly),
     includeSize: Boolean(input.includeStorageSize),
   });
-  return rows.map((row) => toObjSchema(row, { metadataOnly: Boolean(input.metadataOnly) }));
+  const objs = rows.map((row) => toObjSchema(row, { metadataOnly: Boolean(input.metadataOnly) }));
+  if (input.includeTagsAndAliases) await attachLabels(deps, input.projectId, objs);
+  return objs;
 }
 
 /**
- * Soft-deletes versions (all when no digests are given). Version indices stay; `latest` moves to the
- * newest remaining version. Nothing live to delete, or a listed digest that is not live, is a 404.
+ * Soft-deletes versions (all when no digests are given), with their tags and aliases. Version indices
+ * stay; `latest` moves to the newest remaining version. Nothing live to delete, or a listed digest that is not live, is a 404.
  */
 export async function deleteObject(deps: TracingDeps, args: { projectId: string; objectId: string; digests?: string[] | null }): Promise<number> {
   const digests = args.digests ?? [];
@@ -180,6 +204,8 @@ export async function deleteObject(deps: TracingDeps, args: { projectId: string;
     }
     const deleted = await repo.deleteVersions(trx, { ...args, digests });
     if (deleted.length === 0) throw new NotFoundError('object', undefined, { message: `Object ${args.objectId} not found` });
+    // As weave's stores do: a deleted version loses its tags and the aliases naming it.
+    await labels.deleteForDigests(trx, { ...args, digests: deleted });
     return deleted.length;
   });
 }

@@ -20,6 +20,7 @@ type Resolved = { ok: true; value: unknown } | { ok: false; reason: 'missing' | 
  */
 export class RefResolver {
   private readonly versions = new Map<string, objects.ObjectVersionRow | null>();
+  private readonly aliasesTried = new Set<string>();
 
   constructor(
     private readonly db: Executor,
@@ -52,14 +53,21 @@ export class RefResolver {
       const row = await objects.readVersion(this.db, { projectId: this.projectId, objectId: ref.name, selector });
       this.versions.set(versionKey(ref.name, ref.digest), row ?? null);
     }
-    if (!this.versions.has(versionKey(ref.name, ref.digest))) await this.prefetch([ref]);
-    return this.versions.get(versionKey(ref.name, ref.digest)) ?? null;
+    const key = versionKey(ref.name, ref.digest);
+    if (!this.versions.has(key)) await this.prefetch([ref]);
+    if (this.versions.get(key) === null && !this.aliasesTried.has(key)) {
+      // No version has this digest: it may be a user alias (`weave.ref("name:production")`).
+      this.aliasesTried.add(key);
+      const row = await objects.readVersion(this.db, { projectId: this.projectId, objectId: ref.name, selector: { digest: ref.digest } });
+      this.versions.set(key, row ?? null);
+    }
+    return this.versions.get(key) ?? null;
   }
 
   /** An object ref's value with its path walked. */
   async resolveObject(ref: ObjectRef): Promise<Resolved> {
     if (ref.digest === '*') {
-      throw new InvalidRequestError(`Ref ${uriOf(ref)} must name a version (a digest, latest or v<N>), not ${ref.digest}.`, { code: 'invalid_ref' });
+      throw new InvalidRequestError(`Ref ${uriOf(ref)} must name a version (a digest, latest, v<N> or an alias), not ${ref.digest}.`, { code: 'invalid_ref' });
     }
     const version = await this.version(ref);
     if (!version) return { ok: false, reason: 'missing' };
@@ -110,7 +118,7 @@ export class RefResolver {
   }
 }
 
-/** A version alias rather than a digest: `latest` or `v<N>`. */
+/** A version name rather than a digest: `latest` or `v<N>` (user aliases are tried when no digest matches). */
 const isAlias = (digest: string) => digest === 'latest' || /^v[0-9]+$/.test(digest);
 const versionKey = (name: string, digest: string) => `${name}\u0000${digest}`;
 const isRecord = (value: unknown): value is Record<string, unknown> =>
