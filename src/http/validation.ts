@@ -77,8 +77,14 @@ export function boundedInput(value: unknown): unknown {
     budget -= text.length;
     return budget >= 0;
   };
+  // The gateway reads integers a double would change as BigInt, which JSON.stringify refuses.
+  let holdsBigInt = false;
   const walk = (v: unknown, depth: number): boolean => {
     if (depth > MAX_INPUT_DEPTH) return false;
+    if (typeof v === 'bigint') {
+      holdsBigInt = true;
+      return emit(v.toString());
+    }
     if (v === null || typeof v !== 'object') return emit(JSON.stringify(v) ?? 'null');
     const entries = Array.isArray(v) ? v.map((item) => [undefined, item] as const) : Object.entries(v);
     if (!emit(Array.isArray(v) ? '[' : '{')) return false;
@@ -90,7 +96,9 @@ export function boundedInput(value: unknown): unknown {
     }
     return emit(Array.isArray(v) ? ']' : '}');
   };
-  return walk(value, 0) ? value : `${parts.join('')}…`;
+  if (!walk(value, 0)) return `${parts.join('')}…`;
+  // An echo only: the nearest double of each big integer is close enough to show what was sent.
+  return holdsBigInt ? JSON.parse(parts.join('')) : value;
 }
 
 function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {

@@ -503,7 +503,11 @@ export type Model = z.infer<typeof Model>;
 export const ModelList = z.object({ object: z.literal('list'), data: z.array(Model) });
 export type ModelList = z.infer<typeof ModelList>;
 
-export const ModelParams = z.object({ model: z.string().max(NAME_MAX).describe('A model id as /v1/models lists it (may contain slashes)') });
+/**
+ * A model id in the path of GET /v1/models/{id}. Bounded well below NAME_MAX: percent-encoded, each character
+ * may take 12 bytes of the request line, and Node answers a request line over 16 KB with its own 431.
+ */
+export const ModelParams = z.object({ model: z.string().max(512).describe('A model id as /v1/models lists it (may contain slashes)') });
 
 export const Completion = z
   .object({

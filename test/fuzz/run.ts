@@ -125,6 +125,9 @@ async function main(): Promise<number> {
         DATABASE_URL: database?.url ?? '',
         BOOTSTRAP_ADMIN: 'true',
         LOG_LEVEL: 'warn',
+        // The claim below keeps the system check's gpu_queue passing for the whole run, so /v1/system-check
+        // answers 200 and any 5xx from it is a finding.
+        WORKER_SEEN_SECONDS: '86400',
       },
       log,
     );
@@ -134,6 +137,12 @@ async function main(): Promise<number> {
       headers: { authorization: `Bearer ${server.key}`, 'content-type': 'application/json' },
       body: JSON.stringify({ username: 'admin', kind: 'worker', name: 'fuzz worker' }),
     }).then(async (response) => ((await response.json()) as { key: string }).key);
+    const claim = await fetch(`${server.url}/v1/workers/claim`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${workerKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ worker_id: 'fuzz-worker', wait_seconds: 0 }),
+    });
+    if (!claim.ok) throw new Error(`the fuzz worker's claim answered ${claim.status}: ${await claim.text()}`);
     const args = [
       '--config-file',
       path.join(FUZZ, 'schemathesis.toml'),

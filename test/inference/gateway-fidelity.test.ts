@@ -76,6 +76,14 @@ describe('integers', () => {
     ]);
     expect(engine.requests.length).toBe(before);
   });
+
+  it('echoes a body holding a big integer in a 422 for another field (found by the fuzz run: it was a 500)', async () => {
+    const response = await postText('/v1/chat/completions', '{"model":"","messages":[{"role":"user","content":"Hi"}],"priority":9223372036854775806}');
+    expect(response.statusCode).toBe(422);
+    expect(response.json().detail).toEqual([
+      { type: 'missing', loc: ['body', 'model'], msg: 'Field required', input: { model: '', messages: [{ role: 'user', content: 'Hi' }], priority: 9223372036854775806 } },
+    ]);
+  });
 });
 
 describe('what vLLM accepts', () => {
