@@ -197,6 +197,15 @@ describe('aliases', () => {
     expect(response.statusCode).toBe(422);
     expect(response.json().detail[0]).toMatchObject({ loc: ['body', 'tags'], msg: 'List should have at most 1000 items after validation, not 1001' });
   });
+
+  it('long object ids in the path reach the API (a 128-character id is a 404, over 256 a 422), never a bare 414', async () => {
+    const long = 'o'.repeat(128);
+    const missing = await addTags(long, 'A'.repeat(43), ['x']);
+    expect([missing.statusCode, missing.json()]).toEqual([404, { reason: `Object version ${long}:${'A'.repeat(43)} not found` }]);
+    const tooLong = await addTags('o'.repeat(257), 'A'.repeat(43), ['x']);
+    expect(tooLong.statusCode).toBe(422);
+    expect(tooLong.json().detail[0]).toMatchObject({ loc: ['path', 'object_id'], msg: 'String should have at most 256 characters' });
+  });
 });
 
 describe('include_tags_and_aliases and filters', () => {

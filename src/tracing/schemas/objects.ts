@@ -74,8 +74,10 @@ export const ObjDeleteBody = z.object({
 export const ObjDeleteResponse = z.object({ num_deleted: z.number() });
 
 /** Tags and aliases (weave's `/objs/{object_id}/...` routes; names are checked by the service). */
-export const ObjectIdParams = z.object({ object_id: Key });
-export const ObjectVersionParams = z.object({ object_id: Key, digest: Key.describe('A digest; "latest", "v<N>" or an alias also name one.') });
+/** A path segment: weave's object ids and aliases are at most 128 characters, digests 64. */
+const PathKey = z.string().min(1).max(256);
+export const ObjectIdParams = z.object({ object_id: PathKey });
+export const ObjectVersionParams = z.object({ object_id: PathKey, digest: PathKey.describe('A digest; "latest", "v<N>" or an alias also name one.') });
 export const ObjTagsBody = z.object({ project_id: ProjectId, tags: KeyList });
 export const ObjSetAliasesBody = z.object({ project_id: ProjectId, digest: Key.describe('A digest; "latest", "v<N>" or an alias also name one.'), aliases: KeyList });
 export const ObjRemoveAliasesBody = z.object({ project_id: ProjectId, aliases: KeyList });

@@ -1,6 +1,15 @@
 import { useEffect, useRef } from 'preact/hooks';
 import uPlot from 'uplot';
 
+const STEP_INCREMENTS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000];
+
+/** A y tick: small values such as learning rates (1e-5) in exponent form rather than rounded to 0. */
+function formatTick(value: number): string {
+  if (value === 0 || !Number.isFinite(value)) return String(value);
+  const size = Math.abs(value);
+  return size < 1e-3 || size >= 1e6 ? value.toExponential(1) : String(Number(value.toPrecision(4)));
+}
+
 /** Line charts on uPlot: per-series raw line, optional smoothed line and a shaded band, log scale, click-to-step. */
 
 export interface Series {
@@ -107,7 +116,8 @@ export function Chart(props: ChartProps) {
         series: opts,
         bands: uBands,
         scales: { x: { time: false }, y: { distr } },
-        axes: [{ label: props.xLabel ?? 'step' }, {}],
+        // Steps are whole numbers: no tick between two of them.
+        axes: [{ label: props.xLabel ?? 'step', incrs: STEP_INCREMENTS }, { values: (_u, splits) => splits.map(formatTick), size: 60 }],
         cursor: { drag: { x: true, y: false } },
         legend: { live: true },
       },
