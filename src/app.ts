@@ -69,7 +69,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
     bodyLimit: config.bodyLimitBytes,
     // Fastify answers a path parameter over 100 raw characters with a 414 of its own form. Weave object ids
     // reach 128 characters, and a percent-encoded character can take 12: route schemas bound the decoded value.
-    maxParamLength: 4096,
+    routerOptions: { maxParamLength: 4096 },
   }).withTypeProvider<ZodTypeProvider>();
 
   database.embedded?.useLog(app.log);
