@@ -16,6 +16,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import readline from 'node:readline';
 import pg from 'pg';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -171,8 +172,18 @@ async function main(): Promise<number> {
       ...process.argv.slice(2),
     ];
     // Run inside the report folder, where the tool keeps its cache (.schemathesis/).
-    const child = spawn(schemathesis, args, { cwd: REPORT, stdio: 'inherit', env: { ...process.env, FUZZ_ADMIN_KEY: server.key, FUZZ_WORKER_KEY: workerKey } });
-    return await new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? 1)));
+    const child = spawn(schemathesis, args, {
+      cwd: REPORT,
+      stdio: ['ignore', 'pipe', 'inherit'],
+      env: { ...process.env, FUZZ_ADMIN_KEY: server.key, FUZZ_WORKER_KEY: workerKey },
+    });
+    const summary = relaySummary(child.stdout!);
+    const code = await new Promise<number>((resolve) => child.on('exit', (exitCode) => resolve(exitCode ?? 1)));
+    const { passed, failed } = await summary;
+    // A closing line of our own: schemathesis ends on a pytest-style "== 2 warnings in 194s ==" banner,
+    // which reads as a run of no tests to anything that parses pytest's closing line.
+    console.log(`fuzz: ${passed} passed, ${failed + (code !== 0 && failed === 0 ? 1 : 0)} failed`);
+    return code;
   } finally {
     if (server) {
       server.child.kill('SIGTERM');
@@ -182,6 +193,25 @@ async function main(): Promise<number> {
     await database?.drop();
     fs.rmSync(dataDir, { recursive: true, force: true });
   }
+}
+
+/**
+ * Relays schemathesis's output line by line, reading its test-case counts ("N generated, N passed, N failed")
+ * and turning its closing "=== ... in Ns ===" banner into a plain line.
+ */
+async function relaySummary(stream: NodeJS.ReadableStream): Promise<{ passed: number; failed: number }> {
+  let passed = 0;
+  let failed = 0;
+  for await (const line of readline.createInterface({ input: stream })) {
+    const counts = /^\s*\d+ generated, (.*)$/.exec(line);
+    if (counts) {
+      passed = Number(/(\d+) passed/.exec(counts[1]!)?.[1] ?? 0);
+      failed = Number(/(\d+) failed/.exec(counts[1]!)?.[1] ?? 0) + Number(/(\d+) errored/.exec(counts[1]!)?.[1] ?? 0);
+    }
+    const banner = /^=+ (.* in [\d.]+s) =+$/.exec(line);
+    console.log(banner ? `schemathesis: ${banner[1]}` : line);
+  }
+  return { passed, failed };
 }
 
 process.exitCode = await main();
