@@ -3,7 +3,7 @@ import { Pool } from 'undici';
 /**
  * A closed-loop load generator: CONCURRENCY workers each send the next request as soon as the last
  * answer has been read in full, for WARMUP_MS (not measured) and then DURATION_MS. Prints one JSON
- * line: requests, errors, req/s, latency percentiles in ms.
+ * line: requests (measured), answered (warm-up included), errors, req/s, latency percentiles in ms.
  */
 const url = new URL(process.env.TARGET!);
 const concurrency = Number(process.env.CONCURRENCY ?? 1);
@@ -23,6 +23,8 @@ const body = JSON.stringify({
 const pool = new Pool(url.origin, { connections: concurrency, pipelining: 1, headersTimeout: 30_000, bodyTimeout: 30_000 });
 const latencies: number[] = [];
 let errors = 0;
+/** Every answer, warm-up included: the server's CPU time over the whole run is divided by it. */
+let answered = 0;
 let measuring = false;
 let stopping = false;
 
@@ -33,6 +35,7 @@ async function worker(): Promise<void> {
       const response = await pool.request({ method: 'POST', path: '/v1/chat/completions', headers, body });
       const text = await response.body.text();
       if (response.statusCode !== 200 || (stream && !text.endsWith('data: [DONE]\n\n'))) throw new Error(`status ${response.statusCode}`);
+      answered++;
       if (measuring) latencies.push(Number(process.hrtime.bigint() - started) / 1e6);
     } catch {
       if (measuring) errors++;
@@ -53,4 +56,4 @@ await pool.close();
 
 latencies.sort((a, b) => a - b);
 const pct = (p: number) => (latencies.length ? latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] : NaN);
-console.log(JSON.stringify({ requests: latencies.length, errors, rps: latencies.length / elapsed, p50: pct(50), p99: pct(99) }));
+console.log(JSON.stringify({ requests: latencies.length, answered, errors, rps: latencies.length / elapsed, p50: pct(50), p99: pct(99) }));

@@ -24,7 +24,7 @@ export function modelRewriter(to: string): (text: string) => string {
 }
 
 /** [start, end) of the value of the first object's top-level "model" key, or undefined. */
-function topLevelModelValue(text: string): [number, number] | undefined {
+export function topLevelModelValue(text: string): [number, number] | undefined {
   let i = text.indexOf('{');
   if (i === -1) return undefined;
   let depth = 0;

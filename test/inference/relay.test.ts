@@ -99,6 +99,38 @@ describe('relayStream', () => {
   });
 });
 
+describe('relayStream on whole-event chunks (the byte path)', () => {
+  const events = (n: number) => Array.from({ length: n }, (_, i) => chunk(`t${i} `));
+
+  it('relays chunks unchanged when the model needs no change, counting every token chunk', async () => {
+    const sameModel = (text: string) => text.replaceAll('team/p/agent:step3', 'wandb-artifact:///team/p/agent');
+    const parts = [role, ...events(50), usage, done].map(sameModel);
+    const { text, outcome } = await relay(parts, { rewrite: true });
+    expect(text).toBe([role, ...events(50), done].map(sameModel).join(''));
+    expect(outcome.contentChunks).toBe(50);
+    expect(outcome.usage).toEqual({ prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 });
+  });
+
+  it('puts the client\'s id into every event of chunks holding one or many events, whatever they carry', async () => {
+    const tricky = chunk('he said \"usage\":{ and \"model\":\"x\"');
+    const many = events(3).join('');
+    const { text, outcome } = await relay([role, chunk('a'), many, tricky, chunk('✓ ü'), usage, done], { rewrite: true, clientWantsUsage: true });
+    const expected = [role, chunk('a'), many, tricky, chunk('✓ ü'), usage, done].join('').replaceAll('"model":"team/p/agent:step3"', '"model":"wandb-artifact:///team/p/agent"');
+    expect(text).toBe(expected);
+    expect(outcome.contentChunks).toBe(6);
+  });
+
+  it('falls back to reading the events when a chunk starts otherwise (another id, a split event, CRLF)', async () => {
+    const other = chunk('b').replace('"id":"c-1"', '"id":"c-2"');
+    const split = chunk('c');
+    const crlf = chunk('d').replace(/\n/g, '\r\n');
+    const { text, outcome } = await relay([role, chunk('a'), other, split.slice(0, 40), split.slice(40), crlf, done], { rewrite: true });
+    const expected = [role, chunk('a'), other, split, chunk('d'), done].join('').replace(/"model":"[^"]*"/g, '"model":"wandb-artifact:///team/p/agent"');
+    expect(text).toBe(expected);
+    expect(outcome.contentChunks).toBe(4);
+  });
+});
+
 describe('completion text helpers', () => {
   it('read the top-level usage, not one inside a string', () => {
     const body = JSON.stringify({ id: 'x', model: 'm', choices: [{ message: { content: '"usage":{"prompt_tokens":1}' } }], usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10, prompt_tokens_details: { cached_tokens: 4 } } });

@@ -1,6 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { BackendConfig } from '../backends/config.js';
+import type { BodyFlow, BodySink, BodySource } from '../stream.js';
 import { AdapterLoader, type AdapterSpec } from './adapters.js';
 import { Cancel, sleep, type CancelSignal } from './cancel.js';
 import { DEFAULT_BREAKER, type BreakerOptions } from './breaker.js';
@@ -36,7 +37,7 @@ export interface UpstreamResponse {
    * (or call text/json) once; breaking out of the loop aborts the upstream request. Failures while
    * iterating are StreamInterruptedError (or RequestAbortedError).
    */
-  body: AsyncIterable<Buffer>;
+  body: AsyncIterable<Buffer> & BodySource;
   text(): Promise<string>;
   json<T = unknown>(): Promise<T>;
   /** Aborts the upstream request when the body is not wanted. */
@@ -294,16 +295,15 @@ export class BackendClient {
       throw RETRYABLE_STATUS.has(status) ? new RetryableFailure(error) : error;
     }
 
-    const iterator = (body as Readable)[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
-    let first: IteratorResult<Buffer>;
+    let first: Buffer | null;
     try {
-      first = await iterator.next();
+      first = await firstChunk(body);
     } catch (error) {
       throw failure(error);
     }
     judge(true);
     clearTimeout(phaseTimer);
-    phaseTimer = first.done ? undefined : setTimeout(expire('idle'), timeouts.idleMs);
+    phaseTimer = first === null ? undefined : setTimeout(expire('idle'), timeouts.idleMs);
 
     const backendName = this.backend.name;
     const interrupted = (error: unknown): Error => {
@@ -326,13 +326,18 @@ export class BackendClient {
       );
     };
     let consumed = false;
-    async function* chunks(): AsyncGenerator<Buffer> {
+    const consume = () => {
       if (consumed) throw new Error('the upstream body can be read only once');
       consumed = true;
-      let done = first.done;
+    };
+    const stream = body;
+    async function* chunks(): AsyncGenerator<Buffer> {
+      consume();
+      let done = first === null;
       try {
-        if (done) return;
-        yield first.value;
+        if (first === null) return;
+        yield first;
+        const iterator = stream[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
         for (;;) {
           let next: IteratorResult<Buffer>;
           try {
@@ -362,7 +367,43 @@ export class BackendClient {
       status: response.statusCode,
       headers: response.headers,
       replica: replica.url,
-      body: { [Symbol.asyncIterator]: chunks },
+      body: {
+        [Symbol.asyncIterator]: chunks,
+        readInto(sink: BodySink): BodyFlow {
+          consume();
+          let done = first === null;
+          const flow: BodyFlow = {
+            pause: () => stream.pause(),
+            resume: () => stream.resume(),
+            // A consumer that stops early (its client left) must not leave the engine generating.
+            abort: () => {
+              if (!done) controller.abort();
+              done = true;
+            },
+          };
+          if (first === null) {
+            queueMicrotask(() => sink.end());
+            return flow;
+          }
+          sink.data(first);
+          stream.on('data', (chunk: Buffer) => {
+            phaseTimer?.refresh();
+            sink.data(chunk);
+          });
+          stream.once('end', () => {
+            done = true;
+            sink.end();
+          });
+          stream.once('error', (error) => {
+            const wasDone = done;
+            done = true;
+            if (!wasDone) sink.error(interrupted(error));
+          });
+          // firstChunk left it paused, which a 'data' listener alone does not undo.
+          stream.resume();
+          return flow;
+        },
+      },
       text: async () => (await readAll()).toString('utf8'),
       json: async <T>() => JSON.parse((await readAll()).toString('utf8')) as T,
       discard: () => controller.abort(),
@@ -403,6 +444,36 @@ function engineServerError(status: number, message: string, detail: string, retr
   const kept = status >= 500 && status <= 504 ? status : 502;
   const code = { 500: 'engine_error', 501: 'not_implemented', 502: 'upstream_error', 503: 'upstream_unavailable', 504: 'upstream_timeout' }[kept]!;
   return new EngineFault(kept, code, message, detail, { retryAfterMs: kept === 503 ? (retryAfterMs ?? UNREACHABLE_RETRY_AFTER_MS) : retryAfterMs });
+}
+
+/**
+ * The body's first bytes, or null when it ended empty; the stream is left paused for whoever reads
+ * the rest (by events or by iteration).
+ */
+function firstChunk(body: Readable): Promise<Buffer | null> {
+  return new Promise((resolve, reject) => {
+    const onData = (chunk: Buffer) => {
+      body.pause();
+      settle();
+      resolve(chunk);
+    };
+    const onEnd = () => {
+      settle();
+      resolve(null);
+    };
+    const onError = (error: Error) => {
+      settle();
+      reject(error);
+    };
+    const settle = () => {
+      body.off('data', onData);
+      body.off('end', onEnd);
+      body.off('error', onError);
+    };
+    body.on('data', onData);
+    body.once('end', onEnd);
+    body.once('error', onError);
+  });
 }
 
 async function readCapped(body: Readable, limit: number): Promise<string> {
