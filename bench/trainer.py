@@ -5,14 +5,15 @@ forward + backward + AdamW step of the same LoRA model on the same sequences (th
     trainer/.venv/bin/python bench/trainer.py --shape qwen2.5-0.5b --device cuda --seq-len 4096
                                                             # GPU: a Qwen2.5-0.5B-shaped model, random bf16 weights
 
-Prints one JSON line per measurement. On CUDA it adds model FLOPs utilisation: 6 · N · tokens/s over the GPU's
-peak dense bf16 FLOP/s (--peak-tflops, default 989 for an H100 SXM), N = the base model's parameters excluding
-embeddings. Model weights are random (built from a config), so nothing is downloaded.
+Prints one JSON line per measurement. On CUDA it adds the peak GPU memory allocated and model FLOPs utilisation:
+6 · N · tokens/s over the GPU's peak dense bf16 FLOP/s (--peak-tflops, default 989 for an H100 SXM), N = the base
+model's parameters excluding embeddings. Model weights are random (built from a config), so nothing is downloaded.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import io
 import json
 import os
@@ -128,13 +129,24 @@ def main() -> None:
         directory = os.path.join(work, "model")
         n = build(directory, args.shape)
         data = groups(SHAPES[args.shape][5], args.groups, args.group_size, args.seq_len // 4, args.seq_len - args.seq_len // 4)
-        runs = {"rl_step": rl_step(directory, data, args.device, work), "baseline_forward_backward": baseline(directory, data, args.device)}
+        cuda = args.device.startswith("cuda")
+        runs = {}
+        for name, measure in (("rl_step", lambda: rl_step(directory, data, args.device, work)),
+                              ("baseline_forward_backward", lambda: baseline(directory, data, args.device))):
+            if cuda:
+                gc.collect()
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+            runs[name] = measure()
+            if cuda:
+                runs[name]["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     for name, run in runs.items():
         tps = run["tokens"] / run["seconds"]
         line = {"bench": "trainer", "measure": name, "shape": args.shape, "device": args.device, "params_non_embedding": n,
                 "seq_len": args.seq_len, "sequences": args.groups * args.group_size, "tokens": run["tokens"], "tokens_per_second": round(tps, 1)}
         if args.device.startswith("cuda"):
             line["mfu"] = round(6 * n * tps / (args.peak_tflops * 1e12), 4)
+            line["peak_memory_gib"] = round(run["peak_gib"], 2)
         print(json.dumps(line), flush=True)
 
 

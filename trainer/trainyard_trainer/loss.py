@@ -8,7 +8,6 @@ dtype. The caller divides `numerator` by the row's assistant-token count (`LossT
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 
 import torch
 
@@ -22,11 +21,39 @@ MAX_LOG_RATIO = 20.0
 _warned_tis = False
 
 
-@dataclass
 class LossTerms:
-    numerator: torch.Tensor  # Σ_t L_t·w_t·m_t (with gradient)
-    num_tokens: float  # Σ_t m_t
-    metrics: dict[str, float] = field(default_factory=dict)
+    """The loss terms of one call. `numerator` (with gradient) stays on the device; `num_tokens` and `metrics` are
+    read from it only when first asked for, so a caller that runs backward first does not wait for the GPU between
+    the forward and the backward pass (a read waits for all queued work)."""
+
+    def __init__(self, numerator: torch.Tensor, num_tokens: torch.Tensor, pending: dict[str, tuple[torch.Tensor, torch.Tensor | None]]):
+        self.numerator = numerator  # Σ_t L_t·w_t·m_t (with gradient)
+        self._num_tokens = num_tokens  # Σ_t m_t, 0-dim
+        self._pending = pending  # name -> (0-dim value, 0-dim bool condition for the metric to be reported, or None)
+        self._read: tuple[float, dict[str, float]] | None = None
+
+    def _values(self) -> tuple[float, dict[str, float]]:
+        if self._read is None:
+            names = list(self._pending)
+            tensors = [self._num_tokens] + [t for name in names for t in (self._pending[name][0], self._pending[name][1])
+                                            if t is not None]
+            values = iter(torch.stack([t.detach().to(torch.float64).reshape(()) for t in tensors]).tolist())  # one read
+            num_tokens = next(values)
+            metrics = {}
+            for name in names:
+                value = next(values)
+                if self._pending[name][1] is None or next(values):
+                    metrics[name] = value
+            self._read = (num_tokens, metrics)
+        return self._read
+
+    @property
+    def num_tokens(self) -> float:  # Σ_t m_t
+        return self._values()[0]
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return self._values()[1]
 
     @property
     def loss(self) -> torch.Tensor:
@@ -96,16 +123,16 @@ def rl_loss(
     if config.kimi_k2_tau is not None:
         adv = adv - config.kimi_k2_tau * delta.detach()
     # 7. KL penalty as advantage shaping (no KL term in the loss).
-    metrics: dict[str, float] = {}
-    num_tokens = float(m.sum().item())
+    pending: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
+    num_tokens = m.sum()
     if config.kl_penalty_coef > 0 and ref_logprobs is not None:
         source = old if config.kl_penalty_source == "sample" else detached
         ref = torch.where(m_bool, ref_logprobs.to(torch.float32), source)
         k = (source - ref) * m
         # k̄ is the mean over the whole packed row; a caller that splits a row into sequences passes the row's.
-        k_mean = k.sum() / (m.sum() + 1e-18) if kl_mean is None else torch.tensor(kl_mean)
+        k_mean = k.sum() / (num_tokens + 1e-18) if kl_mean is None else torch.full((), kl_mean, dtype=torch.float32, device=m.device)
         adv = adv + config.kl_penalty_coef * (k_mean - k) * m
-        metrics["kl_policy_ref"] = float(k_mean.item())
+        pending["kl_policy_ref"] = (k_mean, None)
 
     # 8. Surrogate.
     clipped = torch.clamp(ratio, low, high)
@@ -135,19 +162,22 @@ def rl_loss(
     # 10. Reduction: Σ L·w·m; the caller divides by the row's assistant-token count.
     numerator = (per_token * w * m).sum()
 
+    # Metrics as 0-dim tensors, masked sums in place of boolean indexing (which would wait for the GPU).
     counted = m_bool & (w > 0)
-    n_counted = int(counted.sum().item())
-    if n_counted:
-        metrics["importance_ratio_mean"] = float(raw_ratio[counted].mean().item())
-        metrics["clipped_token_fraction"] = float(clipped_tokens[counted].float().mean().item())
-    if entropies is not None and num_tokens:
-        metrics["entropy"] = float(((entropies.to(torch.float32).detach() * w * m).sum() / num_tokens).item())
-    finite_old = m_bool & torch.isfinite(old_logprobs.to(torch.float32))
-    if int(finite_old.sum().item()) > 1:
-        a = torch.exp(old_logprobs.to(torch.float32)[finite_old])
-        b = torch.exp(detached[finite_old])
-        a, b = a - a.mean(), b - b.mean()
-        denom = torch.sqrt((a * a).sum() * (b * b).sum())
-        if float(denom) > 0:
-            metrics["probs_corr"] = float(((a * b).sum() / denom).item())
-    return LossTerms(numerator=numerator, num_tokens=num_tokens, metrics=metrics)
+    n_counted = counted.sum()
+    per_counted = n_counted.clamp(min=1).to(torch.float32)
+    pending["importance_ratio_mean"] = (torch.where(counted, raw_ratio, 0.0).sum() / per_counted, n_counted > 0)
+    pending["clipped_token_fraction"] = (torch.where(counted, clipped_tokens.float(), 0.0).sum() / per_counted, n_counted > 0)
+    if entropies is not None:
+        pending["entropy"] = ((entropies.to(torch.float32).detach() * w * m).sum() / num_tokens.clamp(min=1.0), num_tokens > 0)
+    old_f32 = old_logprobs.to(torch.float32)
+    finite_old = m_bool & torch.isfinite(old_f32)
+    n_finite = finite_old.sum()
+    a = torch.where(finite_old, torch.exp(torch.where(finite_old, old_f32, 0.0)), 0.0)
+    b = torch.where(finite_old, torch.exp(detached), 0.0)
+    per_finite = n_finite.clamp(min=1).to(torch.float32)
+    a = torch.where(finite_old, a - a.sum() / per_finite, 0.0)
+    b = torch.where(finite_old, b - b.sum() / per_finite, 0.0)
+    denom = torch.sqrt((a * a).sum() * (b * b).sum())
+    pending["probs_corr"] = ((a * b).sum() / torch.where(denom > 0, denom, 1.0), (n_finite > 1) & (denom > 0))
+    return LossTerms(numerator, num_tokens, pending)

@@ -79,6 +79,15 @@ def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
     return [p for _, p in sorted(model.named_parameters(), key=lambda item: item[0]) if p.requires_grad]
 
 
+def as_tensor(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A host list on `device`. On CUDA the copy goes through pinned memory without blocking: a plain copy from pageable
+    memory waits for all queued GPU work, which would stall the pipeline between sequences."""
+    tensor = torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 def hidden_states(model: Any, input_ids: torch.Tensor) -> torch.Tensor:
     """Last hidden states [1, S, H] with per-sequence positions (0..S-1), without materialising the logits."""
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -103,7 +112,7 @@ def token_logprobs(model: Any, token_ids: list[int], device: torch.device, chunk
     The lm_head and the log-softmax (fp32) run over chunks of `chunk_size` positions; under gradient checkpointing
     each chunk's logits are recomputed in the backward pass instead of being kept, so a long sequence never holds
     S x vocab logits."""
-    ids = torch.tensor([token_ids], dtype=torch.long, device=device)
+    ids = as_tensor([token_ids], torch.long, device)
     hidden = hidden_states(model, ids)[0, :-1]
     targets = ids[0, 1:]
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model

@@ -17,6 +17,7 @@ from .config import ConfigError, RLConfig, parse_rl_config
 from .loss import rl_loss
 from .model import (
     Options,
+    as_tensor,
     copy_checkpoint,
     load_model,
     load_optimizer_state,
@@ -65,8 +66,8 @@ def reference_adapter(config: RLConfig, spec: dict[str, Any]) -> tuple[bool, str
 def _aligned(result: TokenizedResult, device: torch.device) -> dict[str, torch.Tensor]:
     n = len(result.token_ids) - 1
     return {
-        "mask": torch.tensor(result.mask[1:], dtype=torch.float32, device=device),
-        "old": torch.tensor(result.logprobs[1:], dtype=torch.float32, device=device),
+        "mask": as_tensor(result.mask[1:], torch.float32, device),
+        "old": as_tensor(result.logprobs[1:], torch.float32, device),
         "adv": torch.full((n,), result.advantage, dtype=torch.float32, device=device),
         "w": torch.full((n,), result.weight, dtype=torch.float32, device=device),
     }
@@ -162,6 +163,7 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
         kl_mean = None
         if kl_on and mine:
             kl_mean = _row_kl_mean(model, mine, refs, recomputed, index, config, device, chunk)
+        row_terms = []
         for r in mine:
             i = index[id(r)]
             t = _aligned(r, device)
@@ -171,6 +173,10 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
                 old, original = recomputed[i], t["old"]
             terms = rl_loss(new, old, t["mask"], t["adv"], t["w"], config, ref_logprobs=refs.get(i), original_logprobs=original, entropies=entropy, kl_mean=kl_mean)
             (terms.numerator / step_tokens).backward()
+            row_terms.append(terms)
+        # Read the row's values only now: a read waits for the GPU, and between a forward and its backward pass (or
+        # between sequences) it would stall the pipeline.
+        for terms in row_terms:
             sums["loss"] += float(terms.numerator.item())
             sums["entropy"] += terms.metrics.get("entropy", 0.0) * terms.num_tokens
             for key in ("probs_corr", "importance_ratio_mean", "clipped_token_fraction"):
@@ -182,6 +188,8 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
         sums = distributed.all_reduce_sums(sums, params)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
         optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the step's time includes its queued GPU work
         elapsed = time.perf_counter() - started
         n = max(sums["n"], 1.0)
         data = {

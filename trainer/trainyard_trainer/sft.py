@@ -8,7 +8,7 @@ import torch
 
 from . import events
 from .config import ConfigError, parse_sft_config
-from .model import Options, load_model, load_optimizer_state, load_tokenizer, save_adapter, token_logprobs, trainable_parameters
+from .model import Options, as_tensor, load_model, load_optimizer_state, load_tokenizer, save_adapter, token_logprobs, trainable_parameters
 from .rl import make_optimizer
 from .tokenize import sft_sequence
 
@@ -51,15 +51,18 @@ def run(spec: dict[str, Any], rows: list[Any], options: Options, device: torch.d
             group["lr"] = lr
         optimizer.zero_grad(set_to_none=False)
         trainable = sum(sum(s.mask[1:]) for s in batch)
-        total = 0.0
+        losses = []
         for seq in batch:
             logprobs, _ = token_logprobs(model, seq.token_ids, device)
-            mask = torch.tensor(seq.mask[1:], dtype=torch.float32, device=device)
+            mask = as_tensor(seq.mask[1:], torch.float32, device)
             loss = -(logprobs * mask).sum() / trainable  # the token-mean cross-entropy over the whole batch
             loss.backward()
-            total += float(loss.item())
+            losses.append(loss.detach())  # read after the batch: a read waits for the GPU
+        total = sum(float(loss) for loss in losses)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
         optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the step's time includes its queued GPU work
         elapsed = time.perf_counter() - started
         tokens = sum(len(s.token_ids) for s in batch)
         data = {
