@@ -87,8 +87,9 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   registerJsonBodyParser(app);
   registerErrorHandlers(app);
-  app.addHook('onRequest', async (request, reply) => {
+  app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
+    done();
   });
   const metrics = registerMetrics(app);
   registerAuth(app, app.auth);

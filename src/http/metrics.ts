@@ -18,11 +18,21 @@ export function registerMetrics(app: FastifyInstance): Registry {
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
     registers: [registry],
   });
-  app.addHook('onResponse', async (request, reply) => {
+  // The labelled series, looked up once: prom-client hashes the label set on every inc/observe otherwise.
+  const series = new Map<string, { count: Counter.Internal; time: Histogram.Internal<string> }>();
+  app.addHook('onResponse', (request, reply, done) => {
     // The route pattern, not the URL: ids in paths would make a label per request.
     const route = request.is404 ? 'unmatched' : (request.routeOptions.url ?? 'unmatched');
-    requests.inc({ method: request.method, route, status: String(reply.statusCode) });
-    latency.observe({ method: request.method, route }, reply.elapsedTime / 1000);
+    const status = reply.statusCode;
+    const key = `${request.method} ${status} ${route}`;
+    let entry = series.get(key);
+    if (!entry) {
+      entry = { count: requests.labels({ method: request.method, route, status: String(status) }), time: latency.labels({ method: request.method, route }) };
+      series.set(key, entry);
+    }
+    entry.count.inc();
+    entry.time.observe(reply.elapsedTime / 1000);
+    done();
   });
   return registry;
 }

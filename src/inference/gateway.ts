@@ -41,7 +41,7 @@ export interface EngineCall {
 }
 
 export type ChatResult =
-  | { kind: 'json'; requestId: string; payload: string }
+  | { kind: 'json'; requestId: string; payload: Buffer }
   /** Server-sent events; the usage record is written when the stream ends. */
   | { kind: 'stream'; requestId: string; payload: Readable };
 
@@ -172,20 +172,25 @@ export class ChatGateway {
       return { kind: 'stream', requestId, payload: stream };
     }
 
-    let text: string;
+    let bytes: Buffer;
     try {
-      text = await response.text();
+      bytes = await response.bytes();
     } catch (error) {
       meter?.failed(error);
       throw closedOr(error, call.signal);
     }
+    // One character per byte: the JSON's structure is ASCII, so usage and model are found (and the
+    // model replaced) without decoding the body, and an unchanged body goes back as the same bytes.
+    const text = bytes.toString('latin1');
     if (!text.trimStart().startsWith('{')) {
       const error = new UpstreamError(`the engine's answer for ${modelId} was not a JSON object`);
       meter?.failed(error);
       throw error;
     }
     meter?.succeeded(readUsage(text), false);
-    return { kind: 'json', requestId, payload: generates ? modelRewriter(modelId)(text) : text };
+    if (!generates) return { kind: 'json', requestId, payload: bytes };
+    const rewritten = modelRewriter(modelId, 'latin1')(text);
+    return { kind: 'json', requestId, payload: rewritten === text ? bytes : Buffer.from(rewritten, 'latin1') };
   }
 
   private meter(context: MeterContext): Meter {

@@ -12,8 +12,9 @@ import type { Usage } from './schemas.js';
  * write `model` before `choices`, so the scan stops early; text without a top-level `model` is
  * returned unchanged.
  */
-export function modelRewriter(to: string): (text: string) => string {
-  const replacement = JSON.stringify(to);
+export function modelRewriter(to: string, encoding: 'utf16' | 'latin1' = 'utf16'): (text: string) => string {
+  // latin1: `text` holds a body's UTF-8 bytes one per character, and so must the new value.
+  const replacement = encoding === 'latin1' ? Buffer.from(JSON.stringify(to)).toString('latin1') : JSON.stringify(to);
   return (text) => {
     const span = topLevelModelValue(text);
     if (!span) return text;

@@ -2,6 +2,10 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { BackendClient } from '../../src/inference/proxy/client.js';
 import { EngineError, EngineFault, RequestAbortedError, StreamInterruptedError } from '../../src/inference/proxy/errors.js';
 import { SseParser } from '../../src/inference/proxy/sse.js';
+import { Cancel } from '../../src/inference/proxy/cancel.js';
+import { relayStream, type RelayOutcome } from '../../src/inference/stream.js';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { startFakeEngine, type FakeEngine, type FakeEngineOptions } from '../fakes/engine.js';
 import { startBlackhole } from './blackhole.js';
 import { backendFor, chatBody, deadUrl, waitFor } from './helpers.js';
@@ -390,5 +394,38 @@ describe('BackendClient breaker accounting (review fixes)', () => {
     expect(data.at(-1)).toBe('[DONE]');
     expect(data.filter((d) => d.includes('"content"'))).toHaveLength(1 + 30 + 1);
     expect(c.replicas[0].breaker.state).toBe('closed');
+  });
+});
+
+describe('BackendClient bodies that end with their first chunk', () => {
+  /** An engine that writes its whole answer at once, so the body has ended by the time anyone reads it. */
+  async function oneWrite(contentType: string, body: string): Promise<string> {
+    const server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => res.writeHead(200, { 'content-type': contentType, 'content-length': Buffer.byteLength(body) }).end(body));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    cleanups.push(() => new Promise((resolve) => server.close(() => resolve())));
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  }
+
+  it('reads a whole JSON body', async () => {
+    const url = await oneWrite('application/json', '{"object":"chat.completion","choices":[]}');
+    const response = await send(client(backendFor([url])));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect((await response.bytes()).toString()).toBe('{"object":"chat.completion","choices":[]}');
+  });
+
+  it('relays a whole stream and ends it', async () => {
+    const sse = 'data: {"id":"a","model":"m","choices":[{"delta":{"content":"x"}}]}\n\ndata: [DONE]\n\n';
+    const url = await oneWrite('text/event-stream', sse);
+    const response = await send(client(backendFor([url])), { stream: true });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    let outcome: RelayOutcome | undefined;
+    const relayed = relayStream(response.body, { model: 'm', clientWantsUsage: false, signal: new Cancel(), onEnd: (o) => (outcome = o) });
+    const parts: Buffer[] = [];
+    for await (const part of relayed) parts.push(part as Buffer);
+    expect(Buffer.concat(parts).toString()).toBe(sse);
+    expect(outcome).toMatchObject({ disconnected: false, error: undefined });
   });
 });

@@ -38,6 +38,8 @@ export interface UpstreamResponse {
    * iterating are StreamInterruptedError (or RequestAbortedError).
    */
   body: AsyncIterable<Buffer> & BodySource;
+  /** The whole body (or iterate `body`, or call text or json: one of them, once). */
+  bytes(): Promise<Buffer>;
   text(): Promise<string>;
   json<T = unknown>(): Promise<T>;
   /** Aborts the upstream request when the body is not wanted. */
@@ -296,8 +298,9 @@ export class BackendClient {
     }
 
     let first: Buffer | null;
+    let bodyEnd: BodyEnd;
     try {
-      first = await firstChunk(body);
+      ({ first, end: bodyEnd } = await firstChunk(body));
     } catch (error) {
       throw failure(error);
     }
@@ -358,10 +361,22 @@ export class BackendClient {
       }
     }
 
-    const readAll = async (): Promise<Buffer> => {
-      const parts: Buffer[] = [];
-      for await (const chunk of chunks()) parts.push(chunk);
-      return parts.length === 1 ? parts[0] : Buffer.concat(parts);
+    /** The whole body, read by events: one promise, not one or two a chunk. */
+    const readAll = (): Promise<Buffer> => {
+      consume();
+      if (first === null) return Promise.resolve(Buffer.alloc(0));
+      if (bodyEnd.ended) return Promise.resolve(first);
+      if (bodyEnd.error) return Promise.reject(interrupted(bodyEnd.error));
+      const parts = [first];
+      return new Promise((resolve, reject) => {
+        stream.on('data', (chunk: Buffer) => {
+          phaseTimer?.refresh();
+          parts.push(chunk);
+        });
+        stream.once('end', () => resolve(parts.length === 1 ? parts[0]! : Buffer.concat(parts)));
+        stream.once('error', (error) => reject(interrupted(error)));
+        stream.resume();
+      });
     };
     return {
       status: response.statusCode,
@@ -386,6 +401,12 @@ export class BackendClient {
             return flow;
           }
           sink.data(first);
+          if (bodyEnd.ended || bodyEnd.error) {
+            const error = bodyEnd.error;
+            done = true;
+            queueMicrotask(() => (error ? sink.error(interrupted(error)) : sink.end()));
+            return flow;
+          }
           stream.on('data', (chunk: Buffer) => {
             phaseTimer?.refresh();
             sink.data(chunk);
@@ -404,6 +425,7 @@ export class BackendClient {
           return flow;
         },
       },
+      bytes: readAll,
       text: async () => (await readAll()).toString('utf8'),
       json: async <T>() => JSON.parse((await readAll()).toString('utf8')) as T,
       discard: () => controller.abort(),
@@ -446,33 +468,35 @@ function engineServerError(status: number, message: string, detail: string, retr
   return new EngineFault(kept, code, message, detail, { retryAfterMs: kept === 503 ? (retryAfterMs ?? UNREACHABLE_RETRY_AFTER_MS) : retryAfterMs });
 }
 
+/** How a body ended while nobody was reading it (a short body can end with its first chunk). */
+interface BodyEnd {
+  ended: boolean;
+  error: Error | undefined;
+}
+
 /**
  * The body's first bytes, or null when it ended empty; the stream is left paused for whoever reads
- * the rest (by events or by iteration).
+ * the rest (by events or by iteration). `end` keeps track of an end or failure that comes meanwhile.
  */
-function firstChunk(body: Readable): Promise<Buffer | null> {
+function firstChunk(body: Readable): Promise<{ first: Buffer | null; end: BodyEnd }> {
+  const end: BodyEnd = { ended: false, error: undefined };
   return new Promise((resolve, reject) => {
+    let settled = false;
     const onData = (chunk: Buffer) => {
       body.pause();
-      settle();
-      resolve(chunk);
-    };
-    const onEnd = () => {
-      settle();
-      resolve(null);
-    };
-    const onError = (error: Error) => {
-      settle();
-      reject(error);
-    };
-    const settle = () => {
       body.off('data', onData);
-      body.off('end', onEnd);
-      body.off('error', onError);
+      settled = true;
+      resolve({ first: chunk, end });
     };
     body.on('data', onData);
-    body.once('end', onEnd);
-    body.once('error', onError);
+    body.once('end', () => {
+      end.ended = true;
+      if (!settled) resolve({ first: null, end });
+    });
+    body.once('error', (error) => {
+      end.error = error;
+      if (!settled) reject(error);
+    });
   });
 }
 
