@@ -49,6 +49,17 @@ export class EmbeddedPglite {
     }
   }
 
+  /** `COPY ... FROM '/dev/blob'` with `data` as the input (PostgreSQL's text format, for instance). */
+  async copyFrom(text: string, data: string): Promise<void> {
+    this.throwIfFailed();
+    try {
+      await this.current.query(text, [], { blob: new Blob([data]) });
+    } catch (error) {
+      if (!hasSqlState(error)) await this.verify(error);
+      throw error;
+    }
+  }
+
   /**
    * Probes the instance and replaces it when corrupt. Resolves when it works (as it is or reopened);
    * throws when it was corrupt, even if the reopen succeeded, so a system check reports the fault.

@@ -23,7 +23,7 @@ export const inferencePlugin: FastifyPluginAsyncZod = async (app) => {
 
   const registry = new BackendRegistry(backends, app.log);
   const router = new ModelRouter(app.db, registry, app.log, { trainableBaseModels: config.trainableBaseModels });
-  const writer = new UsageWriter(app.db, app.log, { flushIntervalMs: config.usageFlushIntervalMs });
+  const writer = new UsageWriter(app.db, app.log, { flushIntervalMs: config.usageFlushIntervalMs, embedded: app.database.embedded });
   const gateway = new ChatGateway(router, writer, { keepAliveMs: config.sseKeepAliveMs, log: app.log });
   const usage = new UsageService(app.db, writer);
 

@@ -46,7 +46,7 @@ const row = (project: string, overrides: Partial<UsageRecord> = {}): UsageRecord
 
 describe('UsageWriter', () => {
   it('writes nothing until a flush, then everything recorded, in one batch', async () => {
-    const writer = new UsageWriter(database.db, log, { flushIntervalMs: 60_000 });
+    const writer = new UsageWriter(database.db, log, { flushIntervalMs: 60_000, embedded: database.embedded });
     for (let i = 0; i < 3; i++) writer.record(row('batch'));
     expect(await sumUsage(database.db, { entity: 'acme', project: 'batch' })).toEqual([]);
     await writer.close();
@@ -56,7 +56,7 @@ describe('UsageWriter', () => {
   });
 
   it('writes at once when a batch is full', async () => {
-    const writer = new UsageWriter(database.db, log, { flushIntervalMs: 60_000, batchSize: 2 });
+    const writer = new UsageWriter(database.db, log, { flushIntervalMs: 60_000, batchSize: 2, embedded: database.embedded });
     writer.record(row('full'));
     writer.record(row('full'));
     await writer.flush();
@@ -65,12 +65,31 @@ describe('UsageWriter', () => {
   });
 
   it('drops a row the database refuses and writes the rest of its batch', async () => {
-    const writer = new UsageWriter(database.db, log, { flushIntervalMs: 60_000 });
+    const writer = new UsageWriter(database.db, log, { flushIntervalMs: 60_000, embedded: database.embedded });
     writer.record(row('poison', { api_key_id: 'not-a-uuid' }));
     writer.record(row('poison'));
     await writer.close();
     expect(errors.at(-1)).toMatchObject({ row: { api_key_id: 'not-a-uuid' } });
     expect((await sumUsage(database.db, { entity: 'acme', project: 'poison' }))[0].requests).toBe(1);
+  });
+
+  it('writes every value as it was recorded: tabs, newlines, backslashes, quotes, any Unicode and nulls (COPY on the embedded database)', async () => {
+    const writer = new UsageWriter(database.db, log, { flushIntervalMs: 60_000, embedded: database.embedded });
+    const odd = 'a\tb\nc\r\\N \\. "q" \'s\' é ✓ 🚀 \\';
+    const created = new Date('2026-11-24T09:30:00.123Z');
+    writer.record(row('copy-values', { request_id: odd, model: `team/p/${odd}`, trained_model: odd, checkpoint_step: 7, error_code: null, time_to_first_token_ms: null, created_at: created, stream: true, estimated: true }));
+    writer.record(row('copy-values', { request_id: '\\N', model: '\\.', trained_model: '', created_at: created }));
+    await writer.close();
+    const rows = await database.db
+      .selectFrom('usage_records')
+      .select(['request_id', 'model', 'trained_model', 'checkpoint_step', 'error_code', 'time_to_first_token_ms', 'created_at', 'stream', 'estimated'])
+      .where('project', '=', 'copy-values')
+      .orderBy('id')
+      .execute();
+    expect(rows).toEqual([
+      { request_id: odd, model: `team/p/${odd}`, trained_model: odd, checkpoint_step: 7, error_code: null, time_to_first_token_ms: null, created_at: created, stream: true, estimated: true },
+      { request_id: '\\N', model: '\\.', trained_model: '', checkpoint_step: null, error_code: null, time_to_first_token_ms: 2, created_at: created, stream: false, estimated: false },
+    ]);
   });
 
   it('keeps its rows for the next flush while the database is away, within its buffer limit', async () => {

@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { Logger } from '../logger.js';
+import type { EmbeddedPglite } from '../../db/pglite.js';
 import type { Database } from '../../db/schema.js';
 import { insertUsage, type UsageRecord } from './repository.js';
 
@@ -9,6 +10,8 @@ export interface UsageWriterOptions {
   batchSize?: number;
   /** Rows kept while the database is failing; the oldest are dropped beyond this. */
   maxBuffered?: number;
+  /** The embedded database, written with COPY (see insertUsage). */
+  embedded?: EmbeddedPglite;
 }
 
 /**
@@ -23,12 +26,14 @@ export class UsageWriter {
   private readonly batchSize: number;
   private readonly maxBuffered: number;
   private closed = false;
+  private readonly embedded: EmbeddedPglite | undefined;
 
   constructor(
     private readonly db: Kysely<Database>,
     private readonly log: Logger,
     options: UsageWriterOptions,
   ) {
+    this.embedded = options.embedded;
     this.batchSize = options.batchSize ?? 500;
     this.maxBuffered = options.maxBuffered ?? 100_000;
     this.timer = setInterval(() => void this.flush(), options.flushIntervalMs);
@@ -60,7 +65,7 @@ export class UsageWriter {
     const batch = this.buffer;
     this.buffer = [];
     try {
-      await insertUsage(this.db, batch);
+      await insertUsage(this.db, batch, this.embedded);
     } catch (error) {
       if (isDataError(error)) {
         await this.writeOneByOne(batch);
@@ -78,7 +83,7 @@ export class UsageWriter {
   private async writeOneByOne(batch: UsageRecord[]): Promise<void> {
     for (const row of batch) {
       try {
-        await insertUsage(this.db, [row]);
+        await insertUsage(this.db, [row], this.embedded);
       } catch (error) {
         this.log.error({ err: error, row }, 'dropped a usage record the database refused');
       }
