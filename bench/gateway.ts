@@ -137,13 +137,16 @@ try {
   console.log(`gateway benchmark: ${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? 'unknown'}), node ${process.version}, median of ${rounds} interleaved rounds of ${durationMs} ms after ${warmupMs} ms warm-up`);
   console.log(`${'mode'.padEnd(10)}${pad('conc', 5)}  ${'target'.padEnd(10)}${pad('req/s', 9)}${pad('p50 ms', 9)}${pad('p99 ms', 9)}${pad('errors', 8)}${pad('CPU µs/req', 12)}`);
   const summary: string[] = [];
+  let trainyardAnswered = 0;
   for (const stream of [false, true]) {
     for (const concurrency of [1, 64]) {
       if (scenarios && !scenarios.includes(`${stream ? 'stream' : 'json'}:${concurrency}`)) continue;
       const samples: Record<string, Result[]> = { direct: [], proxy: [], trainyard: [] };
       for (let round = 0; round < rounds; round++) {
         for (const [name, target] of Object.entries(targets)) {
-          samples[name].push(await load(target.url, { key: 'key' in target ? target.key : undefined, concurrency, stream, server: target.server }));
+          const result = await load(target.url, { key: 'key' in target ? target.key : undefined, concurrency, stream, server: target.server });
+          if (name === 'trainyard') trainyardAnswered += result.answered;
+          samples[name].push(result);
         }
       }
       const results: Record<string, Result> = {};
@@ -163,6 +166,7 @@ try {
     }
   }
   console.log('\nratios');
+  console.log(`  trainyard answered ${trainyardAnswered} requests in all, warm-ups included (the count for bench/profile-stages.ts)`);
   for (const line of summary) console.log(`  ${line}`);
 } finally {
   for (const child of children) child.kill('SIGTERM');

@@ -435,6 +435,15 @@ function engineErrorEvent(parsed: unknown): { text: string; status: number; code
 
 /** The JSON of an event's data lines; `event` is latin1 text of UTF-8 bytes. */
 function parseData(event: string): unknown {
+  // The usual event: one `data: ` line.
+  const newline = event.indexOf('\n');
+  if (event.startsWith('data: ') && newline === event.length - 2) {
+    try {
+      return JSON.parse(Buffer.from(event.slice(6, newline), 'latin1').toString('utf8'));
+    } catch {
+      return undefined;
+    }
+  }
   const lines = Buffer.from(event, 'latin1').toString('utf8').split('\n').filter((line) => line.startsWith('data:'));
   const data = lines.map((line) => line.slice(line.startsWith('data: ') ? 6 : 5)).join('\n');
   try {

@@ -202,12 +202,23 @@ export class BackendClient {
     const controller = new Cancel();
     let timedOut: TimeoutKind | undefined;
     let body: Readable | undefined;
+    /** When the last chunk arrived (performance.now()): a chunk records it, and the idle timer reads it when it fires. */
+    let lastChunkAt = 0;
     const expire = (kind: TimeoutKind) => () => {
-      // Chunks the engine sent that the consumer has not taken yet: the wait is the client's
-      // (backpressure), not the engine's, so the idle timer starts again.
-      if (kind === 'idle' && body !== undefined && body.readableLength > 0) {
-        phaseTimer?.refresh();
-        return;
+      if (kind === 'idle') {
+        // Chunks the engine sent that the consumer has not taken yet: the wait is the client's
+        // (backpressure), not the engine's, so the idle timer starts again.
+        if (body !== undefined && body.readableLength > 0) {
+          phaseTimer?.refresh();
+          return;
+        }
+        // A chunk came since the timer was set: wait out the rest of the idle time after it. (Cheaper
+        // than moving the timer on every chunk, of which a stream has about one a token.)
+        const quiet = performance.now() - lastChunkAt;
+        if (quiet < timeouts.idleMs) {
+          phaseTimer = setTimeout(expire('idle'), Math.ceil(timeouts.idleMs - quiet));
+          return;
+        }
       }
       timedOut = kind;
       controller.abort();
@@ -306,6 +317,7 @@ export class BackendClient {
     }
     judge(true);
     clearTimeout(phaseTimer);
+    lastChunkAt = performance.now();
     phaseTimer = first === null ? undefined : setTimeout(expire('idle'), timeouts.idleMs);
 
     const backendName = this.backend.name;
@@ -352,7 +364,7 @@ export class BackendClient {
             done = true;
             return;
           }
-          phaseTimer?.refresh();
+          lastChunkAt = performance.now();
           yield next.value;
         }
       } finally {
@@ -370,7 +382,7 @@ export class BackendClient {
       const parts = [first];
       return new Promise((resolve, reject) => {
         stream.on('data', (chunk: Buffer) => {
-          phaseTimer?.refresh();
+          lastChunkAt = performance.now();
           parts.push(chunk);
         });
         stream.once('end', () => resolve(parts.length === 1 ? parts[0]! : Buffer.concat(parts)));
@@ -408,7 +420,7 @@ export class BackendClient {
             return flow;
           }
           stream.on('data', (chunk: Buffer) => {
-            phaseTimer?.refresh();
+            lastChunkAt = performance.now();
             sink.data(chunk);
           });
           stream.once('end', () => {
