@@ -1,5 +1,3 @@
-import { randomUUID } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
@@ -18,6 +16,7 @@ import { registerErrorHandlers } from './http/error-handler.js';
 import { documentErrorResponses } from './http/error-responses.js';
 import { registerJsonBodyParser } from './http/json-body.js';
 import { registerMetrics } from './http/metrics.js';
+import { requestId } from './http/request-id.js';
 import { validatorCompiler } from './http/validation.js';
 import { inferencePlugin } from './inference/plugin.js';
 import { tracingPlugin } from './tracing/plugin.js';
@@ -42,13 +41,6 @@ export interface AppDeps {
   database?: DatabaseHandle;
   /** Where JSON log lines go (stdout unless given; tests read them). */
   logStream?: { write(line: string): void };
-}
-
-const REQUEST_ID = /^[\w.:@-]{1,128}$/;
-
-function requestId(request: IncomingMessage): string {
-  const given = request.headers['x-request-id'];
-  return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
 }
 
 /** Builds the whole app on a migrated database. Never listens: src/server.ts does. */

@@ -2,6 +2,7 @@ import { Readable } from 'node:stream';
 import type { Principal, ProjectRef } from '../auth/principal.js';
 import { requireProject } from '../auth/principal.js';
 import { AppError, UnprocessableError, UpstreamError } from '../errors.js';
+import { headerSafeRequestId } from '../http/request-id.js';
 import { boundedInput } from '../http/validation.js';
 import type { CancelSignal } from './proxy/cancel.js';
 import { EngineError, RequestAbortedError } from './proxy/errors.js';
@@ -57,14 +58,6 @@ export class ClientClosedError extends AppError {
 /** The engines' extension field for engine_xargs; the only kind so far speaks vLLM's dialect. */
 const XARGS_FIELD = 'vllm_xargs';
 const KEEP_ALIVE = ': keep-alive\n\n';
-
-/**
- * A request id that can travel as an HTTP header value (to the engine, and back in ours): printable
- * ASCII without spaces is sent as is, anything else percent-encoded. vLLM takes any string as an id.
- */
-export function headerSafeRequestId(id: string): string {
-  return /^[\x21-\x7e]{1,1024}$/.test(id) ? id : encodeURIComponent(id).slice(0, 8192);
-}
 
 export interface GatewayOptions {
   /** While a stream waits for its first token, an SSE comment is sent this often (0: never). */

@@ -43,13 +43,24 @@ describe('health', () => {
 });
 
 describe('request ids', () => {
-  it('echo a valid x-request-id and generate one when absent or unusable', async () => {
-    const given = await app.inject({ method: 'GET', url: '/v1/health', headers: { 'x-request-id': 'rollout-42.step:7' } });
-    expect(given.headers['x-request-id']).toBe('rollout-42.step:7');
+  it('echo the x-request-id sent, percent-encoded where it is not printable ASCII, and generate one when absent', async () => {
+    const given = await app.inject({ method: 'GET', url: '/v1/health', headers: { 'x-request-id': 'rollout-42.step:7/{a}"b"' } });
+    expect(given.headers['x-request-id']).toBe('rollout-42.step:7/{a}"b"');
     const generated = await app.inject({ method: 'GET', url: '/v1/health' });
     expect(generated.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
-    const unusable = await app.inject({ method: 'GET', url: '/v1/health', headers: { 'x-request-id': 'a b\u0000c' } });
-    expect(unusable.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+    const encoded = await app.inject({ method: 'GET', url: '/v1/health', headers: { 'x-request-id': 'a b\u0000c' } });
+    expect(encoded.headers['x-request-id']).toBe('a%20b%00c');
+  });
+
+  it('are the same on an answer given before the gateway runs as on one it gives (as vLLM keys requests by the header)', async () => {
+    const refused = await app.inject({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      headers: { 'x-request-id': 'rollout 42 ✓', 'content-type': 'application/json' },
+      payload: { model: 'm', messages: [] },
+    });
+    expect(refused.statusCode).toBe(401);
+    expect(refused.headers['x-request-id']).toBe('rollout%2042%20%E2%9C%93');
   });
 });
 
