@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { StreamInterruptedError } from '../../src/inference/proxy/errors.js';
 import { Cancel } from '../../src/inference/proxy/cancel.js';
 import { modelRewriter, readUsage } from '../../src/inference/rewrite.js';
-import { relayStream, type RelayOutcome } from '../../src/inference/stream.js';
+import { relayStream, type BodySink, type BodySource, type RelayOutcome } from '../../src/inference/stream.js';
 
 const chunk = (content: string, extra = '') =>
   `data: {"id":"c-1","object":"chat.completion.chunk","created":1,"model":"team/p/agent:step3","choices":[{"index":0,"delta":{"content":${JSON.stringify(content)}},"logprobs":null,"finish_reason":null}]${extra}}\n\n`;
@@ -128,6 +128,59 @@ describe('relayStream on whole-event chunks (the byte path)', () => {
     const expected = [role, chunk('a'), other, split, chunk('d'), done].join('').replace(/"model":"[^"]*"/g, '"model":"wandb-artifact:///team/p/agent"');
     expect(text).toBe(expected);
     expect(outcome.contentChunks).toBe(4);
+  });
+});
+
+describe('relayStream and a slow client', () => {
+  it('pauses the engine\'s body while the client is not reading, and resumes it, losing nothing', async () => {
+    const total = 400;
+    const event = (i: number) => chunk(`${i}:${'x'.repeat(1000)}`);
+    let sent = 0;
+    let paused = false;
+    let pauses = 0;
+    let mostBuffered = 0;
+    let sink: BodySink | undefined;
+    const pump = () => {
+      // The engine keeps sending while the body flows: one chunk a turn, as socket reads come.
+      if (paused || !sink) return;
+      if (sent === total) return sink.end();
+      sink.data(Buffer.from(sent === 0 ? role : event(sent)));
+      sent++;
+      setImmediate(pump);
+    };
+    const source: BodySource = {
+      readInto(s) {
+        sink = s;
+        setImmediate(pump);
+        return {
+          pause: () => {
+            paused = true;
+            pauses++;
+          },
+          resume: () => {
+            paused = false;
+            setImmediate(pump);
+          },
+          abort: () => undefined,
+        };
+      },
+    };
+    let outcome: RelayOutcome | undefined;
+    const relayed = relayStream(source, { clientWantsUsage: false, signal: new Cancel(), onEnd: (o) => (outcome = o) });
+    // Nobody reads for a while: the relay must stop the source rather than buffer the whole answer.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(pauses).toBeGreaterThan(0);
+    expect(sent).toBeLessThan(total);
+    const pieces: Buffer[] = [];
+    for await (const piece of relayed) {
+      pieces.push(piece as Buffer);
+      mostBuffered = Math.max(mostBuffered, relayed.readableLength);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    const expected = [role, ...Array.from({ length: total - 1 }, (_, i) => event(i + 1)), done].join('');
+    expect(Buffer.concat(pieces).toString()).toBe(expected);
+    expect(mostBuffered).toBeLessThan(256 * 1024);
+    expect(outcome).toMatchObject({ disconnected: false, error: undefined, contentChunks: total - 1 });
   });
 });
 
