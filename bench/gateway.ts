@@ -7,9 +7,10 @@ import { fileURLToPath } from 'node:url';
 
 /**
  * npm run bench:gateway — the inference gateway against its baselines. A fast fake engine, a bare
- * pass-through proxy and trainyard each run in a process of their own; the load generator runs in
- * another. The same load goes (a) straight to the engine, (b) through the bare proxy and (c) through
- * trainyard, non-streaming and streaming (100 chunks), at concurrency 1 and 64.
+ * pass-through proxy, a minimal Fastify proxy (bench/lib/fastify-proxy.ts: what the framework itself
+ * costs) and trainyard each run in a process of their own; the load generator runs in another. The
+ * same load goes straight to the engine, through each proxy and through trainyard, non-streaming and
+ * streaming (100 chunks), at concurrency 1 and 64.
  * Targets (issue 12): trainyard ≥ 75% of the bare proxy's req/s at concurrency 64 non-streamed and
  * ≥ 85% streamed, under 0.3 ms added p50 at concurrency 1 (against the bare proxy). DURATION_MS,
  * WARMUP_MS and ROUNDS shorten or lengthen the run, SCENARIOS picks some of the four; PROFILE=<file> profiles trainyard's serving phase
@@ -127,10 +128,12 @@ try {
   const engine = await start<{ port: number }>(lib('engine.ts'));
   const upstream = `http://127.0.0.1:${engine.port}`;
   const proxy = await start<{ port: number }>(lib('bare-proxy.ts'), { UPSTREAM: upstream });
+  const fastifyProxy = await start<{ port: number }>(lib('fastify-proxy.ts'), { UPSTREAM: upstream });
   const trainyard = await start<{ port: number; key: string }>(lib('trainyard.ts'), { UPSTREAM: upstream });
   const targets = {
     direct: { url: upstream, server: engine.child },
     proxy: { url: `http://127.0.0.1:${proxy.port}`, server: proxy.child },
+    fastify: { url: `http://127.0.0.1:${fastifyProxy.port}`, server: fastifyProxy.child },
     trainyard: { url: `http://127.0.0.1:${trainyard.port}`, key: trainyard.key, server: trainyard.child },
   };
 
@@ -141,7 +144,7 @@ try {
   for (const stream of [false, true]) {
     for (const concurrency of [1, 64]) {
       if (scenarios && !scenarios.includes(`${stream ? 'stream' : 'json'}:${concurrency}`)) continue;
-      const samples: Record<string, Result[]> = { direct: [], proxy: [], trainyard: [] };
+      const samples: Record<string, Result[]> = { direct: [], proxy: [], fastify: [], trainyard: [] };
       for (let round = 0; round < rounds; round++) {
         for (const [name, target] of Object.entries(targets)) {
           const result = await load(target.url, { key: 'key' in target ? target.key : undefined, concurrency, stream, server: target.server });
@@ -156,10 +159,10 @@ try {
         const mode = stream ? 'stream' : 'json';
         console.log(`${mode.padEnd(10)}${pad(concurrency, 5)}  ${name.padEnd(10)}${pad(result.rps.toFixed(0), 9)}${pad(ms(result.p50), 9)}${pad(ms(result.p99), 9)}${pad(result.errors, 8)}${pad(result.cpuUs.toFixed(0), 12)}`);
       }
-      const { direct, proxy: bare, trainyard: ty } = results;
+      const { direct, proxy: bare, fastify, trainyard: ty } = results;
       summary.push(
         `${stream ? 'stream' : 'json'} c=${concurrency}: proxy/direct ${(bare.rps / direct.rps * 100).toFixed(0)}%, ` +
-          `trainyard/proxy ${(ty.rps / bare.rps * 100).toFixed(0)}%, trainyard/direct ${(ty.rps / direct.rps * 100).toFixed(0)}%, ` +
+          `trainyard/proxy ${(ty.rps / bare.rps * 100).toFixed(0)}%, trainyard/fastify ${(ty.rps / fastify.rps * 100).toFixed(0)}%, trainyard/direct ${(ty.rps / direct.rps * 100).toFixed(0)}%, ` +
           `added p50 vs direct ${ms(ty.p50 - direct.p50)} ms (proxy ${ms(bare.p50 - direct.p50)} ms), vs proxy ${ms(ty.p50 - bare.p50)} ms, ` +
           `trainyard requests ${ty.requests}`,
       );
