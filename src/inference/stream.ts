@@ -66,8 +66,8 @@ export interface BodySource {
  * The relayed stream. Everything a chunk needs is done synchronously as it arrives; the output of the
  * chunks that arrive together (one socket read of the engine's answer) goes out as one write.
  */
-export function relayStream(upstream: BodySource | AsyncIterable<Buffer>, options: RelayOptions): Readable {
-  return new Relay('readInto' in upstream ? upstream : iterableSource(upstream), options);
+export function relayStream(upstream: BodySource, options: RelayOptions): Readable {
+  return new Relay(upstream, options);
 }
 
 /** The relayed events, for a stream that has already started (keep-alives sent) and reads by promises. */
@@ -160,45 +160,6 @@ class Relay extends Readable {
     this.push(null);
     this.options.onEnd(this.events.outcome);
   }
-}
-
-/** An async iterable read into a sink (tests, and bodies that are not the engine client's). */
-function iterableSource(iterable: AsyncIterable<Buffer>): BodySource {
-  return {
-    readInto(sink) {
-      const iterator = iterable[Symbol.asyncIterator]();
-      let resume: (() => void) | undefined;
-      let paused = false;
-      let stopped = false;
-      void (async () => {
-        try {
-          for (;;) {
-            if (paused) await new Promise<void>((wake) => (resume = wake));
-            if (stopped) return;
-            const next = await iterator.next();
-            if (stopped) return;
-            if (next.done) return sink.end();
-            sink.data(next.value);
-          }
-        } catch (error) {
-          if (!stopped) sink.error(error);
-        }
-      })();
-      return {
-        pause: () => (paused = true),
-        resume: () => {
-          paused = false;
-          resume?.();
-          resume = undefined;
-        },
-        abort: () => {
-          stopped = true;
-          resume?.();
-          void iterator.return?.()?.catch(() => undefined);
-        },
-      };
-    },
-  };
 }
 
 /**

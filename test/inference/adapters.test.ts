@@ -23,7 +23,7 @@ function client(replicas: string[], timeouts: { adapterLoadMs?: number } = {}): 
 
 const adapter = { name: 'acme/agents/agent-001:step3', path: '/ckpt/agent-001/3' };
 const sendWithAdapter = (c: BackendClient, signal?: AbortSignal) =>
-  c.send({ path: '/v1/chat/completions', body: chatBody({ model: adapter.name }), adapter, signal }).then((r) => r.json());
+  c.send({ path: '/v1/chat/completions', body: chatBody({ model: adapter.name }), adapter, signal }).then(async (r) => JSON.parse((await r.bytes()).toString()));
 
 describe('adapter loading', () => {
   it('loads an adapter once on its replica under 50 concurrent first requests', async () => {

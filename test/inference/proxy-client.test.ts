@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { BackendClient } from '../../src/inference/proxy/client.js';
+import { BackendClient, type UpstreamResponse } from '../../src/inference/proxy/client.js';
 import { EngineError, EngineFault, RequestAbortedError, StreamInterruptedError } from '../../src/inference/proxy/errors.js';
 import { SseParser } from '../../src/inference/proxy/sse.js';
 import { Cancel } from '../../src/inference/proxy/cancel.js';
@@ -30,6 +30,9 @@ function client(...args: ConstructorParameters<typeof BackendClient>): BackendCl
 const send = (c: BackendClient, overrides: Record<string, unknown> = {}, signal?: AbortSignal) =>
   c.send({ path: '/v1/chat/completions', body: chatBody(overrides), signal });
 
+/** The whole upstream body, parsed. */
+const json = async (response: UpstreamResponse): Promise<unknown> => JSON.parse((await response.bytes()).toString());
+
 async function events(body: AsyncIterable<Buffer>): Promise<string[]> {
   const parser = new SseParser();
   const data: string[] = [];
@@ -42,7 +45,7 @@ describe('BackendClient requests', () => {
     const e = await engine();
     const response = await send(client(backendFor([e.url])));
     expect(response.status).toBe(200);
-    expect(await response.json()).toMatchObject({ object: 'chat.completion', choices: [{ message: { content: 'Hello from the' } }] });
+    expect(await json(response)).toMatchObject({ object: 'chat.completion', choices: [{ message: { content: 'Hello from the' } }] });
   });
 
   it('streams the engine chunks through in order, ending with [DONE]', async () => {
@@ -57,7 +60,7 @@ describe('BackendClient requests', () => {
   it('sends the body, the extra headers and the backend key upstream', async () => {
     const e = await engine({ apiKey: 'k-1' });
     const c = client(backendFor([e.url], { apiKey: 'k-1' }));
-    await (await c.send({ path: '/v1/chat/completions', body: chatBody({ vllm_xargs: { a: 1 } }), headers: { 'x-request-id': 'req-9' } })).json();
+    await json(await c.send({ path: '/v1/chat/completions', body: chatBody({ vllm_xargs: { a: 1 } }), headers: { 'x-request-id': 'req-9' } }));
     expect(e.requests[0]).toMatchObject({ headers: { authorization: 'Bearer k-1', 'x-request-id': 'req-9', 'content-type': 'application/json' }, body: { vllm_xargs: { a: 1 } } });
   });
 
@@ -96,7 +99,7 @@ describe('BackendClient requests', () => {
   it('releases the replica once a response has been read', async () => {
     const e = await engine();
     const c = client(backendFor([e.url]));
-    await (await send(c, { stream: true })).text();
+    await (await send(c, { stream: true })).bytes();
     await waitFor(() => c.replicas[0].outstanding === 0);
   });
 
@@ -198,7 +201,7 @@ describe('BackendClient balancing and retries', () => {
     now += 5_000;
     a.setBehaviour({ kind: 'ok' });
     expect(c.replicas[0].breaker.state).toBe('half-open');
-    for (let i = 0; i < 4; i++) await (await send(c)).json();
+    for (let i = 0; i < 4; i++) await json(await send(c));
     expect(a.chatRequests().length).toBeGreaterThan(2);
     expect(c.replicas[0].breaker.state).toBe('closed');
   });
@@ -361,7 +364,7 @@ describe('BackendClient breaker accounting (review fixes)', () => {
     const e = await engine({ latencyMs: 400 });
     const c = client(backendFor([e.url], { timeouts: { firstByteMs: 100, totalMs: 2_000 } }), { breaker: { failureThreshold: 1, openMs: 60_000 } });
     const response = await c.send({ path: '/v1/chat/completions', body: chatBody(), wholeBody: true });
-    expect(await response.json()).toMatchObject({ object: 'chat.completion', choices: [{ message: { content: 'Hello from the' } }] });
+    expect(await json(response)).toMatchObject({ object: 'chat.completion', choices: [{ message: { content: 'Hello from the' } }] });
     expect(c.replicas[0].breaker.state).toBe('closed');
   });
 

@@ -10,12 +10,54 @@ const role = 'data: {"id":"c-1","object":"chat.completion.chunk","created":1,"mo
 const usage = 'data: {"id":"c-1","object":"chat.completion.chunk","created":1,"model":"team/p/agent:step3","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}\n\n';
 const done = 'data: [DONE]\n\n';
 
-async function* from(parts: (string | Error)[]): AsyncGenerator<Buffer> {
+async function* chunks(parts: (string | Error)[]): AsyncGenerator<Buffer> {
   for (const part of parts) {
     if (part instanceof Error) throw part;
     yield Buffer.from(part);
   }
 }
+
+/** An async iterable read into a sink, as the engine client's bodies are read. */
+function iterableSource(iterable: AsyncIterable<Buffer>): BodySource {
+  return {
+    readInto(sink) {
+      const iterator = iterable[Symbol.asyncIterator]();
+      let resume: (() => void) | undefined;
+      let paused = false;
+      let stopped = false;
+      void (async () => {
+        try {
+          for (;;) {
+            if (paused) await new Promise<void>((wake) => (resume = wake));
+            if (stopped) return;
+            const next = await iterator.next();
+            if (stopped) return;
+            if (next.done) return sink.end();
+            sink.data(next.value);
+          }
+        } catch (error) {
+          if (!stopped) sink.error(error);
+        }
+      })();
+      return {
+        pause: () => (paused = true),
+        resume: () => {
+          paused = false;
+          resume?.();
+          resume = undefined;
+        },
+        abort: () => {
+          stopped = true;
+          resume?.();
+          void iterator.return?.()?.catch(() => undefined);
+        },
+      };
+    },
+  };
+}
+
+
+const from = (parts: (string | Error)[]): BodySource => iterableSource(chunks(parts));
 
 async function relay(parts: (string | Error)[], options: { clientWantsUsage?: boolean; rewrite?: boolean } = {}) {
   let outcome: RelayOutcome | undefined;
@@ -56,7 +98,7 @@ describe('relayStream', () => {
       for (const p of parts) yield Buffer.from(p, 'latin1');
     }
     const pieces: Buffer[] = [];
-    for await (const piece of relayStream(raw(), { clientWantsUsage: false, signal: new Cancel(), onEnd: () => undefined })) pieces.push(Buffer.from(piece));
+    for await (const piece of relayStream(iterableSource(raw()), { clientWantsUsage: false, signal: new Cancel(), onEnd: () => undefined })) pieces.push(Buffer.from(piece));
     expect(Buffer.concat(pieces).toString()).toBe(whole);
   });
 

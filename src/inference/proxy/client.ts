@@ -34,14 +34,12 @@ export interface UpstreamResponse {
   replica: string;
   /**
    * The body as the engine sent it, chunk by chunk, the first chunk already received. Iterate it
-   * (or call text/json) once; breaking out of the loop aborts the upstream request. Failures while
+   * (or call bytes) once; breaking out of the loop aborts the upstream request. Failures while
    * iterating are StreamInterruptedError (or RequestAbortedError).
    */
   body: AsyncIterable<Buffer> & BodySource;
-  /** The whole body (or iterate `body`, or call text or json: one of them, once). */
+  /** The whole body (or iterate `body`: one of them, once). */
   bytes(): Promise<Buffer>;
-  text(): Promise<string>;
-  json<T = unknown>(): Promise<T>;
   /** Aborts the upstream request when the body is not wanted. */
   discard(): void;
 }
@@ -438,8 +436,6 @@ export class BackendClient {
         },
       },
       bytes: readAll,
-      text: async () => (await readAll()).toString('utf8'),
-      json: async <T>() => JSON.parse((await readAll()).toString('utf8')) as T,
       discard: () => controller.abort(),
     };
   }

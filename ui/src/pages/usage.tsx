@@ -1,21 +1,8 @@
+import type { UsageReport as Report } from '../../../src/inference/usage/schemas.js';
 import { api } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
 import { location, setQuery } from '../lib/router.js';
 import { fmt, Loading, Problem, ProjectTabs } from '../lib/ui.js';
-
-interface Bucket {
-  model?: string;
-  day?: string;
-  requests: number;
-  errors: number;
-  prompt_tokens: number;
-  completion_tokens: number;
-  cached_tokens: number;
-  total_tokens: number;
-}
-interface Report {
-  data: Bucket[];
-}
 
 const COLUMNS = ['requests', 'errors', 'prompt_tokens', 'completion_tokens', 'cached_tokens', 'total_tokens'] as const;
 
