@@ -34,7 +34,7 @@ export class UsageWriter {
     options: UsageWriterOptions,
   ) {
     this.embedded = options.embedded;
-    this.batchSize = options.batchSize ?? 500;
+    this.batchSize = options.batchSize ?? 5_000;
     this.maxBuffered = options.maxBuffered ?? 100_000;
     this.timer = setInterval(() => void this.flush(), options.flushIntervalMs);
     this.timer.unref();
