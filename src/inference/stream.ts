@@ -1,4 +1,4 @@
-import { Readable } from 'node:stream';
+import { Readable, type Writable } from 'node:stream';
 import { AppError } from '../errors.js';
 import type { CancelSignal } from './proxy/cancel.js';
 import { ENGINE_CODES, RequestAbortedError } from './proxy/errors.js';
@@ -100,6 +100,8 @@ class Relay extends Readable {
   private flushScheduled = false;
   private paused = false;
   private finished = false;
+  /** Where the relay is piped (the client's response), corked at the end: see close. */
+  private destination: NodeJS.WritableStream | undefined;
 
   constructor(
     source: BodySource,
@@ -121,6 +123,11 @@ class Relay extends Readable {
       end: () => this.close(this.events.finish()),
       error: (error) => this.close(this.events.fail(error)),
     });
+  }
+
+  override pipe<T extends NodeJS.WritableStream>(destination: T, options?: { end?: boolean }): T {
+    this.destination = destination;
+    return super.pipe(destination, options);
   }
 
   override _read(): void {
@@ -155,6 +162,15 @@ class Relay extends Readable {
   private close(last: Buffer | undefined): void {
     if (this.finished) return;
     this.finished = true;
+    // The last bytes and the response's end (for HTTP, the chunked terminator) leave in one write
+    // rather than two: corked here, the destination is fully uncorked by its end(), which the pipe
+    // calls once this stream has ended. Should the pipe wait for a drain instead (a slow client),
+    // the uncork below lets the buffered bytes go.
+    const destination = this.destination as Writable | undefined;
+    if (destination && typeof destination.cork === 'function' && !destination.writableEnded) {
+      destination.cork();
+      setImmediate(() => destination.writableCorked > 0 && destination.uncork());
+    }
     this.flush();
     if (last && !this.destroyed) this.push(last);
     this.push(null);

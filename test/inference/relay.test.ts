@@ -258,3 +258,51 @@ describe('relayStream before its first read', () => {
     expect(outcome).toMatchObject({ disconnected: true, contentChunks: 0 });
   });
 });
+
+describe('relayStream piped into a response', () => {
+  const whole = role + chunk('Hi') + chunk('!') + usage + done;
+
+  it('sends the last bytes and the end of the response in one socket write', async () => {
+    const http = await import('node:http');
+    let socketWrites = 0;
+    const server = http.createServer((_request, response) => {
+      const socket = response.socket! as unknown as { _write: (...args: unknown[]) => void; _writev: (...args: unknown[]) => void };
+      for (const method of ['_write', '_writev'] as const) {
+        const original = socket[method].bind(socket);
+        socket[method] = (...args: unknown[]) => {
+          socketWrites++;
+          original(...args);
+        };
+      }
+      response.setHeader('content-type', 'text/event-stream');
+      relayStream(from([whole]), { clientWantsUsage: false, signal: new Cancel(), onEnd: () => undefined }).pipe(response);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = server.address() as import('node:net').AddressInfo;
+      const body = await (await fetch(`http://127.0.0.1:${port}/`)).text();
+      expect(body).toBe(role + chunk('Hi') + chunk('!') + done);
+      // Headers, the events and the chunked terminator: one write (it was two, the terminator on its own).
+      expect(socketWrites).toBe(1);
+    } finally {
+      server.close();
+    }
+  });
+
+  it('delivers everything to a destination that is slow to drain when the stream ends', async () => {
+    const { Writable } = await import('node:stream');
+    const received: Buffer[] = [];
+    const destination = new Writable({
+      highWaterMark: 16,
+      write(piece: Buffer, _encoding, callback) {
+        received.push(piece);
+        setTimeout(callback, 5);
+      },
+    });
+    const big = chunk('x'.repeat(64 * 1024));
+    const finished = new Promise((resolve) => destination.on('finish', resolve));
+    relayStream(from([role, big + done]), { clientWantsUsage: false, signal: new Cancel(), onEnd: () => undefined }).pipe(destination);
+    await finished;
+    expect(Buffer.concat(received).toString()).toBe(role + big + done);
+  });
+});
