@@ -1,9 +1,9 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import type { Readable } from 'node:stream';
+import { util } from 'undici';
 import type { BackendConfig } from '../backends/config.js';
 import type { BodyFlow, BodySink, BodySource } from '../stream.js';
 import { AdapterLoader, type AdapterSpec } from './adapters.js';
-import { Cancel, sleep, type CancelSignal } from './cancel.js';
+import { sleep, type CancelSignal } from './cancel.js';
 import { DEFAULT_BREAKER, type BreakerOptions } from './breaker.js';
 import { EngineError, engineErrorDetails, EngineFault, RequestAbortedError, StreamInterruptedError, upstreamUnauthorized } from './errors.js';
 import { isConnectError, isUpstreamFault, Replica, retryAfterMs } from './replica.js';
@@ -196,248 +196,64 @@ export class BackendClient {
       }
     }
 
-    const timeouts = this.backend.timeouts;
-    const controller = new Cancel();
-    let timedOut: TimeoutKind | undefined;
-    let body: Readable | undefined;
-    /** When the last chunk arrived (performance.now()): a chunk records it, and the idle timer reads it when it fires. */
-    let lastChunkAt = 0;
-    const expire = (kind: TimeoutKind) => () => {
-      if (kind === 'idle') {
-        // Chunks the engine sent that the consumer has not taken yet: the wait is the client's
-        // (backpressure), not the engine's, so the idle timer starts again.
-        if (body !== undefined && body.readableLength > 0) {
-          phaseTimer?.refresh();
-          return;
-        }
-        // A chunk came since the timer was set: wait out the rest of the idle time after it. (Cheaper
-        // than moving the timer on every chunk, of which a stream has about one a token.)
-        const quiet = performance.now() - lastChunkAt;
-        if (quiet < timeouts.idleMs) {
-          phaseTimer = setTimeout(expire('idle'), Math.ceil(timeouts.idleMs - quiet));
-          return;
-        }
-      }
-      timedOut = kind;
-      controller.abort();
-    };
-    const totalTimer = setTimeout(expire('total'), Math.max(0, deadline - this.now()));
-    // A non-streaming completion sends nothing until it is done, so only the total timeout bounds it.
-    let phaseTimer: NodeJS.Timeout | undefined = request.wholeBody ? undefined : setTimeout(expire('first byte'), timeouts.firstByteMs);
-    const onClientAbort = () => controller.abort();
-    signal?.addEventListener('abort', onClientAbort, { once: true });
-
-    replica.outstanding++;
-    replica.breaker.onSend();
-    let released = false;
-    let judged = false;
-    const release = () => {
-      if (released) return;
-      released = true;
-      clearTimeout(totalTimer);
-      clearTimeout(phaseTimer);
-      signal?.removeEventListener('abort', onClientAbort);
-      replica.outstanding--;
-      if (!judged) replica.breaker.onAbandon();
-    };
-    const judge = (ok: boolean) => {
-      judged = true;
-      if (ok) replica.breaker.onSuccess();
-      else replica.breaker.onFailure();
-    };
-    /**
-     * The error for a failure before the first byte. Only the engine's faults count against its
-     * breaker: connect and socket errors and first-byte or idle timeouts. The total timeout bounds a
-     * long generation (or a slow client), and an error building the request is the gateway's own.
-     */
-    const failure = (error: unknown): Error | RetryableFailure => {
-      release();
-      if (timedOut) {
-        if (timedOut !== 'total') judge(false);
-        return this.timeout(replica, timedOut);
-      }
-      if (signal?.aborted) return new RequestAbortedError();
-      if (isConnectError(error)) {
-        judge(false);
-        return new RetryableFailure(this.unreachable(replica, error));
-      }
-      if (isUpstreamFault(error)) judge(false);
-      const reason = (error as Error).message;
-      return new EngineFault(502, 'upstream_error', `The engine failed before answering: ${reason}`, `replica ${replica.url} of backend ${this.backend.name} failed: ${reason}`, { cause: error });
-    };
-
-    let response;
-    try {
-      response = await replica.pool.request({
-        method: request.method ?? 'POST',
-        path: replica.basePath + request.path,
-        headers: request.body === undefined
-          ? { ...this.baseHeaders, ...request.headers }
-          : { 'content-type': 'application/json', ...this.baseHeaders, ...request.headers },
-        body: request.body,
-        signal: controller,
-      });
-    } catch (error) {
-      throw failure(error);
-    }
-    body = response.body as Readable;
-    // The stream closes when it ends, fails, or is destroyed by an abort or timer: the one place to release.
-    body.once('close', release);
-
-    if (response.statusCode >= 400) {
-      let text = '';
+    return new Promise((resolve, reject) => {
+      const exchange = new Exchange(this, replica, request, Math.max(0, deadline - this.now()), resolve, reject);
       try {
-        text = await readCapped(body!, ERROR_BODY_LIMIT);
-      } catch (error) {
-        throw failure(error);
-      }
-      const status = response.statusCode;
-      const waitMs = retryAfterMs(response.headers, this.now());
-      if (waitMs !== undefined && RETRYABLE_STATUS.has(status)) replica.notBefore = this.now() + waitMs;
-      if (status >= 500) judge(false);
-      else if (status !== 429) judge(true);
-      release();
-      const { message, param } = engineErrorDetails(text, status);
-      if (status === 401 || status === 403) throw upstreamUnauthorized(this.backend, replica.url, status, message);
-      const error =
-        status < 500
-          ? new EngineError(status, message, { param, retryAfterMs: waitMs })
-          : engineServerError(status, message, `replica ${replica.url} of backend ${this.backend.name} answered ${status}: ${message}`, waitMs);
-      throw RETRYABLE_STATUS.has(status) ? new RetryableFailure(error) : error;
-    }
-
-    let first: Buffer | null;
-    let bodyEnd: BodyEnd;
-    try {
-      ({ first, end: bodyEnd } = await firstChunk(body));
-    } catch (error) {
-      throw failure(error);
-    }
-    judge(true);
-    clearTimeout(phaseTimer);
-    lastChunkAt = performance.now();
-    phaseTimer = first === null ? undefined : setTimeout(expire('idle'), timeouts.idleMs);
-
-    const backendName = this.backend.name;
-    const interrupted = (error: unknown): Error => {
-      if (timedOut) {
-        // An idle engine is a failure; the total timeout is a long answer (or a slow client), and
-        // idle timeouts caused by a slow client are re-armed, never fired (see expire).
-        if (timedOut === 'idle') replica.breaker.onFailure();
-        return new StreamInterruptedError(
-          `The engine sent nothing within the ${timedOut} timeout mid-response.`,
-          `replica ${replica.url} of backend ${backendName} hit the ${timedOut} timeout mid-response`,
-          { timeout: true, cause: error },
+        replica.pool.dispatch(
+          {
+            method: request.method ?? 'POST',
+            path: replica.basePath + request.path,
+            headers: request.body === undefined
+              ? { ...this.baseHeaders, ...request.headers }
+              : { 'content-type': 'application/json', ...this.baseHeaders, ...request.headers },
+            body: request.body,
+          },
+          exchange,
         );
+      } catch (error) {
+        reject(exchange.fail(error));
       }
-      if (signal?.aborted) return new RequestAbortedError();
-      const reason = (error as Error).message;
-      return new StreamInterruptedError(
-        `The engine broke off mid-response: ${reason}`,
-        `replica ${replica.url} of backend ${backendName} broke off mid-response: ${reason}`,
-        { timeout: false, cause: error },
-      );
-    };
-    let consumed = false;
-    const consume = () => {
-      if (consumed) throw new Error('the upstream body can be read only once');
-      consumed = true;
-    };
-    const stream = body;
-    async function* chunks(): AsyncGenerator<Buffer> {
-      consume();
-      let done = first === null;
-      try {
-        if (first === null) return;
-        yield first;
-        const iterator = stream[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
-        for (;;) {
-          let next: IteratorResult<Buffer>;
-          try {
-            next = await iterator.next();
-          } catch (error) {
-            throw interrupted(error);
-          }
-          if (next.done) {
-            done = true;
-            return;
-          }
-          lastChunkAt = performance.now();
-          yield next.value;
-        }
-      } finally {
-        // A consumer that stops early (its client left) must not leave the engine generating.
-        if (!done) controller.abort();
-      }
-    }
+    });
+  }
 
-    /** The whole body, read by events: one promise, not one or two a chunk. */
-    const readAll = (): Promise<Buffer> => {
-      consume();
-      if (first === null) return Promise.resolve(Buffer.alloc(0));
-      if (bodyEnd.ended) return Promise.resolve(first);
-      if (bodyEnd.error) return Promise.reject(interrupted(bodyEnd.error));
-      const parts = [first];
-      return new Promise((resolve, reject) => {
-        stream.on('data', (chunk: Buffer) => {
-          lastChunkAt = performance.now();
-          parts.push(chunk);
-        });
-        stream.once('end', () => resolve(parts.length === 1 ? parts[0]! : Buffer.concat(parts)));
-        stream.once('error', (error) => reject(interrupted(error)));
-        stream.resume();
-      });
-    };
-    return {
-      status: response.statusCode,
-      headers: response.headers,
-      replica: replica.url,
-      body: {
-        [Symbol.asyncIterator]: chunks,
-        readInto(sink: BodySink): BodyFlow {
-          consume();
-          let done = first === null;
-          const flow: BodyFlow = {
-            pause: () => stream.pause(),
-            resume: () => stream.resume(),
-            // A consumer that stops early (its client left) must not leave the engine generating.
-            abort: () => {
-              if (!done) controller.abort();
-              done = true;
-            },
-          };
-          if (first === null) {
-            queueMicrotask(() => sink.end());
-            return flow;
-          }
-          sink.data(first);
-          if (bodyEnd.ended || bodyEnd.error) {
-            const error = bodyEnd.error;
-            done = true;
-            queueMicrotask(() => (error ? sink.error(interrupted(error)) : sink.end()));
-            return flow;
-          }
-          stream.on('data', (chunk: Buffer) => {
-            lastChunkAt = performance.now();
-            sink.data(chunk);
-          });
-          stream.once('end', () => {
-            done = true;
-            sink.end();
-          });
-          stream.once('error', (error) => {
-            const wasDone = done;
-            done = true;
-            if (!wasDone) sink.error(interrupted(error));
-          });
-          // firstChunk left it paused, which a 'data' listener alone does not undo.
-          stream.resume();
-          return flow;
-        },
-      },
-      bytes: readAll,
-      discard: () => controller.abort(),
-    };
+  /** @internal The error for an engine answer of 400 or more, its body read (capped). */
+  engineAnswerError(replica: Replica, status: number, headers: IncomingHttpHeaders, text: string): Error | RetryableFailure {
+    const waitMs = retryAfterMs(headers, this.now());
+    if (waitMs !== undefined && RETRYABLE_STATUS.has(status)) replica.notBefore = this.now() + waitMs;
+    const { message, param } = engineErrorDetails(text, status);
+    if (status === 401 || status === 403) return upstreamUnauthorized(this.backend, replica.url, status, message);
+    const error =
+      status < 500
+        ? new EngineError(status, message, { param, retryAfterMs: waitMs })
+        : engineServerError(status, message, `replica ${replica.url} of backend ${this.backend.name} answered ${status}: ${message}`, waitMs);
+    return RETRYABLE_STATUS.has(status) ? new RetryableFailure(error) : error;
+  }
+
+  /** @internal A failure before the first byte of a 2xx body (Exchange.fail has judged the replica). */
+  beforeFirstByte(replica: Replica, error: unknown, timedOut: TimeoutKind | undefined, clientLeft: boolean): Error | RetryableFailure {
+    if (timedOut) return this.timeout(replica, timedOut);
+    if (clientLeft) return new RequestAbortedError();
+    if (isConnectError(error)) return new RetryableFailure(this.unreachable(replica, error));
+    const reason = (error as Error).message;
+    return new EngineFault(502, 'upstream_error', `The engine failed before answering: ${reason}`, `replica ${replica.url} of backend ${this.backend.name} failed: ${reason}`, { cause: error });
+  }
+
+  /** @internal A failure after the first byte, as the body's reader is told it. */
+  midResponse(replica: Replica, error: unknown, timedOut: TimeoutKind | undefined, clientLeft: boolean): Error {
+    if (timedOut) {
+      return new StreamInterruptedError(
+        `The engine sent nothing within the ${timedOut} timeout mid-response.`,
+        `replica ${replica.url} of backend ${this.backend.name} hit the ${timedOut} timeout mid-response`,
+        { timeout: true, cause: error },
+      );
+    }
+    if (clientLeft) return new RequestAbortedError();
+    const reason = (error as Error).message;
+    return new StreamInterruptedError(
+      `The engine broke off mid-response: ${reason}`,
+      `replica ${replica.url} of backend ${this.backend.name} broke off mid-response: ${reason}`,
+      { timeout: false, cause: error },
+    );
   }
 
   private unreachable(replica: Replica, error: unknown): EngineFault {
@@ -476,44 +292,322 @@ function engineServerError(status: number, message: string, detail: string, retr
   return new EngineFault(kept, code, message, detail, { retryAfterMs: kept === 503 ? (retryAfterMs ?? UNREACHABLE_RETRY_AFTER_MS) : retryAfterMs });
 }
 
-/** How a body ended while nobody was reading it (a short body can end with its first chunk). */
-interface BodyEnd {
-  ended: boolean;
-  error: Error | undefined;
-}
+/** A body's chunks that may wait for their reader before undici is asked to stop reading the socket. */
+const UNREAD_LIMIT = 64 * 1024;
 
 /**
- * The body's first bytes, or null when it ended empty; the stream is left paused for whoever reads
- * the rest (by events or by iteration). `end` keeps track of an end or failure that comes meanwhile.
+ * One request to an engine and its answer, as undici's dispatch handler: the body's chunks go
+ * straight to whoever reads them (BodySource), with no stream object in between. A stream's answer
+ * comes as about one chunk a token, so a Readable's buffering and events per chunk showed in
+ * profiles. Resolves `settle` when the first byte of a 2xx body has arrived (or the 2xx body ended
+ * empty); rejects it for a failure before that.
  */
-function firstChunk(body: Readable): Promise<{ first: Buffer | null; end: BodyEnd }> {
-  const end: BodyEnd = { ended: false, error: undefined };
-  return new Promise((resolve, reject) => {
-    let settled = false;
-    const onData = (chunk: Buffer) => {
-      body.pause();
-      body.off('data', onData);
-      settled = true;
-      resolve({ first: chunk, end });
-    };
-    body.on('data', onData);
-    body.once('end', () => {
-      end.ended = true;
-      if (!settled) resolve({ first: null, end });
-    });
-    body.once('error', (error) => {
-      end.error = error;
-      if (!settled) reject(error);
-    });
-  });
-}
+class Exchange implements BodySource {
+  private abortUpstream: ((error: Error) => void) | undefined;
+  private abortReason: Error | undefined;
+  private resumeUpstream: (() => void) | undefined;
+  private status = 0;
+  private rawHeaders: Buffer[] = [];
+  /** After the first byte of a 2xx body (or its empty end): the response has been handed out. */
+  private answered = false;
+  /** An error answer's body, read up to ERROR_BODY_LIMIT. */
+  private errorParts: Buffer[] | undefined;
+  private errorSize = 0;
+  /** Chunks that arrived before the body's reader came. */
+  private unread: Buffer[] = [];
+  private unreadSize = 0;
+  private sink: BodySink | undefined;
+  /** The reader asked for no more for now (its client is slow). */
+  private paused = false;
+  private ended = false;
+  private failure: unknown;
+  private consumed = false;
+  /** The reader has what it will get: an end, an error, or it stopped reading. */
+  private done = false;
+  private timedOut: TimeoutKind | undefined;
+  private readonly totalTimer: NodeJS.Timeout;
+  private phaseTimer: NodeJS.Timeout | undefined;
+  /** When the last chunk arrived (performance.now()): a chunk records it, and the idle timer reads it when it fires. */
+  private lastChunkAt = 0;
+  private released = false;
+  private judged = false;
 
-async function readCapped(body: Readable, limit: number): Promise<string> {
-  const parts: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body as AsyncIterable<Buffer>) {
-    if (size < limit) parts.push(chunk);
-    size += chunk.length;
+  constructor(
+    private readonly client: BackendClient,
+    private readonly replica: Replica,
+    private readonly request: UpstreamRequest,
+    totalMs: number,
+    private readonly resolve: (response: UpstreamResponse) => void,
+    private readonly reject: (error: unknown) => void,
+  ) {
+    const timeouts = client.backend.timeouts;
+    this.totalTimer = setTimeout(this.expire, totalMs, 'total');
+    // A non-streaming completion sends nothing until it is done, so only the total timeout bounds it.
+    this.phaseTimer = request.wholeBody ? undefined : setTimeout(this.expire, timeouts.firstByteMs, 'first byte');
+    request.signal?.addEventListener('abort', this.onClientAbort, { once: true });
+    replica.outstanding++;
+    replica.breaker.onSend();
+    if (request.signal?.aborted) this.onClientAbort();
   }
-  return Buffer.concat(parts).toString('utf8').slice(0, limit);
+
+  // undici's dispatch handler.
+
+  onConnect(abort: (error: Error) => void): void {
+    this.abortUpstream = abort;
+    if (this.abortReason) abort(this.abortReason);
+  }
+
+  onHeaders(status: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    this.status = status;
+    this.rawHeaders = rawHeaders;
+    this.resumeUpstream = resume;
+    if (status >= 400) this.errorParts = [];
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    if (this.errorParts) {
+      if (this.errorSize < ERROR_BODY_LIMIT) this.errorParts.push(chunk);
+      this.errorSize += chunk.length;
+      return true;
+    }
+    this.lastChunkAt = performance.now();
+    if (!this.answered) {
+      this.unread.push(chunk);
+      this.unreadSize += chunk.length;
+      this.firstByte();
+      return this.unreadSize < UNREAD_LIMIT;
+    }
+    if (this.sink) {
+      if (!this.done) this.sink.data(chunk);
+      return !this.paused;
+    }
+    this.unread.push(chunk);
+    this.unreadSize += chunk.length;
+    return this.unreadSize < UNREAD_LIMIT;
+  }
+
+  onComplete(): void {
+    if (this.errorParts) {
+      const status = this.status;
+      if (status >= 500) this.judge(false);
+      else if (status !== 429) this.judge(true);
+      this.release();
+      const text = Buffer.concat(this.errorParts).toString('utf8').slice(0, ERROR_BODY_LIMIT);
+      this.reject(this.client.engineAnswerError(this.replica, status, this.headers(), text));
+      return;
+    }
+    this.ended = true;
+    // An empty body: the answer is complete without a first byte.
+    if (!this.answered) this.firstByte();
+    this.release();
+    if (this.sink && !this.done) {
+      this.done = true;
+      this.sink.end();
+    }
+  }
+
+  onError(error: Error): void {
+    if (!this.answered) {
+      this.reject(this.fail(error));
+      return;
+    }
+    if (this.timedOut === 'idle') this.replica.breaker.onFailure();
+    this.failure = error;
+    this.release();
+    if (this.sink && !this.done) {
+      this.done = true;
+      this.sink.error(this.client.midResponse(this.replica, error, this.timedOut, this.request.signal?.aborted === true));
+    }
+  }
+
+  // The body, for the gateway.
+
+  readInto(sink: BodySink): BodyFlow {
+    this.consume();
+    const flow: BodyFlow = {
+      pause: () => {
+        this.paused = true;
+      },
+      resume: () => {
+        this.paused = false;
+        this.resumeUpstream?.();
+      },
+      // A reader that stops early (its client left) must not leave the engine generating.
+      abort: () => {
+        const wasDone = this.done;
+        this.done = true;
+        if (!wasDone && !this.ended && this.failure === undefined) this.abort(new RequestAbortedError());
+      },
+    };
+    const unread = this.unread;
+    this.unread = [];
+    this.unreadSize = 0;
+    for (const chunk of unread) sink.data(chunk);
+    if (this.ended || this.failure !== undefined) {
+      this.done = true;
+      const failure = this.failure;
+      queueMicrotask(() =>
+        failure === undefined ? sink.end() : sink.error(this.client.midResponse(this.replica, failure, this.timedOut, this.request.signal?.aborted === true)),
+      );
+      return flow;
+    }
+    this.sink = sink;
+    // Reading may have stopped while the chunks waited for a reader.
+    this.resumeUpstream?.();
+    return flow;
+  }
+
+  /** The whole body, in one promise. */
+  bytes(): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      const parts: Buffer[] = [];
+      this.readInto({
+        data: (chunk) => parts.push(chunk),
+        end: () => resolve(parts.length === 1 ? parts[0]! : Buffer.concat(parts)),
+        error: reject,
+      });
+    });
+  }
+
+  /** The body by iteration: for readers that await between chunks (a stream kept alive). */
+  async *chunks(): AsyncGenerator<Buffer> {
+    const queue: Buffer[] = [];
+    let finished = false;
+    let failure: unknown;
+    let wake: (() => void) | undefined;
+    const flow = this.readInto({
+      data: (chunk) => {
+        queue.push(chunk);
+        wake?.();
+      },
+      end: () => {
+        finished = true;
+        wake?.();
+      },
+      error: (error) => {
+        failure = error;
+        finished = true;
+        wake?.();
+      },
+    });
+    let completed = false;
+    try {
+      for (;;) {
+        const chunk = queue.shift();
+        if (chunk) {
+          // Read on only once this chunk has been taken (the reader's pace, as with a stream).
+          flow.pause();
+          yield chunk;
+          if (queue.length === 0) flow.resume();
+          continue;
+        }
+        if (finished) {
+          completed = true;
+          if (failure !== undefined) throw failure;
+          return;
+        }
+        await new Promise<void>((resolve) => (wake = resolve));
+        wake = undefined;
+      }
+    } finally {
+      if (!completed) flow.abort();
+    }
+  }
+
+  // Timers and aborts.
+
+  private readonly expire = (kind: TimeoutKind): void => {
+    if (kind === 'idle') {
+      // The reader asked for a pause, or chunks wait for it: the wait is the client's (backpressure),
+      // not the engine's, so the idle timer starts again.
+      if (this.paused || this.unreadSize > 0) {
+        this.phaseTimer?.refresh();
+        return;
+      }
+      // A chunk came since the timer was set: wait out the rest of the idle time after it. (Cheaper
+      // than moving the timer on every chunk, of which a stream has about one a token.)
+      const idleMs = this.client.backend.timeouts.idleMs;
+      const quiet = performance.now() - this.lastChunkAt;
+      if (quiet < idleMs) {
+        this.phaseTimer = setTimeout(this.expire, Math.ceil(idleMs - quiet), 'idle');
+        return;
+      }
+    }
+    this.timedOut = kind;
+    this.abort(new RequestAbortedError());
+  };
+
+  private readonly onClientAbort = (): void => this.abort(new RequestAbortedError());
+
+  private abort(reason: Error): void {
+    if (this.abortUpstream) this.abortUpstream(reason);
+    else this.abortReason ??= reason;
+  }
+
+  private consume(): void {
+    if (this.consumed) throw new Error('the upstream body can be read only once');
+    this.consumed = true;
+  }
+
+  /** The first byte of a 2xx body arrived (or the body ended empty): hand out the response. */
+  private firstByte(): void {
+    this.answered = true;
+    this.judge(true);
+    clearTimeout(this.phaseTimer);
+    this.phaseTimer = this.ended ? undefined : setTimeout(this.expire, this.client.backend.timeouts.idleMs, 'idle');
+    const exchange = this;
+    this.resolve({
+      status: this.status,
+      get headers() {
+        return exchange.headers();
+      },
+      replica: this.replica.url,
+      body: {
+        [Symbol.asyncIterator]: () => this.chunks(),
+        readInto: (sink) => this.readInto(sink),
+      },
+      bytes: () => this.bytes(),
+      discard: () => {
+        this.done = true;
+        if (!this.ended && this.failure === undefined) this.abort(new RequestAbortedError());
+      },
+    });
+  }
+
+  /**
+   * The error for a failure before the first byte. Only the engine's faults count against its
+   * breaker: connect and socket errors and first-byte or idle timeouts. The total timeout bounds a
+   * long generation (or a slow client), and an error building the request is the gateway's own.
+   */
+  fail(error: unknown): Error | RetryableFailure {
+    this.release();
+    const timedOut = this.timedOut;
+    if (timedOut) {
+      if (timedOut !== 'total') this.judge(false);
+    } else if (!this.request.signal?.aborted && (isConnectError(error) || isUpstreamFault(error))) {
+      this.judge(false);
+    }
+    return this.client.beforeFirstByte(this.replica, error, timedOut, this.request.signal?.aborted === true);
+  }
+
+  private headers(): IncomingHttpHeaders {
+    return util.parseHeaders(this.rawHeaders) as IncomingHttpHeaders;
+  }
+
+  private judge(ok: boolean): void {
+    this.judged = true;
+    if (ok) this.replica.breaker.onSuccess();
+    else this.replica.breaker.onFailure();
+  }
+
+  private release(): void {
+    if (this.released) return;
+    this.released = true;
+    clearTimeout(this.totalTimer);
+    clearTimeout(this.phaseTimer);
+    this.request.signal?.removeEventListener('abort', this.onClientAbort);
+    this.replica.outstanding--;
+    if (!this.judged) this.replica.breaker.onAbandon();
+  }
 }
