@@ -91,37 +91,60 @@ export function checkCsrf(request: FastifyRequest): void {
 
 export function registerAuth(app: FastifyInstance, auth: AuthService): void {
   app.decorateRequest('principal', null);
-  // onRequest, before the body is read: an unauthenticated client cannot make us parse 64 MB.
-  app.addHook('onRequest', async (request, reply) => {
-    if (request.is404) return; // unknown routes answer 404 whoever asks
+  // onRequest, before the body is read: an unauthenticated client cannot make us parse 64 MB. A
+  // callback hook: a key in the auth cache (nearly every request) is admitted without a promise.
+  app.addHook('onRequest', (request, reply, done) => {
+    if (request.is404) return done(); // unknown routes answer 404 whoever asks
     const required = request.routeOptions.config.auth ?? 'user';
-    if (required === 'none') return;
-    const key = extractApiKey(request);
-    // The web UI's session cookie stands in for a key when no Authorization header is sent; never on
-    // the worker protocol.
-    const session = key === undefined && required !== 'worker' ? readCookie(request, SESSION_COOKIE) : undefined;
-    if (!key && !session) {
-      reply.header('www-authenticate', 'Bearer');
-      throw new UnauthorizedError(
-        'Missing API key. Send it as "Authorization: Bearer <key>" (or HTTP Basic with the key as the password).',
-      );
+    if (required === 'none') return done();
+    let key: string | undefined;
+    let session: string | undefined;
+    try {
+      key = extractApiKey(request);
+      // The web UI's session cookie stands in for a key when no Authorization header is sent; never on
+      // the worker protocol.
+      session = key === undefined && required !== 'worker' ? readCookie(request, SESSION_COOKIE) : undefined;
+      if (!key && !session) {
+        reply.header('www-authenticate', 'Bearer');
+        throw new UnauthorizedError(
+          'Missing API key. Send it as "Authorization: Bearer <key>" (or HTTP Basic with the key as the password).',
+        );
+      }
+      if (session) checkCsrf(request);
+      const cached = key ? auth.cachedPrincipal(key) : undefined;
+      if (cached) {
+        admit(request, required, cached);
+        return done();
+      }
+    } catch (error) {
+      return done(error as Error);
     }
-    if (session) checkCsrf(request);
-    const principal = key ? await auth.authenticate(key) : await auth.authenticateSession(session!);
-    if (!principal && session) throw new UnauthorizedError('Your session has ended (signed out, expired or its API key was revoked): sign in again.');
-    if (!principal) {
-      reply.header('www-authenticate', 'Bearer');
-      throw new UnauthorizedError('Invalid or revoked API key.');
-    }
-    if (required === 'worker' && principal.keyKind !== 'worker') {
-      throw new ForbiddenError('This route is for trainer workers: call it with a worker key (npm run cli -- keys create USER --kind worker).');
-    }
-    if (required !== 'worker' && principal.keyKind === 'worker') {
-      throw new ForbiddenError('Worker keys may only call /v1/workers/*.');
-    }
-    if (required === 'admin' && !principal.isAdmin) {
-      throw new ForbiddenError('This route needs an admin key.');
-    }
-    request.principal = principal;
+    (key ? auth.authenticate(key) : auth.authenticateSession(session!)).then((principal) => {
+      try {
+        if (!principal && session) throw new UnauthorizedError('Your session has ended (signed out, expired or its API key was revoked): sign in again.');
+        if (!principal) {
+          reply.header('www-authenticate', 'Bearer');
+          throw new UnauthorizedError('Invalid or revoked API key.');
+        }
+        admit(request, required, principal);
+      } catch (error) {
+        return done(error as Error);
+      }
+      done();
+    }, done);
   });
+}
+
+/** Lets a known principal through to a route that requires `required`, or throws why not. */
+function admit(request: FastifyRequest, required: RouteAuth, principal: Principal): void {
+  if (required === 'worker' && principal.keyKind !== 'worker') {
+    throw new ForbiddenError('This route is for trainer workers: call it with a worker key (npm run cli -- keys create USER --kind worker).');
+  }
+  if (required !== 'worker' && principal.keyKind === 'worker') {
+    throw new ForbiddenError('Worker keys may only call /v1/workers/*.');
+  }
+  if (required === 'admin' && !principal.isAdmin) {
+    throw new ForbiddenError('This route needs an admin key.');
+  }
+  request.principal = principal;
 }

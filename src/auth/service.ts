@@ -117,6 +117,12 @@ export class AuthService {
     for (const [hash, entry] of this.cache) if (entry.principal.keyId === args.keyId) this.cache.delete(hash);
   }
 
+  /** The principal for a raw key while it is cached, without a promise (the common case of every request). */
+  cachedPrincipal(rawKey: string): Principal | undefined {
+    const cached = this.cache.get(hashApiKey(rawKey));
+    return cached && cached.expiresAt > Date.now() ? cached.principal : undefined;
+  }
+
   /** The principal for a raw key, or undefined when the key is unknown or revoked. */
   async authenticate(rawKey: string): Promise<Principal | undefined> {
     const hash = hashApiKey(rawKey);
