@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import inspector from 'node:inspector';
 import os from 'node:os';
 import path from 'node:path';
+import { pino } from 'pino';
 import { buildApp } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
 
@@ -18,13 +19,15 @@ fs.writeFileSync(
 const config = loadConfig({
   ...process.env,
   DATA_DIR: path.join(dir, 'data'),
-  LOG_LEVEL: 'silent',
+  // The proxies log nothing; BENCH_LOG_LEVEL=info shows what the default level's two lines a request cost.
+  LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'silent',
   BOOTSTRAP_ADMIN: 'false',
   BACKENDS_FILE: backends,
   HOST: '127.0.0.1',
   PORT: '0',
 });
-const app = await buildApp(config);
+// Log lines go to a file (stdout carries the ready line), written synchronously as pino writes stdout.
+const app = await buildApp(config, { logStream: pino.destination({ dest: path.join(dir, 'server.log'), sync: true }) });
 await app.auth.createUser({ username: 'bench' });
 const { key } = await app.auth.createKey({ username: 'bench' });
 await app.listen({ host: '127.0.0.1', port: 0 });
