@@ -2,16 +2,38 @@ import type { FastifyInstance } from 'fastify';
 import secureJson from 'secure-json-parse';
 import { NUL_DETAIL, RequestValidationError } from './validation.js';
 
+/** `\u005x`, `\u006x`, `\u007x`: the escapes secure-json-parse looks for in `__proto__` and `constructor` keys. */
+const ESCAPED_KEY_LETTER = /\\u00[5-7]/;
+
+/**
+ * Whether JSON.parse alone reads the text as secure-json-parse does: no byte order mark for it to
+ * strip, and no `__proto__` or `constructor` key it could drop. secure-json-parse only looks for such
+ * keys when the text matches `"__proto__"\s*:` or `"constructor"\s*:` with any of their letters
+ * possibly written as `\u00XX` escapes (all of them `\u005x`, `\u006x` or `\u007x`); a text holding
+ * neither word and none of those escapes cannot match, and is parsed as is.
+ */
+export function isPlainJson(text: string): boolean {
+  return (
+    text.charCodeAt(0) !== 0xfeff &&
+    !text.includes('__proto__') &&
+    !text.includes('constructor') &&
+    !(text.includes('\\u') && ESCAPED_KEY_LETTER.test(text))
+  );
+}
+
 /**
  * JSON bodies parsed the way FastAPI reports them: invalid JSON is a 422 `json_invalid` detail with the
  * character position, an empty body is an absent body (the schema then reports it missing).
- * `__proto__` and `constructor.prototype` keys are dropped rather than trusted.
+ * `__proto__` and `constructor.prototype` keys are dropped rather than trusted. `plain` is
+ * `isPlainJson(text)`, for a caller that has it already.
  */
-export function parseJsonBody(text: string, options: { rejectNul?: boolean } = {}): unknown {
+export function parseJsonBody(text: string, options: { rejectNul?: boolean; plain?: boolean } = {}): unknown {
   if (text.trim() === '') return undefined;
   let value: unknown;
   try {
-    value = secureJson.parse(text, undefined, { protoAction: 'remove', constructorAction: 'remove' });
+    value = (options.plain ?? isPlainJson(text))
+      ? JSON.parse(text)
+      : secureJson.parse(text, undefined, { protoAction: 'remove', constructorAction: 'remove' });
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     const position = Number(/position (\d+)/.exec(message)?.[1] ?? text.length);

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { parseJsonBody } from '../http/json-body.js';
+import { isPlainJson, parseJsonBody } from '../http/json-body.js';
 import { RequestValidationError, type ValidationDetail } from '../http/validation.js';
 
 /**
@@ -15,12 +15,21 @@ const LONG_DIGITS = /\d{16}/;
 const MARK = `\u0000int-${randomBytes(8).toString('hex')}:`;
 const MARK_JSON = JSON.stringify(MARK).slice(1, -1);
 
-/** The parsed body, and whether it holds BigInts (only then does validation need `holdIntegers`). */
-export function parseExactJson(text: string): { value: unknown; exact: boolean } {
-  if (!LONG_DIGITS.test(text)) return { value: parseJsonBody(text), exact: false };
+const PLAIN = { plain: true };
+const GUARDED = { plain: false };
+
+/**
+ * The parsed body; whether it holds BigInts (only then does validation need `holdIntegers`); and
+ * whether it is plain JSON (json-body.ts `isPlainJson`): JSON.parse reads it whole, nothing dropped.
+ */
+export function parseExactJson(text: string): { value: unknown; exact: boolean; plain: boolean } {
+  const plain = isPlainJson(text);
+  const options = plain ? PLAIN : GUARDED;
+  if (!LONG_DIGITS.test(text)) return { value: parseJsonBody(text, options), exact: false, plain };
   const marked = markLongIntegers(text);
-  if (marked === text) return { value: parseJsonBody(text), exact: false };
-  return { value: revive(parseJsonBody(marked)), exact: true };
+  if (marked === text) return { value: parseJsonBody(text, options), exact: false, plain };
+  // The marks add quoted `\u0000int-<hex>:` strings, which neither make nor hide a prototype key.
+  return { value: revive(parseJsonBody(marked, options)), exact: true, plain };
 }
 
 /** The text with each integer literal outside strings that a double would change put in a marked string. */
@@ -180,10 +189,14 @@ export function laxScalar(value: unknown, kind: LaxKind): unknown {
   return value;
 }
 
-/** Coerces the listed top-level fields of a body in place. */
-export function coerceLaxFields(body: unknown, fields: Readonly<Record<string, LaxKind>>): void {
-  if (body === null || typeof body !== 'object' || Array.isArray(body)) return;
+/**
+ * Coerces the listed top-level fields of a body in place. Returns whether any value changed; a body
+ * whose lax fields already hold their own types (the common case) is only looked at.
+ */
+export function coerceLaxFields(body: unknown, fields: Readonly<Record<string, LaxKind>>): boolean {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) return false;
   const object = body as Record<string, unknown>;
+  let changed = false;
   // Over the body's keys (a handful) rather than the table's.
   for (const key in object) {
     if (!Object.hasOwn(fields, key)) continue;
@@ -191,13 +204,24 @@ export function coerceLaxFields(body: unknown, fields: Readonly<Record<string, L
     const value = object[key];
     if (value === undefined || value === null) continue;
     if (kind === 'bool' ? typeof value === 'boolean' : typeof value === 'number' || typeof value === 'bigint') continue;
-    object[key] = laxScalar(value, kind);
+    const coerced = laxScalar(value, kind);
+    if (coerced !== value) {
+      object[key] = coerced;
+      changed = true;
+    }
   }
   const options = object.stream_options;
   if (options !== null && typeof options === 'object' && !Array.isArray(options)) {
     const stream = options as Record<string, unknown>;
     for (const key of ['include_usage', 'continuous_usage_stats']) {
-      if (stream[key] !== undefined && typeof stream[key] !== 'boolean') stream[key] = laxScalar(stream[key], 'bool');
+      const value = stream[key];
+      if (value === undefined || typeof value === 'boolean') continue;
+      const coerced = laxScalar(value, 'bool');
+      if (coerced !== value) {
+        stream[key] = coerced;
+        changed = true;
+      }
     }
   }
+  return changed;
 }

@@ -31,6 +31,11 @@ export interface EngineCall {
   endpoint: Endpoint;
   principal: Principal;
   body: EngineRequestBody;
+  /**
+   * The body's JSON text, when the body is exactly what it says (a common shape the fast path
+   * validated, nothing coerced or held): the engine is sent this text when it needs no change.
+   */
+  bodyText?: string;
   /** The X-Request-Id header as sent: it wins over a body `request_id`, as in vLLM. */
   headerRequestId: string | undefined;
   /** The id when neither the header nor the body gives one. */
@@ -140,7 +145,9 @@ export class ChatGateway {
     const streaming = generates && (body as CompletionRequest).stream === true;
     const streamOptions = streaming ? (body as CompletionRequest).stream_options : undefined;
     const clientWantsUsage = streaming && streamOptions?.include_usage === true;
-    const upstreamBody = engineRequestBody(body, route, clientWantsUsage, call.endpoint);
+    const upstreamBody =
+      (call.bodyText !== undefined ? engineRequestText(call.bodyText, body, route, streaming) : undefined) ??
+      engineRequestBody(body, route, clientWantsUsage, call.endpoint);
     const meter = generates ? this.meter({ call, project, modelId, requestId, startedAt, route, stream: streaming }) : undefined;
 
     const sending = this.send(route, ENGINE_PATHS[call.endpoint], upstreamBody, requestId, call.signal, !streaming);
@@ -303,6 +310,24 @@ export function engineRequestBody(body: EngineRequestBody, route: Route, clientW
       : { ...options, include_usage: true, continuous_usage_stats: false };
   }
   return stringifyExact(out);
+}
+
+/** Usage for metering on a stream whose client asked for no stream_options (engineRequestBody's form). */
+const METERED_STREAM = '"stream_options":{"include_usage":true,"continuous_usage_stats":false}';
+
+/**
+ * The client's own text as the engine body, where engineRequestBody would change nothing in its
+ * meaning: the engine's model name is the client's, no engine_xargs to rename, no rollout fields for
+ * a trainable model; a stream without stream_options gets them added at the end, as
+ * engineRequestBody adds them. Undefined otherwise.
+ */
+export function engineRequestText(text: string, body: EngineRequestBody, route: Route, streaming: boolean): string | undefined {
+  if (route.engineModel !== body.model || route.trainable || 'engine_xargs' in body) return undefined;
+  if (!streaming) return text;
+  if ('stream_options' in body) return undefined;
+  // A validated body is an object with a model: its text ends with `}` after whitespace, and is not `{}`.
+  const end = text.trimEnd();
+  return `${end.slice(0, -1)},${METERED_STREAM}}`;
 }
 
 function closedOr(error: unknown, signal: CancelSignal): unknown {

@@ -1,8 +1,9 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchemaCompiler } from 'fastify';
 import { z } from 'zod';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { principalOf } from '../auth/plugin.js';
 import { coerceLaxFields, holdIntegers, parseExactJson, restoreIntegers, type HeldInteger, type LaxKind } from './exact-json.js';
+import { fastChatBody, fastCompletionBody, fastValidatorCompiler, validatedFast } from './fast-validation.js';
 import type { ChatGateway, Endpoint } from './gateway.js';
 import { Cancel, type CancelSignal } from './proxy/cancel.js';
 import {
@@ -57,6 +58,11 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** Integers a double would change, held out of validation and put back after it. */
     heldIntegers?: HeldInteger[];
+    /**
+     * The body's JSON text while the parsed body means exactly what it says: plain JSON (nothing
+     * dropped), no integer held, no field coerced.
+     */
+    bodyText?: string;
   }
 }
 
@@ -68,9 +74,10 @@ function exactBodies(app: FastifyInstance): void {
   if (app.hasContentTypeParser('application/json')) app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
     try {
-      const { value, exact } = parseExactJson(body as string);
+      const { value, exact, plain } = parseExactJson(body as string);
       // Marked for the walk below, which only bodies with long integers need.
       if (exact) request.heldIntegers = [];
+      else if (plain) request.bodyText = body as string;
       done(null, value);
     } catch (error) {
       done(error as Error, undefined);
@@ -81,9 +88,10 @@ function exactBodies(app: FastifyInstance): void {
     if (request.method !== 'POST' || request.body === undefined) return done();
     const lax: Readonly<Record<string, LaxKind>> = request.url.startsWith('/v1/completions') ? COMPLETION_LAX_FIELDS : LAX_FIELDS;
     try {
-      coerceLaxFields(request.body, lax);
+      const coerced = coerceLaxFields(request.body, lax);
+      if (coerced) request.bodyText = undefined;
       // A numeric string coerced above may have become a BigInt too (`"seed": "9223372036854775807"`).
-      if (request.heldIntegers || hasBigInt(request.body)) request.heldIntegers = holdIntegers(request.body);
+      if (request.heldIntegers || (coerced && hasBigInt(request.body))) request.heldIntegers = holdIntegers(request.body);
     } catch (error) {
       return done(error as Error);
     }
@@ -126,6 +134,8 @@ export const inferenceRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = as
       endpoint,
       principal: principalOf(request),
       body: request.body,
+      // The fast path took the body as it is: the engine may be sent the client's own text.
+      bodyText: request.bodyText !== undefined && validatedFast(request.body) ? request.bodyText : undefined,
       headerRequestId: typeof headerId === 'string' && headerId !== '' ? headerId : undefined,
       generatedRequestId: request.id,
       projectHeader: (headers['compat-project'] ?? headers['openai-project']) as string | undefined,
@@ -150,8 +160,12 @@ export const inferenceRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = as
     { path: '/tokenize', endpoint: 'tokenize', summary: 'Tokenize a prompt or chat messages', description: "vLLM's /tokenize, routed like chat completions (checkpoint names included). Not metered.", body: TokenizeRequest, ok: TokenizeResponse },
     { path: '/detokenize', endpoint: 'detokenize', summary: 'Turn token ids back into text', description: "vLLM's /detokenize, routed like chat completions. Not metered.", body: DetokenizeRequest, ok: DetokenizeResponse },
   ];
+  const fast: Partial<Record<Endpoint, FastifySchemaCompiler<unknown>>> = { chat: fastValidatorCompiler(fastChatBody), completions: fastValidatorCompiler(fastCompletionBody) };
   for (const route of routes) {
-    const options = { schema: { tags, summary: route.summary, description: route.description, body: route.body, response: { 200: route.ok, ...errorResponses } } };
+    const options = {
+      schema: { tags, summary: route.summary, description: route.description, body: route.body, response: { 200: route.ok, ...errorResponses } },
+      validatorCompiler: fast[route.endpoint],
+    };
     app.post(route.path, options, handler(route.endpoint));
     if (route.endpoint === 'chat') app.post(`${route.path}/`, options, handler(route.endpoint));
   }

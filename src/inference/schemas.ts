@@ -22,11 +22,11 @@ const record = z.record(z.string(), z.unknown());
 // Bounds on every list and string a request carries: far above what a client sends (a whole book in
 // one message, a million prompt tokens), low enough that no single request can hold the gateway.
 /** Message contents, prompts, chat templates, grammars. */
-const TEXT_MAX = 16 * 1024 * 1024;
+export const TEXT_MAX = 16 * 1024 * 1024;
 /** Names, ids, stop strings, single tokens. */
-const NAME_MAX = 4096;
+export const NAME_MAX = 4096;
 /** Messages, content parts, tools, stop strings, prompts of a batch. */
-const LIST_MAX = 65_536;
+export const LIST_MAX = 65_536;
 /** Token id lists (prompts given as ids, allowed ids, ...). */
 const TOKENS_MAX = 4 * 1024 * 1024;
 /** Keys of free-form maps (logit_bias, kwargs, xargs). */
@@ -271,7 +271,7 @@ export const COMPLETION_LAX_FIELDS: Readonly<Record<string, LaxKind>> = { ...LAX
 
 
 /** Below this temperature vLLM samples greedily (sampling_params.py `_SAMPLING_EPS`). */
-const GREEDY_EPSILON = 1e-5;
+export const GREEDY_EPSILON = 1e-5;
 
 const STRUCTURED_KINDS = ['json', 'regex', 'choice', 'grammar', 'json_object', 'structural_tag'] as const;
 
@@ -329,6 +329,8 @@ function crossFieldRules(body: RequestShape, ctx: z.RefinementCtx): void {
 }
 
 export const ChatCompletionRequest = ChatCompletionRequestShape.superRefine(crossFieldRules);
+/** The schema's field order, which its parsed output follows. */
+export const CHAT_FIELDS: readonly string[] = Object.keys(ChatCompletionRequestShape.shape);
 export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequest>;
 
 export const CompletionRequest = CompletionRequestShape.superRefine((body, ctx) => {
@@ -338,6 +340,7 @@ export const CompletionRequest = CompletionRequestShape.superRefine((body, ctx) 
   crossFieldRules({ ...body, logprobs: undefined } as unknown as RequestShape, ctx);
 });
 export type CompletionRequest = z.infer<typeof CompletionRequest>;
+export const COMPLETION_FIELDS: readonly string[] = Object.keys(CompletionRequestShape.shape);
 
 /** vLLM's /tokenize: a prompt (TokenizeCompletionRequest) or chat messages (TokenizeChatRequest). */
 export const TokenizeRequest = z

@@ -12,7 +12,7 @@ describe('exact integers', () => {
   });
 
   it('parses bodies without long digit runs natively', () => {
-    expect(parseExactJson('{"seed":42,"s":"a\\"1234567890123456789"}')).toEqual({ value: { seed: 42, s: 'a"1234567890123456789' }, exact: false });
+    expect(parseExactJson('{"seed":42,"s":"a\\"1234567890123456789"}')).toEqual({ value: { seed: 42, s: 'a"1234567890123456789' }, exact: false, plain: true });
   });
 
   it('holds BigInts out of validation and puts them back', () => {
