@@ -94,6 +94,25 @@ describe('metrics', () => {
     expect(response.body).toContain('trainyard_http_requests_total{method="GET",route="unmatched",status="404"} 1');
     expect(response.body).toMatch(/trainyard_http_request_duration_seconds_bucket\{le="0.005",method="GET",route="\/v1\/admin\/keys"\} \d/);
   });
+
+  it('sums a route\'s statuses into one cumulative latency histogram whose +Inf bucket is its count', async () => {
+    const admin = await createUserWithKey(app, { isAdmin: true });
+    const before = await app.inject({ method: 'GET', url: '/metrics' });
+    const count = (body: string) => Number(/trainyard_http_request_duration_seconds_count\{method="GET",route="\/v1\/admin\/users"\} (\d+)/.exec(body)?.[1] ?? 0);
+    const already = count(before.body);
+    await app.inject({ method: 'GET', url: '/v1/admin/users', headers: admin.headers });
+    await app.inject({ method: 'GET', url: '/v1/admin/users', headers: admin.headers });
+    await app.inject({ method: 'GET', url: '/v1/admin/users' }); // 401, the same route
+    const body = (await app.inject({ method: 'GET', url: '/metrics' })).body;
+    expect(count(body)).toBe(already + 3);
+    expect(body).toContain(`trainyard_http_requests_total{method="GET",route="/v1/admin/users",status="401"} 1`);
+    const buckets = [...body.matchAll(/trainyard_http_request_duration_seconds_bucket\{le="([^"]+)",method="GET",route="\/v1\/admin\/users"\} (\d+)/g)];
+    expect(buckets.map(([, le]) => le)).toEqual(['0.001', '0.0025', '0.005', '0.01', '0.025', '0.05', '0.1', '0.25', '0.5', '1', '2.5', '5', '10', '30', '60', '+Inf']);
+    const values = buckets.map(([, , value]) => Number(value));
+    for (let i = 1; i < values.length; i++) expect(values[i]).toBeGreaterThanOrEqual(values[i - 1]!);
+    expect(values.at(-1)).toBe(already + 3);
+    expect(body).toMatch(/trainyard_http_request_duration_seconds_sum\{method="GET",route="\/v1\/admin\/users"\} [0-9.e-]+\n/);
+  });
 });
 
 describe('API documents', () => {
