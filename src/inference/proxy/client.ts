@@ -302,11 +302,11 @@ const UNREAD_LIMIT = 64 * 1024;
  * profiles. Resolves `settle` when the first byte of a 2xx body has arrived (or the 2xx body ended
  * empty); rejects it for a failure before that.
  */
-class Exchange implements BodySource {
+class Exchange implements BodySource, UpstreamResponse {
   private abortUpstream: ((error: Error) => void) | undefined;
   private abortReason: Error | undefined;
   private resumeUpstream: (() => void) | undefined;
-  private status = 0;
+  status = 0;
   private rawHeaders: Buffer[] = [];
   /** After the first byte of a 2xx body (or its empty end): the response has been handed out. */
   private answered = false;
@@ -334,7 +334,7 @@ class Exchange implements BodySource {
 
   constructor(
     private readonly client: BackendClient,
-    private readonly replica: Replica,
+    private readonly target: Replica,
     private readonly request: UpstreamRequest,
     totalMs: number,
     private readonly resolve: (response: UpstreamResponse) => void,
@@ -345,8 +345,8 @@ class Exchange implements BodySource {
     // A non-streaming completion sends nothing until it is done, so only the total timeout bounds it.
     this.phaseTimer = request.wholeBody ? undefined : setTimeout(this.expire, timeouts.firstByteMs, 'first byte');
     request.signal?.addEventListener('abort', this.onClientAbort, { once: true });
-    replica.outstanding++;
-    replica.breaker.onSend();
+    target.outstanding++;
+    target.breaker.onSend();
     if (request.signal?.aborted) this.onClientAbort();
   }
 
@@ -394,7 +394,7 @@ class Exchange implements BodySource {
       else if (status !== 429) this.judge(true);
       this.release();
       const text = Buffer.concat(this.errorParts).toString('utf8').slice(0, ERROR_BODY_LIMIT);
-      this.reject(this.client.engineAnswerError(this.replica, status, this.headers(), text));
+      this.reject(this.client.engineAnswerError(this.target, status, this.headers, text));
       return;
     }
     this.ended = true;
@@ -412,12 +412,12 @@ class Exchange implements BodySource {
       this.reject(this.fail(error));
       return;
     }
-    if (this.timedOut === 'idle') this.replica.breaker.onFailure();
+    if (this.timedOut === 'idle') this.target.breaker.onFailure();
     this.failure = error;
     this.release();
     if (this.sink && !this.done) {
       this.done = true;
-      this.sink.error(this.client.midResponse(this.replica, error, this.timedOut, this.request.signal?.aborted === true));
+      this.sink.error(this.client.midResponse(this.target, error, this.timedOut, this.request.signal?.aborted === true));
     }
   }
 
@@ -448,7 +448,7 @@ class Exchange implements BodySource {
       this.done = true;
       const failure = this.failure;
       queueMicrotask(() =>
-        failure === undefined ? sink.end() : sink.error(this.client.midResponse(this.replica, failure, this.timedOut, this.request.signal?.aborted === true)),
+        failure === undefined ? sink.end() : sink.error(this.client.midResponse(this.target, failure, this.timedOut, this.request.signal?.aborted === true)),
       );
       return flow;
     }
@@ -550,29 +550,13 @@ class Exchange implements BodySource {
     this.consumed = true;
   }
 
-  /** The first byte of a 2xx body arrived (or the body ended empty): hand out the response. */
+  /** The first byte of a 2xx body arrived (or the body ended empty): hand out the response (this exchange). */
   private firstByte(): void {
     this.answered = true;
     this.judge(true);
     clearTimeout(this.phaseTimer);
     this.phaseTimer = this.ended ? undefined : setTimeout(this.expire, this.client.backend.timeouts.idleMs, 'idle');
-    const exchange = this;
-    this.resolve({
-      status: this.status,
-      get headers() {
-        return exchange.headers();
-      },
-      replica: this.replica.url,
-      body: {
-        [Symbol.asyncIterator]: () => this.chunks(),
-        readInto: (sink) => this.readInto(sink),
-      },
-      bytes: () => this.bytes(),
-      discard: () => {
-        this.done = true;
-        if (!this.ended && this.failure === undefined) this.abort(new RequestAbortedError());
-      },
-    });
+    this.resolve(this);
   }
 
   /**
@@ -588,17 +572,36 @@ class Exchange implements BodySource {
     } else if (!this.request.signal?.aborted && (isConnectError(error) || isUpstreamFault(error))) {
       this.judge(false);
     }
-    return this.client.beforeFirstByte(this.replica, error, timedOut, this.request.signal?.aborted === true);
+    return this.client.beforeFirstByte(this.target, error, timedOut, this.request.signal?.aborted === true);
   }
 
-  private headers(): IncomingHttpHeaders {
+  get headers(): IncomingHttpHeaders {
     return util.parseHeaders(this.rawHeaders) as IncomingHttpHeaders;
+  }
+
+  /** The replica that answered. */
+  get replica(): string {
+    return this.target.url;
+  }
+
+  get body(): this {
+    return this;
+  }
+
+  [Symbol.asyncIterator](): AsyncGenerator<Buffer> {
+    return this.chunks();
+  }
+
+  /** Aborts the upstream request when the body is not wanted. */
+  discard(): void {
+    this.done = true;
+    if (!this.ended && this.failure === undefined) this.abort(new RequestAbortedError());
   }
 
   private judge(ok: boolean): void {
     this.judged = true;
-    if (ok) this.replica.breaker.onSuccess();
-    else this.replica.breaker.onFailure();
+    if (ok) this.target.breaker.onSuccess();
+    else this.target.breaker.onFailure();
   }
 
   private release(): void {
@@ -607,7 +610,7 @@ class Exchange implements BodySource {
     clearTimeout(this.totalTimer);
     clearTimeout(this.phaseTimer);
     this.request.signal?.removeEventListener('abort', this.onClientAbort);
-    this.replica.outstanding--;
-    if (!this.judged) this.replica.breaker.onAbandon();
+    this.target.outstanding--;
+    if (!this.judged) this.target.breaker.onAbandon();
   }
 }
