@@ -299,8 +299,8 @@ const UNREAD_LIMIT = 64 * 1024;
  * One request to an engine and its answer, as undici's dispatch handler: the body's chunks go
  * straight to whoever reads them (BodySource), with no stream object in between. A stream's answer
  * comes as about one chunk a token, so a Readable's buffering and events per chunk showed in
- * profiles. Resolves `settle` when the first byte of a 2xx body has arrived (or the 2xx body ended
- * empty); rejects it for a failure before that.
+ * profiles. The exchange is also the response: `resolve` gets it when the first byte of a 2xx body
+ * has arrived (or the 2xx body ended empty), and `reject` the reason for a failure before that.
  */
 class Exchange implements BodySource, UpstreamResponse {
   private abortUpstream: ((error: Error) => void) | undefined;
