@@ -115,6 +115,10 @@ function fromWire(wire: WireError): Error {
   return error;
 }
 
+/** A compiled WebAssembly module, and the runtime's WebAssembly (the project's TypeScript libraries do not declare it). */
+type WasmModule = NonNullable<PGliteOptions['pgliteWasmModule']>;
+const wasm = (globalThis as unknown as { WebAssembly: { compile(bytes: Uint8Array): Promise<WasmModule> } }).WebAssembly;
+
 interface Artifacts {
   entry: string;
   pgliteWasmModule: WasmModule;
@@ -123,10 +127,6 @@ interface Artifacts {
 }
 
 let artifacts: Promise<Artifacts> | undefined;
-
-/** A compiled WebAssembly module, and the runtime's WebAssembly (the project's TypeScript libraries do not declare it). */
-type WasmModule = NonNullable<PGliteOptions['pgliteWasmModule']>;
-const wasm = (globalThis as unknown as { WebAssembly: { compile(bytes: Uint8Array): Promise<WasmModule> } }).WebAssembly;
 
 /**
  * PGlite's entry, its compiled WebAssembly and its file-system bundle, loaded once per process and
