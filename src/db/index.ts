@@ -1,5 +1,5 @@
 import path from 'node:path';
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
 import { Kysely, Migrator, PostgresDialect, sql, type MigrationResult, type QueryCompiler } from 'kysely';
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
@@ -9,6 +9,7 @@ import { DatabaseUnavailable } from './faults.js';
 import { GuardedQueryCompiler } from './limits.js';
 import { acquireDataDirLock, type DataDirLock } from './lock.js';
 import { EmbeddedPglite } from './pglite.js';
+import { PgliteWorker } from './pglite-worker.js';
 import type { Database } from './schema.js';
 import { typeParsers } from './types.js';
 
@@ -85,16 +86,13 @@ export function createPgPool(connectionString: string, max: number, timeouts: Po
   return pool;
 }
 
-export async function createPglite(options: { dataDir?: string; loadDataDir?: Blob } = {}): Promise<PGlite> {
-  return PGlite.create({
-    dataDir: options.dataDir,
-    loadDataDir: options.loadDataDir,
-    parsers: typeParsers,
-  });
+/** Opens PGlite in a worker thread of its own (src/db/pglite-worker.ts), with the type parsers of src/db/types.ts. */
+export function createPglite(options: { dataDir?: string; loadDataDir?: Blob } = {}): Promise<PgliteWorker> {
+  return PgliteWorker.open(options);
 }
 
 /** Wraps an already open PGlite instance (tests start each one from a template dump). */
-export function pgliteHandle(pglite: PGlite, extra: { dataDir?: string; lock?: DataDirLock } = {}): DatabaseHandle {
+export function pgliteHandle(pglite: PgliteWorker, extra: { dataDir?: string; lock?: DataDirLock } = {}): DatabaseHandle {
   const dataDir = extra.dataDir;
   const embedded = new EmbeddedPglite(pglite, dataDir === undefined ? undefined : () => createPglite({ dataDir: pgliteDataPath(dataDir) }));
   // The dialect needs only query() and close(), which EmbeddedPglite provides.

@@ -1,5 +1,5 @@
-import type { PGlite } from '@electric-sql/pglite';
 import { DatabaseUnavailable } from './faults.js';
+import type { PgliteWorker } from './pglite-worker.js';
 
 export interface EmbeddedLog {
   error(details: Record<string, unknown>, message: string): void;
@@ -10,10 +10,11 @@ export interface EmbeddedLog {
  * The one embedded PGlite instance, as the kysely dialect sees it (query and close), able to tell a
  * working instance from a corrupted one and to replace it.
  *
- * PGlite runs Postgres inside this process; a fault in its JavaScript side (its protocol parser throws
- * on a message it cannot read) leaves the instance answering every later query with no rows and no
- * error. So an error that Postgres did not raise (no SQLSTATE) is followed by a probe, as is every
- * system check: a probe that does not read back its own value means the instance is corrupt. A data
+ * PGlite runs Postgres in a worker thread of this process (src/db/pglite-worker.ts); a fault in its
+ * JavaScript side (its protocol parser throws on a message it cannot read) leaves the instance answering
+ * every later query with no rows and no error, and a worker that dies fails every query. So an error
+ * that Postgres did not raise (no SQLSTATE) is followed by a probe, as is every system check: a probe
+ * that does not read back its own value means the instance is corrupt. A data
  * directory is then reopened (Postgres recovers from its write-ahead log: committed data survives); an
  * in-memory instance cannot be, and the handle fails every query from then on (503) so that nothing is
  * served from it.
@@ -23,8 +24,8 @@ export class EmbeddedPglite {
   private recovering: Promise<void> | undefined;
 
   constructor(
-    private current: PGlite,
-    private readonly reopen: (() => Promise<PGlite>) | undefined,
+    private current: PgliteWorker,
+    private readonly reopen: (() => Promise<PgliteWorker>) | undefined,
   ) {}
 
   private log: EmbeddedLog = { error: () => undefined, warn: () => undefined };
@@ -35,7 +36,7 @@ export class EmbeddedPglite {
   }
 
   /** The instance queries go to now (tests reach past the guards through it). */
-  get instance(): PGlite {
+  get instance(): PgliteWorker {
     return this.current;
   }
 
@@ -53,7 +54,7 @@ export class EmbeddedPglite {
   async copyFrom(text: string, data: string): Promise<void> {
     this.throwIfFailed();
     try {
-      await this.current.query(text, [], { blob: new Blob([data]) });
+      await this.current.query(text, [], { blob: data });
     } catch (error) {
       if (!hasSqlState(error)) await this.verify(error);
       throw error;

@@ -90,6 +90,27 @@ describe.skipIf(onPostgresServer)('a corrupted embedded database', { timeout: 12
     await expectServing(app, user);
   });
 
+  it('is reopened from its data directory when its worker thread dies, and serves its data again', async () => {
+    app = await appOnDataDir();
+    const user = await createUserWithKey(app);
+    app.database.embedded!.instance.crashForTest();
+    await expect(app.database.embedded!.query('select 1 as x')).rejects.toThrow("The embedded database's worker thread failed");
+    await expectServing(app, user);
+    const check = await app.inject({ method: 'GET', url: '/v1/system-check' });
+    expect(check.json().database).toEqual({ success: true, duration_ms: expect.any(Number) });
+  });
+
+  it('in memory, answers 503 once its worker thread died', async () => {
+    app = await createTestApp({ AUTH_CACHE_TTL_MS: '0' });
+    const user = await createUserWithKey(app);
+    app.database.embedded!.instance.crashForTest();
+    const during = await app.inject({ method: 'GET', url: '/v1/preview/models', headers: user.headers });
+    expect(during.statusCode).toBe(503);
+    const after = await app.inject({ method: 'GET', url: '/v1/preview/models', headers: user.headers });
+    expect(after.statusCode).toBe(503);
+    expect(after.json()).toEqual({ detail: 'The embedded database failed and cannot be reopened (it is in memory). Restart the server.' });
+  });
+
   it('in memory, answers every request 503 with Retry-After rather than serving from a corrupt instance', async () => {
     app = await createTestApp({ AUTH_CACHE_TTL_MS: '0' });
     const user = await createUserWithKey(app);

@@ -44,7 +44,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const pglite = await createPglite();
   const handle = pgliteHandle(pglite);
   await migrateToLatest(handle.db);
-  const dump = await pglite.dumpDataDir('none');
+  const dump = await pglite.dumpDataDir();
   const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-test-')), 'template.tar');
   fs.writeFileSync(file, Buffer.from(await dump.arrayBuffer()));
   await handle.close();
