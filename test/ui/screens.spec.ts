@@ -297,6 +297,30 @@ describe('traces', () => {
     await w.context.close();
   });
 
+  it('keeps what is typed in a filter while the page re-renders from a load that finishes meanwhile', async () => {
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/p/${project}/traces`);
+    await w.page.getByText('32 traces').waitFor();
+    // Hold the next counts until the op has been typed, so that their answer re-renders the page under it.
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    await w.page.route('**/traces/calls/query_stats', async (route) => {
+      await held;
+      await route.continue();
+    });
+    await w.page.locator('select[name="status"]').selectOption('error');
+    await w.page.locator('input[name="op"]').fill('eval.score');
+    release();
+    await w.page.getByText('1 traces').waitFor();
+    expect(await w.page.locator('input[name="op"]').inputValue()).toBe('eval.score');
+    await w.page.unroute('**/traces/calls/query_stats');
+    await w.page.locator('input[name="op"]').press('Enter');
+    await w.page.waitForFunction(() => new URLSearchParams(location.search).get('op') === 'eval.score');
+    expect(new URL(w.page.url()).searchParams.get('status')).toBe('error');
+    w.expectClean();
+    await w.context.close();
+  });
+
   it('shows the call tree, a call\'s messages as bubbles, a script payload as text, and takes feedback', async () => {
     const w = await signedIn();
     await w.page.goto(`${server.url}/ui/p/${project}/traces/trace-tree?call=tree-chat`);

@@ -1,4 +1,5 @@
 import type { ComponentChildren } from 'preact';
+import { useEffect, useState } from 'preact/hooks';
 import { navigate, BASE } from './router.js';
 
 /** Small shared pieces: links through the router, status badges, loading and error lines. */
@@ -68,4 +69,21 @@ export function ProjectTabs(props: { project: string; active: 'models' | 'traces
       )}
     </nav>
   );
+}
+
+/**
+ * A text field whose value lives in the URL, committed on change (Enter, or leaving the field). What is
+ * typed is the field's own until then: a page that re-renders meanwhile (a load finishing) does not put
+ * the URL's value back over it. A `number` field takes whole numbers from 0.
+ */
+export function QueryInput(props: { name: string; value: string; number?: boolean; onCommit: (value: string) => void }) {
+  const [draft, setDraft] = useState(props.value);
+  useEffect(() => setDraft(props.value), [props.value]);
+  const field = {
+    name: props.name,
+    value: draft,
+    onInput: (e: Event) => setDraft((e.currentTarget as HTMLInputElement).value),
+    onChange: (e: Event) => props.onCommit((e.currentTarget as HTMLInputElement).value),
+  };
+  return props.number ? <input type="number" min="0" {...field} /> : <input type="text" {...field} />;
 }

@@ -3,7 +3,7 @@ import { allPages } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
 import { asMessages, Messages } from '../lib/messages.js';
 import { location, setQuery } from '../lib/router.js';
-import { fmt, Link, Loading, Problem } from '../lib/ui.js';
+import { fmt, Link, Loading, Problem, QueryInput } from '../lib/ui.js';
 
 interface Trajectory {
   reward?: number;
@@ -56,11 +56,11 @@ export function RolloutsPage(props: { modelId: string }) {
       </h1>
       <div class="controls">
         <label>
-          Split <input name="split" value={split} onChange={(e) => setQuery({ split: (e.currentTarget as HTMLInputElement).value })} />
+          Split <QueryInput name="split" value={split} onCommit={(value) => setQuery({ split: value })} />
         </label>
         <label>
           Step{' '}
-          <input name="step" type="number" min="0" value={step} onChange={(e) => setQuery({ step: (e.currentTarget as HTMLInputElement).value })} />
+          <QueryInput name="step" number value={String(step)} onCommit={(value) => setQuery({ step: value })} />
         </label>
       </div>
       <Problem error={error} />

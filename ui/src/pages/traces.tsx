@@ -3,7 +3,7 @@ import { costOf, LIST_COLUMNS, opLabel, tokensOf } from '../lib/calls.js';
 import { useLoad } from '../lib/hooks.js';
 import { location, setQuery } from '../lib/router.js';
 import type { Call } from '../lib/types.js';
-import { Badge, fmt, Link, Loading, Problem, ProjectTabs, when } from '../lib/ui.js';
+import { Badge, fmt, Link, Loading, Problem, ProjectTabs, QueryInput, when } from '../lib/ui.js';
 
 const PAGE = 25;
 const SORTS: Record<string, string> = { started: 'started_at', latency: 'summary.weave.latency_ms', op: 'op_name' };
@@ -59,7 +59,7 @@ export function TracesPage(props: { project: string }) {
       <h1>Traces</h1>
       <form class="controls" onSubmit={(e) => e.preventDefault()}>
         <label>
-          Op contains <input name="op" value={op} onChange={(e) => setQuery({ op: (e.currentTarget as HTMLInputElement).value, page: undefined })} />
+          Op contains <QueryInput name="op" value={op} onCommit={(value) => setQuery({ op: value, page: undefined })} />
         </label>
         <label>
           Status
