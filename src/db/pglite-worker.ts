@@ -61,11 +61,6 @@ async function run(message) {
     }
     case 'close':
       return pglite.close();
-    case 'crashForTest':
-      setImmediate(() => {
-        throw new Error('the embedded database worker was crashed by a test');
-      });
-      return new Promise(() => undefined);
     default:
       throw new Error('unknown operation ' + message.op);
   }
@@ -225,11 +220,6 @@ export class PgliteWorker {
       await this.worker.terminate();
     })();
     return this.closing;
-  }
-
-  /** Tests only: the worker throws an uncaught error, as a crash of PGlite's thread would. */
-  crashForTest(): void {
-    this.worker.postMessage({ id: 0, op: 'crashForTest' });
   }
 
   private call(message: Record<string, unknown>): Promise<unknown> {

@@ -372,18 +372,14 @@ class Exchange implements BodySource, UpstreamResponse {
       return true;
     }
     this.lastChunkAt = performance.now();
-    if (!this.answered) {
-      this.unread.push(chunk);
-      this.unreadSize += chunk.length;
-      this.firstByte();
-      return this.unreadSize < UNREAD_LIMIT;
-    }
     if (this.sink) {
       if (!this.done) this.sink.data(chunk);
       return !this.paused;
     }
+    // No reader yet (there is none before the first byte hands the response out).
     this.unread.push(chunk);
     this.unreadSize += chunk.length;
+    if (!this.answered) this.firstByte();
     return this.unreadSize < UNREAD_LIMIT;
   }
 
@@ -434,11 +430,7 @@ class Exchange implements BodySource, UpstreamResponse {
         this.resumeUpstream?.();
       },
       // A reader that stops early (its client left) must not leave the engine generating.
-      abort: () => {
-        const wasDone = this.done;
-        this.done = true;
-        if (!wasDone && !this.ended && this.failure === undefined) this.abort(new RequestAbortedError());
-      },
+      abort: () => this.discard(),
     };
     const unread = this.unread;
     this.unread = [];
@@ -592,7 +584,7 @@ class Exchange implements BodySource, UpstreamResponse {
     return this.chunks();
   }
 
-  /** Aborts the upstream request when the body is not wanted. */
+  /** Aborts the upstream request when the body is not wanted (or no longer: its reader stopped). */
   discard(): void {
     this.done = true;
     if (!this.ended && this.failure === undefined) this.abort(new RequestAbortedError());
