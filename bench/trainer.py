@@ -1,9 +1,14 @@
 """Trainer benchmark: trained tokens per second of one RL step through trainyard_trainer, against a plain
 forward + backward + AdamW step of the same LoRA model on the same sequences (the baseline), in the same run.
 
-    npm run bench:trainer                                   # CPU, tiny random Llama (what CI machines can run)
-    trainer/.venv/bin/python bench/trainer.py --shape qwen2.5-0.5b --device cuda --seq-len 4096
+    npm run bench:trainer                                   # CPU, tiny random Llama, variable lengths: packed vs unpacked
+    trainer/.venv/bin/python bench/trainer.py --shape qwen2.5-0.5b --device cuda --batch fixed --seq-len 4096
                                                             # GPU: a Qwen2.5-0.5B-shaped model, random bf16 weights
+
+The RL step runs once per variant (`--variants`, `name=trainer flags` separated by `;`; default: packed and
+unpacked), each printed with its ratio to the baseline and to the first variant. `--batch variable` gives every group
+a shared prompt of 32-128 tokens and completions so that sequences are 64-1,024 tokens long (`--seq-len` is then the
+longest); `--batch fixed` makes every sequence `--seq-len` tokens, a quarter of them prompt.
 
 Prints one JSON line per measurement. On CUDA it adds the peak GPU memory allocated and model FLOPs utilisation:
 6 · N · tokens/s over the GPU's peak dense bf16 FLOP/s (--peak-tflops, default 989 for an H100 SXM), N = the base
@@ -37,6 +42,7 @@ def build(directory: str, shape: str) -> int:
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     hidden, inter, layers, heads, kv, vocab = SHAPES[shape]
+    marker = os.path.join(directory, f"built-{shape}")
     words = {f"w{i}": i for i in range(vocab)}
     tok = Tokenizer(models.WordLevel(vocab=words, unk_token="w0"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -46,18 +52,25 @@ def build(directory: str, shape: str) -> int:
     with torch.device("meta"):
         meta = LlamaForCausalLM(config)
     n = sum(p.numel() for name, p in meta.named_parameters() if "embed_tokens" not in name and "lm_head" not in name)
+    if os.path.exists(marker):
+        return n
     torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(directory, safe_serialization=True)
+    model = LlamaForCausalLM(config)
+    # The GPU shapes are stored in bf16, the dtype the trainer loads them in on CUDA (half the bytes to write and read).
+    (model if shape == "tiny" else model.to(torch.bfloat16)).save_pretrained(directory, safe_serialization=True)
+    open(marker, "w").close()
     return n
 
 
-def groups(vocab: int, num_groups: int, group_size: int, prompt_len: int, completion_len: int) -> list[dict]:
+def groups(vocab: int, num_groups: int, group_size: int, seq_len: int, variable: bool) -> list[dict]:
     rng = random.Random(0)
     out = []
     for _ in range(num_groups):
+        prompt_len = rng.randrange(32, 129) if variable else seq_len // 4
         prompt = [rng.randrange(2, vocab) for _ in range(prompt_len)]
         trajectories = []
         for t in range(group_size):
+            completion_len = rng.randrange(max(64 - prompt_len, 1), seq_len - prompt_len + 1) if variable else seq_len - prompt_len
             ids = [rng.randrange(2, vocab) for _ in range(completion_len)]
             choice = {"finish_reason": "stop", "index": 0, "message": {"role": "assistant", "content": ""}, "prompt_token_ids": prompt, "token_ids": ids,
                       "logprobs": {"content": [{"token": f"token_id:{i}", "logprob": -rng.random() * 8} for i in ids]}}
@@ -66,7 +79,7 @@ def groups(vocab: int, num_groups: int, group_size: int, prompt_len: int, comple
     return out
 
 
-def rl_step(directory: str, data: list[dict], device: str, work: str) -> dict:
+def rl_step(directory: str, data: list[dict], device: str, work: str, flags: list[str]) -> dict:
     from trainyard_trainer.main import main
 
     inputs = os.path.join(work, "inputs.jsonl")
@@ -81,7 +94,7 @@ def rl_step(directory: str, data: list[dict], device: str, work: str) -> dict:
         json.dump(spec, f)
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        code = main(["--device", device, os.path.join(work, "spec.json")])
+        code = main(["--device", device, *flags, os.path.join(work, "spec.json")])
     if code != 0:
         raise SystemExit(f"trainer exited {code}")
     steps = [json.loads(line)["data"] for line in buffer.getvalue().splitlines() if '"gradient_step"' in line]
@@ -95,10 +108,14 @@ def baseline(directory: str, data: list[dict], device: str) -> dict:
     from trainyard_trainer.model import Options, load_model, pick_device, trainable_parameters
 
     dev = pick_device(device)
-    model = load_model(directory, None, Options(device=device), dev)
+    model = load_model(directory, None, Options(device=device, lora_dtype="fp32", compile_logprobs=False), dev)
     params = trainable_parameters(model)
     optimizer = torch.optim.AdamW(params, lr=1e-5)
     sequences = [t["messages_and_choices"][1]["prompt_token_ids"] + t["messages_and_choices"][1]["token_ids"] for g in data for t in g["trajectories"]]
+    if dev.type == "cuda":  # a first sequence outside the clock: CUDA context, cuBLAS handles, allocator
+        x = torch.tensor([sequences[0][:256]], device=dev)
+        model(input_ids=x, labels=x).loss.backward()
+        optimizer.zero_grad()
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     sync()
     started = time.perf_counter()
@@ -113,38 +130,61 @@ def baseline(directory: str, data: list[dict], device: str) -> dict:
     return {"tokens": sum(map(len, sequences)), "seconds": time.perf_counter() - started}
 
 
+def parse_variants(text: str) -> list[tuple[str, list[str]]]:
+    variants = []
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        name, _, flags = item.partition("=")
+        variants.append((name.strip(), flags.split()))
+    return variants
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--groups", type=int, default=2)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--seq-len", type=int, default=512, help="prompt + completion tokens per trajectory")
+    parser.add_argument("--batch", choices=("variable", "fixed"), default="variable")
+    parser.add_argument("--groups", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--seq-len", type=int, default=1024, help="tokens per sequence (fixed) or the longest (variable)")
+    parser.add_argument("--variants", default="packed=--packing on;unpacked=--packing off", help="name=trainer flags, separated by ;")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the plain forward + backward + AdamW baseline")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each measure; the fastest is reported (the first pays for warm-up and compiling)")
+    parser.add_argument("--model-dir", help="build the random model here, or reuse it when already built")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak (H100 SXM 989, H200 989)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    cuda = args.device.startswith("cuda")
     with tempfile.TemporaryDirectory() as work:
-        directory = os.path.join(work, "model")
+        directory = args.model_dir or os.path.join(work, "model")
         n = build(directory, args.shape)
-        data = groups(SHAPES[args.shape][5], args.groups, args.group_size, args.seq_len // 4, args.seq_len - args.seq_len // 4)
-        cuda = args.device.startswith("cuda")
+        data = groups(SHAPES[args.shape][5], args.groups, args.group_size, args.seq_len, args.batch == "variable")
+        measures = [(name, lambda flags=flags: rl_step(directory, data, args.device, work, flags)) for name, flags in parse_variants(args.variants)]
+        if not args.no_baseline:
+            measures.append(("baseline_forward_backward", lambda: baseline(directory, data, args.device)))
         runs = {}
-        for name, measure in (("rl_step", lambda: rl_step(directory, data, args.device, work)),
-                              ("baseline_forward_backward", lambda: baseline(directory, data, args.device))):
+        for name, measure in measures:
             if cuda:
                 gc.collect()
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
-            runs[name] = measure()
+            tries = [measure() for _ in range(max(args.repeat, 1))]
+            runs[name] = min(tries, key=lambda r: r["seconds"])
             if cuda:
                 runs[name]["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    first = next(iter(runs.values()))
+    base = runs.get("baseline_forward_backward")
     for name, run in runs.items():
         tps = run["tokens"] / run["seconds"]
-        line = {"bench": "trainer", "measure": name, "shape": args.shape, "device": args.device, "params_non_embedding": n,
-                "seq_len": args.seq_len, "sequences": args.groups * args.group_size, "tokens": run["tokens"], "tokens_per_second": round(tps, 1)}
-        if args.device.startswith("cuda"):
+        line = {"bench": "trainer", "measure": name, "shape": args.shape, "device": args.device, "batch": args.batch, "params_non_embedding": n,
+                "seq_len": args.seq_len, "sequences": args.groups * args.group_size, "tokens": run["tokens"], "tokens_per_second": round(tps, 1),
+                "ratio_to_first": round(tps / (first["tokens"] / first["seconds"]), 3)}
+        if base is not None:
+            line["ratio_to_baseline"] = round(tps / (base["tokens"] / base["seconds"]), 3)
+        if "gradient_steps" in run:
+            line["gradient_steps"] = run["gradient_steps"]
+        if cuda:
             line["mfu"] = round(6 * n * tps / (args.peak_tflops * 1e12), 4)
             line["peak_memory_gib"] = round(run["peak_gib"], 2)
         print(json.dumps(line), flush=True)

@@ -86,3 +86,30 @@ def test_sft_step_on_cuda(tmp_path, capsys, model_dir, monkeypatch):
     check(captured, events, model_dir, out)
     losses = [e["data"]["loss"] for e in events if e["type"] == "gradient_step"]
     assert losses[2] < losses[0]  # batches 0 and 2 hold the same rows
+
+
+def test_packed_rows_on_cuda_match_one_forward_per_sequence(model_dir):
+    """Variable-length flash attention (bf16, grouped-query heads) keeps each sequence of a packed row to itself."""
+    from trainyard_trainer.model import Options, load_model, packed_logprobs, token_logprobs
+
+    model = load_model(model_dir, None, Options(device="cuda"), torch.device("cuda"))
+    gen = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(0, model.config.vocab_size, (n,), generator=gen).tolist() for n in (17, 3, 40, 9)]
+    with torch.no_grad():
+        packed, _, counts = packed_logprobs(model, seqs, torch.device("cuda"))
+        alone = torch.cat([token_logprobs(model, s, torch.device("cuda"))[0] for s in seqs])
+    assert counts == [16, 2, 39, 8]
+    torch.testing.assert_close(packed, alone, rtol=0, atol=3e-2)
+
+
+def test_an_rl_job_on_cuda_trains_the_same_packed_or_not(tmp_path, capsys, model_dir, tokenizer):
+    steps = {}
+    for packing in ("on", "off"):
+        spec, _ = write_job(str(tmp_path / packing), "rl", model_dir, rl_groups(tokenizer), config={"learning_rate": 1e-2})
+        code, events, err = run_job(capsys, spec, "--device", "cuda", "--packing", packing)
+        assert code == 0, err
+        steps[packing] = [e["data"] for e in events if e["type"] == "gradient_step"]
+    assert len(steps["on"]) == len(steps["off"])
+    for on, off in zip(steps["on"], steps["off"]):
+        assert on["loss"] == pytest.approx(off["loss"], rel=5e-2, abs=1e-3)
+        assert on["grad_norm"] == pytest.approx(off["grad_norm"], rel=5e-2)

@@ -7,6 +7,7 @@ dtype. The caller divides `numerator` by the row's assistant-token count (`LossT
 """
 from __future__ import annotations
 
+import math
 import sys
 
 import torch
@@ -22,42 +23,79 @@ _warned_tis = False
 
 
 class LossTerms:
-    """The loss terms of one call. `numerator` (with gradient) stays on the device; `num_tokens` and `metrics` are
-    read from it only when first asked for, so a caller that runs backward first does not wait for the GPU between
-    the forward and the backward pass (a read waits for all queued work)."""
+    """The loss terms of one call. `numerator` (with gradient) stays on the device, and so do the sums behind the
+    metrics (`sums`: 0-dim tensors). They are read only when first asked for, and `combine` reads the terms of several
+    calls at once, so a caller that runs backward first never waits for the GPU between a forward and its backward
+    pass (a read waits for all queued work).
 
-    def __init__(self, numerator: torch.Tensor, num_tokens: torch.Tensor, pending: dict[str, tuple[torch.Tensor, torch.Tensor | None]]):
+    The metrics are built from sums so that a packed row split over several calls reports what one call over the whole
+    row would: `probs_corr` is the Pearson correlation over all of the row's positions (ART's definition), not a mean
+    of per-sequence correlations."""
+
+    def __init__(self, numerator: torch.Tensor, sums: dict[str, torch.Tensor]):
         self.numerator = numerator  # Σ_t L_t·w_t·m_t (with gradient)
-        self._num_tokens = num_tokens  # Σ_t m_t, 0-dim
-        self._pending = pending  # name -> (0-dim value, 0-dim bool condition for the metric to be reported, or None)
-        self._read: tuple[float, dict[str, float]] | None = None
-
-    def _values(self) -> tuple[float, dict[str, float]]:
-        if self._read is None:
-            names = list(self._pending)
-            tensors = [self._num_tokens] + [t for name in names for t in (self._pending[name][0], self._pending[name][1])
-                                            if t is not None]
-            values = iter(torch.stack([t.detach().to(torch.float64).reshape(()) for t in tensors]).tolist())  # one read
-            num_tokens = next(values)
-            metrics = {}
-            for name in names:
-                value = next(values)
-                if self._pending[name][1] is None or next(values):
-                    metrics[name] = value
-            self._read = (num_tokens, metrics)
-        return self._read
+        self.sums = sums
+        self._read: dict[str, float] | None = None
 
     @property
     def num_tokens(self) -> float:  # Σ_t m_t
-        return self._values()[0]
+        return self.read()["tokens"]
 
     @property
     def metrics(self) -> dict[str, float]:
-        return self._values()[1]
+        return metrics_from_sums(self.read())
 
     @property
     def loss(self) -> torch.Tensor:
         return self.numerator / (self.num_tokens + 1e-18)
+
+    def read(self) -> dict[str, float]:
+        if self._read is None:
+            self._read = combine([self])
+        return self._read
+
+
+def combine(terms: list[LossTerms]) -> dict[str, float]:
+    """The sums of several calls' terms added up, read from the device in one go."""
+    names = sorted({name for t in terms for name in t.sums})
+    if not terms:
+        return {}
+    device = terms[0].numerator.device
+    zero = torch.zeros((), dtype=torch.float64, device=device)
+    stacked = torch.stack([sum((t.sums[name].detach().to(torch.float64) for t in terms if name in t.sums), zero) for name in names])
+    return dict(zip(names, stacked.tolist()))
+
+
+def pearson(sums: dict[str, float]) -> float | None:
+    """The Pearson correlation from its sufficient statistics, or None when it is undefined (fewer than two positions,
+    or a constant side)."""
+    n = sums.get("corr_n", 0.0)
+    if n < 2:
+        return None
+    cov = sums["corr_ab"] - sums["corr_a"] * sums["corr_b"] / n
+    var_a = sums["corr_aa"] - sums["corr_a"] ** 2 / n
+    var_b = sums["corr_bb"] - sums["corr_b"] ** 2 / n
+    if var_a <= 0 or var_b <= 0:
+        return None
+    return cov / math.sqrt(var_a * var_b)
+
+
+def metrics_from_sums(sums: dict[str, float]) -> dict[str, float]:
+    """Token means over the positions the sums cover; a metric with nothing to average over is left out."""
+    metrics: dict[str, float] = {}
+    counted = sums.get("counted", 0.0)
+    if counted > 0:
+        metrics["importance_ratio_mean"] = sums["ratio"] / counted
+        metrics["clipped_token_fraction"] = sums["clipped"] / counted
+    tokens = sums.get("tokens", 0.0)
+    if "entropy" in sums and tokens > 0:
+        metrics["entropy"] = sums["entropy"] / tokens
+    if "kl" in sums and tokens > 0:
+        metrics["kl_policy_ref"] = sums["kl"] / tokens
+    corr = pearson(sums)
+    if corr is not None:
+        metrics["probs_corr"] = corr
+    return metrics
 
 
 def _segment_mean(values: torch.Tensor, mask: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
@@ -123,16 +161,16 @@ def rl_loss(
     if config.kimi_k2_tau is not None:
         adv = adv - config.kimi_k2_tau * delta.detach()
     # 7. KL penalty as advantage shaping (no KL term in the loss).
-    pending: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
     num_tokens = m.sum()
+    sums: dict[str, torch.Tensor] = {"tokens": num_tokens}
     if config.kl_penalty_coef > 0 and ref_logprobs is not None:
         source = old if config.kl_penalty_source == "sample" else detached
         ref = torch.where(m_bool, ref_logprobs.to(torch.float32), source)
         k = (source - ref) * m
-        # k̄ is the mean over the whole packed row; a caller that splits a row into sequences passes the row's.
+        # k̄ is the mean over the whole packed row; a caller that splits a row into several calls passes the row's.
         k_mean = k.sum() / (num_tokens + 1e-18) if kl_mean is None else torch.full((), kl_mean, dtype=torch.float32, device=m.device)
         adv = adv + config.kl_penalty_coef * (k_mean - k) * m
-        pending["kl_policy_ref"] = (k_mean, None)
+        sums["kl"] = k_mean * num_tokens  # reported as k̄: kl / tokens
 
     # 8. Surrogate.
     clipped = torch.clamp(ratio, low, high)
@@ -161,23 +199,20 @@ def rl_loss(
 
     # 10. Reduction: Σ L·w·m; the caller divides by the row's assistant-token count.
     numerator = (per_token * w * m).sum()
+    sums["loss"] = numerator.detach()
 
-    # Metrics as 0-dim tensors, masked sums in place of boolean indexing (which would wait for the GPU).
+    # Metric sums as 0-dim tensors, masked sums in place of boolean indexing (which would wait for the GPU).
     counted = m_bool & (w > 0)
-    n_counted = counted.sum()
-    per_counted = n_counted.clamp(min=1).to(torch.float32)
-    pending["importance_ratio_mean"] = (torch.where(counted, raw_ratio, 0.0).sum() / per_counted, n_counted > 0)
-    pending["clipped_token_fraction"] = (torch.where(counted, clipped_tokens.float(), 0.0).sum() / per_counted, n_counted > 0)
+    sums["counted"] = counted.sum().to(torch.float32)
+    sums["ratio"] = torch.where(counted, raw_ratio, 0.0).sum()
+    sums["clipped"] = torch.where(counted, clipped_tokens.float(), 0.0).sum()
     if entropies is not None:
-        pending["entropy"] = ((entropies.to(torch.float32).detach() * w * m).sum() / num_tokens.clamp(min=1.0), num_tokens > 0)
-    old_f32 = old_logprobs.to(torch.float32)
-    finite_old = m_bool & torch.isfinite(old_f32)
-    n_finite = finite_old.sum()
-    a = torch.where(finite_old, torch.exp(torch.where(finite_old, old_f32, 0.0)), 0.0)
-    b = torch.where(finite_old, torch.exp(detached), 0.0)
-    per_finite = n_finite.clamp(min=1).to(torch.float32)
-    a = torch.where(finite_old, a - a.sum() / per_finite, 0.0)
-    b = torch.where(finite_old, b - b.sum() / per_finite, 0.0)
-    denom = torch.sqrt((a * a).sum() * (b * b).sum())
-    pending["probs_corr"] = ((a * b).sum() / torch.where(denom > 0, denom, 1.0), (n_finite > 1) & (denom > 0))
-    return LossTerms(numerator, num_tokens, pending)
+        sums["entropy"] = (entropies.to(torch.float32).detach() * w * m).sum()
+    # probs_corr: Pearson of exp(o) and exp(ℓ) over the positions with a finite sampler log-probability, as sums (fp64)
+    # that add up across calls.
+    old_f64 = old_logprobs.to(torch.float64)
+    finite_old = m_bool & torch.isfinite(old_f64)
+    a = torch.where(finite_old, torch.exp(torch.where(finite_old, old_f64, 0.0)), 0.0)
+    b = torch.where(finite_old, torch.exp(detached.to(torch.float64)), 0.0)
+    sums.update(corr_n=finite_old.sum().to(torch.float64), corr_a=a.sum(), corr_b=b.sum(), corr_aa=(a * a).sum(), corr_bb=(b * b).sum(), corr_ab=(a * b).sum())
+    return LossTerms(numerator, sums)

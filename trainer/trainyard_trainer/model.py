@@ -1,14 +1,17 @@
 """Loading the base model with a LoRA adapter, chunked log-probabilities, saving adapters and optimizer state."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from . import packing
 from .config import ConfigError
 
 # ART's Unsloth defaults (art-trainer.md §4): r 8, alpha 16, dropout 0, the seven projections of dense models.
@@ -25,6 +28,11 @@ class Options:
     gradient_checkpointing: bool | None = None  # None: on for CUDA, off on CPU
     max_seq_length: int = 32768
     seed: int = 0
+    packing: bool = True  # several sequences per forward pass (packing.py); off: one sequence per forward
+    pack_length: int | None = None  # tokens per packed forward; None: the RL row length (SFT: the longest sequence, rounded up to 2048)
+    lora_dtype: str = "auto"  # the LoRA matmuls' compute dtype: bf16 (autocast, fp32 master weights), fp32, or auto (bf16 on CUDA)
+    compile_logprobs: bool | None = None  # torch.compile the lm_head + log-softmax chunks; None: on with CUDA
+    compile_layers: bool = False  # torch.compile each decoder layer (fewer kernel launches; compiles once per process)
 
 
 def pick_device(name: str) -> torch.device:
@@ -54,7 +62,7 @@ def load_model(base_model: str, adapter_dir: str | None, options: Options, devic
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     try:
-        model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype, attn_implementation=packing.register())
     except (OSError, ValueError) as error:
         raise ConfigError(f"cannot load base model {base_model!r}: {error}") from error
     model.config.use_cache = False
@@ -71,6 +79,20 @@ def load_model(base_model: str, adapter_dir: str | None, options: Options, devic
     checkpointing = options.gradient_checkpointing if options.gradient_checkpointing is not None else device.type == "cuda"
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lora_dtype = options.lora_dtype if options.lora_dtype != "auto" else ("bf16" if device.type == "cuda" else "fp32")
+    # bf16 LoRA compute as ART runs it (autocast): the fp32 LoRA weights are cast to bf16 once per forward instead of
+    # every bf16 activation being cast to fp32 for two small fp32 matmuls, on each of the LoRA projections.
+    model.trainyard_autocast = torch.bfloat16 if lora_dtype == "bf16" else None
+    for module in model.modules():
+        if hasattr(module, "cast_input_dtype_enabled"):
+            module.cast_input_dtype_enabled = model.trainyard_autocast is None
+    compile_chunks = options.compile_logprobs if options.compile_logprobs is not None else device.type == "cuda"
+    model.trainyard_chunk_logprobs = _compiled_chunk_logprobs() if compile_chunks else _chunk_logprobs
+    packing.probe(device)
+    if options.compile_layers:
+        causal_lm = model.get_base_model()
+        for layer in getattr(causal_lm.get_decoder(), "layers", []):
+            layer.compile(dynamic=True)
     model.train()
     return model
 
@@ -88,12 +110,29 @@ def as_tensor(values: list, dtype: torch.dtype, device: torch.device) -> torch.T
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
-def hidden_states(model: Any, input_ids: torch.Tensor) -> torch.Tensor:
-    """Last hidden states [1, S, H] with per-sequence positions (0..S-1), without materialising the logits."""
+def _autocast(model: Any, device: torch.device):
+    dtype = getattr(model, "trainyard_autocast", None)
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def hidden_states(model: Any, input_ids: torch.Tensor, lengths: list[int] | None = None) -> torch.Tensor:
+    """Last hidden states [1, T, H] of one row holding the sequences of `lengths` (default: one sequence) back to back,
+    each with its own positions 0..n-1 and attention within itself only; no logits are materialised."""
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
     decoder = causal_lm.get_decoder()
-    positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
-    return decoder(input_ids=input_ids, position_ids=positions, use_cache=False).last_hidden_state
+    device = input_ids.device
+    lengths = lengths or [input_ids.shape[1]]
+    kwargs: dict[str, Any] = {}
+    if len(lengths) == 1:
+        positions = torch.arange(lengths[0], device=device).unsqueeze(0)
+    else:
+        positions = as_tensor([p for n in lengths for p in range(n)], torch.long, device).unsqueeze(0)
+        offsets = [0]
+        for n in lengths:
+            offsets.append(offsets[-1] + n)
+        cu = as_tensor(offsets, torch.int32, device)
+        kwargs = {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": max(lengths), "max_length_k": max(lengths)}
+    return decoder(input_ids=input_ids, position_ids=positions, use_cache=False, **kwargs).last_hidden_state
 
 
 def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,27 +145,71 @@ def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.
     return chosen, entropy
 
 
-def token_logprobs(model: Any, token_ids: list[int], device: torch.device, chunk_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
-    """log p(token t | tokens < t) for t = 1..S-1, and the full-vocabulary entropy at each of those positions.
+def _compiled_chunk_logprobs():
+    """The chunk function compiled: the lm_head's bf16 logits are read once into fused fp32 reductions instead of
+    being written out as fp32 and read again by each of the log-softmax, gather and entropy passes. Falls back to
+    eager when compiling fails (only compile errors are caught: checkpointing stops its recompute by raising)."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    state = {"fn": torch.compile(_chunk_logprobs, dynamic=True)}
+
+    def run(head, hidden, targets):
+        try:
+            return state["fn"](head, hidden, targets)
+        except TorchDynamoException as error:
+            if state["fn"] is _chunk_logprobs:
+                raise
+            print(f"trainyard_trainer: compiled log-probabilities unavailable ({type(error).__name__}); running eager", file=sys.stderr)
+            state["fn"] = _chunk_logprobs
+            return _chunk_logprobs(head, hidden, targets)
+
+    return run
+
+
+def packed_logprobs(model: Any, sequences: list[list[int]], device: torch.device, chunk_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """One forward over `sequences` packed into a row: log p(token t | earlier tokens of its sequence) for t = 1..n-1 of
+    each sequence, and the full-vocabulary entropy at those positions, concatenated in order ([Σ (n_i - 1)]), with the
+    per-sequence counts (n_i - 1).
 
     The lm_head and the log-softmax (fp32) run over chunks of `chunk_size` positions; under gradient checkpointing
-    each chunk's logits are recomputed in the backward pass instead of being kept, so a long sequence never holds
-    S x vocab logits."""
-    ids = as_tensor([token_ids], torch.long, device)
-    hidden = hidden_states(model, ids)[0, :-1]
-    targets = ids[0, 1:]
+    each chunk's logits are recomputed in the backward pass instead of being kept, so a long row never holds
+    T x vocab logits."""
+    lengths = [len(s) for s in sequences]
+    ids = as_tensor([[t for s in sequences for t in s]], torch.long, device)
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
     head = causal_lm.get_output_embeddings()
-    logprobs, entropies = [], []
-    for start in range(0, hidden.shape[0], chunk_size):
-        h, t = hidden[start : start + chunk_size], targets[start : start + chunk_size]
-        if torch.is_grad_enabled() and hidden.requires_grad:
-            lp, ent = checkpoint(_chunk_logprobs, head, h, t, use_reentrant=False)
-        else:
-            lp, ent = _chunk_logprobs(head, h, t)
-        logprobs.append(lp)
-        entropies.append(ent)
-    return torch.cat(logprobs), torch.cat(entropies)
+    chunk_fn = getattr(model, "trainyard_chunk_logprobs", _chunk_logprobs)
+    with _autocast(model, device):
+        hidden = hidden_states(model, ids, lengths)[0, :-1]
+        targets = ids[0, 1:]
+        logprobs, entropies = [], []
+        for start in range(0, hidden.shape[0], chunk_size):
+            h, t = hidden[start : start + chunk_size], targets[start : start + chunk_size]
+            if torch.is_grad_enabled() and hidden.requires_grad:
+                lp, ent = checkpoint(chunk_fn, head, h, t, use_reentrant=False)
+            else:
+                lp, ent = chunk_fn(head, h, t)
+            logprobs.append(lp)
+            entropies.append(ent)
+    if not logprobs:  # a single one-token sequence: nothing is predicted
+        empty = hidden.new_zeros((0,), dtype=torch.float32)
+        return empty, empty, [0]
+    logprobs, entropies = torch.cat(logprobs), torch.cat(entropies)
+    if len(lengths) > 1:
+        # Position t predicts token t+1; the last position of each sequence would predict the next sequence's first token.
+        keep, offset = [], 0
+        for n in lengths:
+            keep.extend(range(offset, offset + n - 1))
+            offset += n
+        index = as_tensor(keep, torch.long, device)
+        logprobs, entropies = logprobs.index_select(0, index), entropies.index_select(0, index)
+    return logprobs, entropies, [n - 1 for n in lengths]
+
+
+def token_logprobs(model: Any, token_ids: list[int], device: torch.device, chunk_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(token t | tokens < t) for t = 1..S-1 of one sequence, and the entropy at each of those positions."""
+    logprobs, entropies, _ = packed_logprobs(model, [token_ids], device, chunk_size)
+    return logprobs, entropies
 
 
 def save_adapter(model: Any, output_dir: str, base_model: str, optimizer_state: dict[str, Any] | None) -> None:

@@ -14,7 +14,7 @@ import torch
 from . import distributed, events
 from .batch import normalise, pack, row_length, tokenize_groups
 from .config import ConfigError, RLConfig, parse_rl_config
-from .loss import rl_loss
+from .loss import LossTerms, combine, metrics_from_sums, rl_loss
 from .model import (
     Options,
     as_tensor,
@@ -22,10 +22,11 @@ from .model import (
     load_model,
     load_optimizer_state,
     load_tokenizer,
+    packed_logprobs,
     save_adapter,
-    token_logprobs,
     trainable_parameters,
 )
+from .packing import Pack, plan
 from .tokenize import TokenizedResult
 
 # ART's RL optimizer (art-trainer.md §1.8): AdamW betas (0.9, 0.99), eps 1e-8, weight decay 0.1, clip 0.1, constant LR.
@@ -63,14 +64,43 @@ def reference_adapter(config: RLConfig, spec: dict[str, Any]) -> tuple[bool, str
     return True, path
 
 
-def _aligned(result: TokenizedResult, device: torch.device) -> dict[str, torch.Tensor]:
-    n = len(result.token_ids) - 1
+def _pack_tensors(results: list[TokenizedResult], device: torch.device) -> dict[str, torch.Tensor]:
+    """The aligned per-position tensors of sequences packed in a row (position t scores token t+1 of its sequence),
+    with a segment id per sequence for sequence-level importance sampling."""
+    mask, old, adv, w, seg = [], [], [], [], []
+    for k, r in enumerate(results):
+        n = len(r.token_ids) - 1
+        mask += r.mask[1:]
+        old += r.logprobs[1:]
+        adv += [r.advantage] * n
+        w += [r.weight] * n
+        seg += [k] * n
     return {
-        "mask": as_tensor(result.mask[1:], torch.float32, device),
-        "old": as_tensor(result.logprobs[1:], torch.float32, device),
-        "adv": torch.full((n,), result.advantage, dtype=torch.float32, device=device),
-        "w": torch.full((n,), result.weight, dtype=torch.float32, device=device),
+        "mask": as_tensor(mask, torch.float32, device),
+        "old": as_tensor(old, torch.float32, device),
+        "adv": as_tensor(adv, torch.float32, device),
+        "w": as_tensor(w, torch.float32, device),
+        "seg": as_tensor(seg, torch.long, device),
     }
+
+
+def _packs(row: list[TokenizedResult], capacity: int, options: Options) -> list[list[TokenizedResult]]:
+    """The forwards of one row: its results packed up to `capacity` tokens each (whole sequences, each with its own
+    prompt: the row plan counts a shared prompt once, so one row can take more than one forward)."""
+    packs: list[Pack] = plan([len(r.token_ids) for r in row], capacity, options.packing)
+    return [[row[i] for i in p.members] for p in packs]
+
+
+def _no_grad_logprobs(model: Any, rows: list[list[TokenizedResult]], capacity: int, options: Options, device: torch.device, chunk: int) -> dict[int, torch.Tensor]:
+    """log p of every result's tokens under the model as it is now (no gradient), keyed by id(result)."""
+    out: dict[int, torch.Tensor] = {}
+    with torch.no_grad():
+        for row in rows:
+            for together in _packs(row, capacity, options):
+                logprobs, _, counts = packed_logprobs(model, [r.token_ids for r in together], device, chunk)
+                for r, part in zip(together, logprobs.split(counts)):
+                    out[id(r)] = part
+    return out
 
 
 @contextlib.contextmanager
@@ -132,23 +162,22 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
     if state is not None:
         optimizer.load_state_dict(state)
     chunk = config.logprob_calculation_chunk_size
+    capacity = options.pack_length or seq_len
 
     # Per-result tensors computed without gradient before training: reference logprobs (KL) and, with
     # precalculate_logprobs, the pre-update policy's logprobs (which become the old ones; the sampler's are kept for TIS).
     refs: dict[int, torch.Tensor] = {}
     recomputed: dict[int, torch.Tensor] = {}
-    with torch.no_grad():
-        for i, r in enumerate(results):
-            if kl_on:
-                with _adapter(model, reference):
-                    refs[i] = token_logprobs(model, r.token_ids, device, chunk)[0]
-            if config.precalculate_logprobs:
-                recomputed[i] = token_logprobs(model, r.token_ids, device, chunk)[0]
-    index = {id(r): i for i, r in enumerate(results)}
+    if kl_on:
+        with _adapter(model, reference):
+            refs = _no_grad_logprobs(model, rows, capacity, options, device, chunk)
+    if config.precalculate_logprobs:
+        recomputed = _no_grad_logprobs(model, rows, capacity, options, device, chunk)
 
     steps = [rows[k : k + world] for k in range(0, len(rows), world)]
     events.training_started(len(steps))
     totals: dict[str, float] = {}
+    counts: dict[str, int] = {}
     for step_rows in steps:
         started = time.perf_counter()
         mine = step_rows[distributed.rank()] if distributed.rank() < len(step_rows) else []
@@ -159,56 +188,46 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.zero_grad(set_to_none=False)
-        sums = {"loss": 0.0, "entropy": 0.0, "probs_corr": 0.0, "importance_ratio_mean": 0.0, "clipped_token_fraction": 0.0, "n": 0.0}
         kl_mean = None
         if kl_on and mine:
-            kl_mean = _row_kl_mean(model, mine, refs, recomputed, index, config, device, chunk)
-        row_terms = []
-        for r in mine:
-            i = index[id(r)]
-            t = _aligned(r, device)
-            new, entropy = token_logprobs(model, r.token_ids, device, chunk)
+            kl_mean = _row_kl_mean(model, mine, refs, recomputed, config, capacity, options, device, chunk)
+        row_terms: list[LossTerms] = []
+        for together in _packs(mine, capacity, options):
+            t = _pack_tensors(together, device)
+            new, entropy, _ = packed_logprobs(model, [r.token_ids for r in together], device, chunk)
             old, original = t["old"], None
             if config.precalculate_logprobs:
-                old, original = recomputed[i], t["old"]
-            terms = rl_loss(new, old, t["mask"], t["adv"], t["w"], config, ref_logprobs=refs.get(i), original_logprobs=original, entropies=entropy, kl_mean=kl_mean)
+                old, original = torch.cat([recomputed[id(r)] for r in together]), t["old"]
+            ref = torch.cat([refs[id(r)] for r in together]) if kl_on else None
+            terms = rl_loss(new, old, t["mask"], t["adv"], t["w"], config, segment_ids=t["seg"], ref_logprobs=ref,
+                            original_logprobs=original, entropies=entropy, kl_mean=kl_mean)
             (terms.numerator / step_tokens).backward()
             row_terms.append(terms)
         # Read the row's values only now: a read waits for the GPU, and between a forward and its backward pass (or
-        # between sequences) it would stall the pipeline.
-        for terms in row_terms:
-            sums["loss"] += float(terms.numerator.item())
-            sums["entropy"] += terms.metrics.get("entropy", 0.0) * terms.num_tokens
-            for key in ("probs_corr", "importance_ratio_mean", "clipped_token_fraction"):
-                sums[key] += terms.metrics.get(key, 0.0) * terms.num_tokens
-            sums["n"] += terms.num_tokens
+        # between packs) it would stall the pipeline.
+        sums = combine(row_terms)
+        sums["num_tokens"] = float(sum(len(r.token_ids) for r in mine))
         if kl_on:
-            sums["kl"] = (kl_mean or 0.0) * sums["n"]
-        sums["tokens"] = float(sum(len(r.token_ids) for r in mine))
-        sums = distributed.all_reduce_sums(sums, params)
+            sums.setdefault("kl", 0.0)
+        sums = distributed.all_reduce_sums(_with_metric_keys(sums), params)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
         optimizer.step()
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # the step's time includes its queued GPU work
         elapsed = time.perf_counter() - started
-        n = max(sums["n"], 1.0)
         data = {
             "loss": sums["loss"] / step_tokens,
             "grad_norm": float(grad_norm),
             "learning_rate": config.learning_rate,
-            "entropy": sums["entropy"] / n,
-            "probs_corr": sums["probs_corr"] / n,
-            "importance_ratio_mean": sums["importance_ratio_mean"] / n,
-            "clipped_token_fraction": sums["clipped_token_fraction"] / n,
-            "num_tokens": sums["tokens"],
+            **metrics_from_sums(sums),
+            "num_tokens": sums["num_tokens"],
             "num_trainable_tokens": step_tokens,
-            "tokens_per_second": sums["tokens"] / elapsed if elapsed > 0 else 0.0,
+            "tokens_per_second": sums["num_tokens"] / elapsed if elapsed > 0 else 0.0,
         }
-        if "kl" in sums:
-            data["kl_policy_ref"] = sums["kl"] / n
         events.gradient_step(data)
         for key, value in data.items():
             totals[key] = totals.get(key, 0.0) + value
+            counts[key] = counts.get(key, 0) + 1
 
     if events.is_main_process():
         if kl_on and reference is not None:
@@ -217,24 +236,34 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
     distributed.barrier()
     names = {"loss": "loss/train", "grad_norm": "loss/grad_norm", "learning_rate": "loss/learning_rate", "entropy": "loss/entropy",
              "kl_policy_ref": "loss/kl_policy_ref", "probs_corr": "loss/probs_corr", "tokens_per_second": "throughput/train_packed_tok_per_s"}
-    metrics = {name: totals[key] / len(steps) for key, name in names.items() if key in totals}
+    # A metric is the mean over the gradient steps that report it (probs_corr is undefined for a row with fewer than two
+    # sampled positions, and such a row does not count as 0).
+    metrics = {name: totals[key] / counts[key] for key, name in names.items() if key in totals}
     events.checkpoint(output_dir, {**metrics, **data_metrics, "data/step_num_gradient_steps": len(steps)})
 
 
-def _row_kl_mean(model, row, refs, recomputed, index, config, device, chunk) -> float:
+METRIC_SUMS = ("loss", "tokens", "counted", "ratio", "clipped", "entropy", "corr_n", "corr_a", "corr_b", "corr_aa", "corr_bb", "corr_ab")
+
+
+def _with_metric_keys(sums: dict[str, float]) -> dict[str, float]:
+    """Every process reduces the same keys, including one whose row is empty or has no entropy."""
+    return {key: sums.get(key, 0.0) for key in (*METRIC_SUMS, *sums)}
+
+
+def _row_kl_mean(model, row, refs, recomputed, config, capacity, options, device, chunk) -> float:
     """k̄ over the packed row: Σ (s − ref)·m / Σ m, with s the sampler's or the current learner's logprobs."""
     total, count = 0.0, 0.0
     with torch.no_grad():
-        for r in row:
-            i = index[id(r)]
-            t = _aligned(r, device)
-            if config.kl_penalty_source == "sample":
-                learner = token_logprobs(model, r.token_ids, device, chunk)[0] if i not in recomputed else recomputed[i]
-                old = recomputed[i] if config.precalculate_logprobs else t["old"]
-                source = torch.where(torch.isfinite(old), old, learner)
+        for together in _packs(row, capacity, options):
+            t = _pack_tensors(together, device)
+            ref = torch.cat([refs[id(r)] for r in together])
+            if config.kl_penalty_source == "sample" and config.precalculate_logprobs:
+                source = torch.cat([recomputed[id(r)] for r in together])  # the pre-update policy's: the old logprobs
             else:
-                source = token_logprobs(model, r.token_ids, device, chunk)[0]
+                learner = packed_logprobs(model, [r.token_ids for r in together], device, chunk)[0]
+                sample = config.kl_penalty_source == "sample"
+                source = torch.where(torch.isfinite(t["old"]), t["old"], learner) if sample else learner
             m = t["mask"]
-            total += float(((source - refs[i]) * m).sum())
+            total += float(((source - ref) * m).sum())
             count += float(m.sum())
     return total / count if count else 0.0

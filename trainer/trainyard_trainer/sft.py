@@ -8,7 +8,8 @@ import torch
 
 from . import events
 from .config import ConfigError, parse_sft_config
-from .model import Options, as_tensor, load_model, load_optimizer_state, load_tokenizer, save_adapter, token_logprobs, trainable_parameters
+from .model import Options, as_tensor, load_model, load_optimizer_state, load_tokenizer, packed_logprobs, save_adapter, trainable_parameters
+from .packing import plan
 from .rl import make_optimizer
 from .tokenize import sft_sequence
 
@@ -42,6 +43,10 @@ def run(spec: dict[str, Any], rows: list[Any], options: Options, device: torch.d
     if state is not None:
         optimizer.load_state_dict(state)
 
+    # SFT has no row plan: a forward packs up to --pack-length tokens, by default the longest sequence rounded up to 2048.
+    longest = max((len(seq.token_ids) for seq in sequences), default=1)
+    capacity = options.pack_length or min(-(-longest // 2048) * 2048, options.max_seq_length)
+
     events.training_started(len(batches))
     totals: dict[str, float] = {}
     for b, batch in enumerate(batches):
@@ -52,9 +57,10 @@ def run(spec: dict[str, Any], rows: list[Any], options: Options, device: torch.d
         optimizer.zero_grad(set_to_none=False)
         trainable = sum(sum(s.mask[1:]) for s in batch)
         losses = []
-        for seq in batch:
-            logprobs, _ = token_logprobs(model, seq.token_ids, device)
-            mask = as_tensor(seq.mask[1:], torch.float32, device)
+        for pack in plan([len(seq.token_ids) for seq in batch], capacity, options.packing):
+            seqs = [batch[i] for i in pack.members]
+            logprobs, _, _ = packed_logprobs(model, [seq.token_ids for seq in seqs], device)
+            mask = as_tensor([m for seq in seqs for m in seq.mask[1:]], torch.float32, device)
             loss = -(logprobs * mask).sum() / trainable  # the token-mean cross-entropy over the whole batch
             loss.backward()
             losses.append(loss.detach())  # read after the batch: a read waits for the GPU
