@@ -51,3 +51,18 @@ def test_compiled_decoder_layers_equal_eager_ones_under_gradient_checkpointing(m
     torch.testing.assert_close(compiled[0], eager[0], rtol=0, atol=1e-5)
     for a, b in zip(compiled[2], eager[2]):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_auto_checkpointing_recomputes_only_a_forward_whose_activations_exceed_the_budget(model_dir):
+    model = load_model(model_dir, None, Options(device="cpu", compile_logprobs=False), CPU)
+    assert model.trainyard_checkpointing is False
+    reference = logprobs_and_grads(model)
+    model.trainyard_activation_budget = 1.0  # bytes: nothing fits
+    checkpointed = logprobs_and_grads(model)
+    assert model.trainyard_checkpointing is True
+    torch.testing.assert_close(checkpointed[0], reference[0], rtol=0, atol=1e-6)
+    for a, b in zip(checkpointed[2], reference[2]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    model.trainyard_activation_budget = 1e15
+    logprobs_and_grads(model)
+    assert model.trainyard_checkpointing is False

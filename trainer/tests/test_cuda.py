@@ -1,6 +1,6 @@
 """The trainer on CUDA (skipped where CUDA is absent; the other tests pass --device cpu): one RL step and one SFT step
 through the entry point on the tiny random Llama. The base model is loaded in bf16 with fp32 LoRA weights, gradient
-checkpointing is on by default, losses and gradient norms are finite, and the saved adapter loads in peft on a bf16
+checkpointing is on when asked for, losses and gradient norms are finite, and the saved adapter loads in peft on a bf16
 base and reproduces the trained model's logits within bf16 tolerance."""
 import math
 
@@ -51,7 +51,8 @@ def check(captured, events, model_dir, out):
     assert captured["device"] == "cuda"
     assert captured["base_dtype"] == torch.bfloat16
     assert captured["lora_dtypes"] == {torch.float32}
-    assert captured["checkpointing"] is True  # --gradient-checkpointing auto turns it on with CUDA
+    # --gradient-checkpointing auto checkpoints only a forward whose activations would not fit: a tiny model's always do.
+    assert captured["checkpointing"] is False
     steps = [e["data"] for e in events if e["type"] == "gradient_step"]
     assert steps and all(math.isfinite(s["loss"]) and math.isfinite(s["grad_norm"]) and s["grad_norm"] > 0 for s in steps)
     lora_b = [t for name, t in load_file(f"{out}/adapter_model.safetensors").items() if "lora_B" in name]
@@ -68,11 +69,12 @@ def test_rl_step_on_cuda(tmp_path, capsys, model_dir, tokenizer, monkeypatch):
     assert code == 0, err
     assert [e["type"] for e in events] == ["training_started", "gradient_step", "checkpoint"]
     check(captured, events, model_dir, out)
-    # The same step without gradient checkpointing gives the same loss and gradient norm (bf16 tolerance).
-    spec, _ = write_job(str(tmp_path / "off"), "rl", model_dir, rl_groups(tokenizer), config={"learning_rate": 1e-2})
-    code, off, err = run_job(capsys, spec, "--device", "cuda", "--gradient-checkpointing", "off")
+    # The same step with gradient checkpointing forced on gives the same loss and gradient norm (bf16 tolerance).
+    spec, _ = write_job(str(tmp_path / "on"), "rl", model_dir, rl_groups(tokenizer), config={"learning_rate": 1e-2})
+    code, on, err = run_job(capsys, spec, "--device", "cuda", "--gradient-checkpointing", "on")
     assert code == 0, err
-    on_step, off_step = events[1]["data"], off[1]["data"]
+    assert captured["checkpointing"] is True
+    off_step, on_step = events[1]["data"], on[1]["data"]
     assert off_step["loss"] == pytest.approx(on_step["loss"], rel=2e-2, abs=1e-3)
     assert off_step["grad_norm"] == pytest.approx(on_step["grad_norm"], rel=2e-2)
 

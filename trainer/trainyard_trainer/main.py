@@ -19,14 +19,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--device", default="auto", help="auto (CUDA when present, else CPU), cpu or cuda")
     parser.add_argument("--lora-rank", type=int, default=8)
     parser.add_argument("--lora-alpha", type=int, default=16)
-    parser.add_argument("--gradient-checkpointing", choices=("auto", "on", "off"), default="auto", help="auto: on with CUDA")
+    parser.add_argument("--gradient-checkpointing", choices=("auto", "on", "off"), default="auto", help="auto: with CUDA, on for a forward whose activations would not fit in memory")
     parser.add_argument("--max-seq-length", type=int, default=32768, help="the model's maximum sequence length (ART's default 32768)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the shuffles of the packing plan")
     parser.add_argument("--packing", choices=("on", "off"), default="on", help="several sequences per forward pass (off: one sequence per forward)")
     parser.add_argument("--pack-length", type=int, default=0, help="tokens per packed forward (default: the RL row length; SFT: the longest sequence rounded up to 2048)")
     parser.add_argument("--lora-dtype", choices=("auto", "bf16", "fp32"), default="auto", help="compute dtype of the LoRA matmuls (fp32 weights either way); auto: bf16 on CUDA")
     parser.add_argument("--compile", choices=("auto", "off", "logprobs", "layers"), default="auto",
-                        help="torch.compile the lm_head log-softmax chunks (logprobs), and each decoder layer too (layers); auto: logprobs with CUDA")
+                        help="torch.compile the lm_head log-softmax chunks (logprobs), and each decoder layer too (layers); auto: layers with CUDA, off on a CPU")
     parser.add_argument("spec", nargs="?", default=os.environ.get("TRAINYARD_JOB_SPEC"), help="the job spec (default: $TRAINYARD_JOB_SPEC)")
     return parser.parse_args(argv)
 
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> None:
         device=args.device, lora_rank=args.lora_rank, lora_alpha=args.lora_alpha,
         gradient_checkpointing={"auto": None, "on": True, "off": False}[args.gradient_checkpointing],
         max_seq_length=args.max_seq_length, seed=args.seed, packing=args.packing == "on", pack_length=args.pack_length or None,
-        lora_dtype=args.lora_dtype, compile_logprobs={"auto": None, "off": False}.get(args.compile, True), compile_layers=args.compile == "layers",
+        lora_dtype=args.lora_dtype, compile_logprobs={"auto": None, "off": False}.get(args.compile, True), compile_layers={"auto": None, "layers": True}.get(args.compile, False),
     )
     try:
         device = pick_device(options.device)

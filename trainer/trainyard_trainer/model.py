@@ -25,14 +25,14 @@ class Options:
     device: str = "auto"  # auto | cpu | cuda
     lora_rank: int = 8
     lora_alpha: int = 16
-    gradient_checkpointing: bool | None = None  # None: on for CUDA, off on CPU
+    gradient_checkpointing: bool | None = None  # None: on CUDA, per forward, on when its activations would not fit; off on CPU
     max_seq_length: int = 32768
     seed: int = 0
     packing: bool = True  # several sequences per forward pass (packing.py); off: one sequence per forward
     pack_length: int | None = None  # tokens per packed forward; None: the RL row length (SFT: the longest sequence, rounded up to 2048)
     lora_dtype: str = "auto"  # the LoRA matmuls' compute dtype: bf16 (autocast, fp32 master weights), fp32, or auto (bf16 on CUDA)
     compile_logprobs: bool | None = None  # torch.compile the lm_head + log-softmax chunks; None: on with CUDA
-    compile_layers: bool = False  # torch.compile each decoder layer (fewer kernel launches; compiles once per process)
+    compile_layers: bool | None = None  # torch.compile each decoder layer (fewer kernel launches); None: on with CUDA
 
 
 def pick_device(name: str) -> torch.device:
@@ -76,25 +76,75 @@ def load_model(base_model: str, adapter_dir: str | None, options: Options, devic
         config = LoraConfig(r=options.lora_rank, lora_alpha=options.lora_alpha, lora_dropout=0.0, bias="none", target_modules=present, task_type="CAUSAL_LM")
         model = get_peft_model(model, config)
     model.to(device)
-    checkpointing = options.gradient_checkpointing if options.gradient_checkpointing is not None else device.type == "cuda"
-    if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    causal_lm = model.get_base_model()
+    model.trainyard_checkpointing = None  # whether the layers checkpoint now
+    model.trainyard_activation_budget = None  # bytes of activations a forward may keep (auto checkpointing), or None
+    if options.gradient_checkpointing is not None:
+        _set_checkpointing(model, options.gradient_checkpointing)
+    elif device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        model.trainyard_activation_budget = ACTIVATION_SHARE * (free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+        _set_checkpointing(model, False)
+    else:
+        _set_checkpointing(model, False)
     lora_dtype = options.lora_dtype if options.lora_dtype != "auto" else ("bf16" if device.type == "cuda" else "fp32")
     # bf16 LoRA compute as ART runs it (autocast): the fp32 LoRA weights are cast to bf16 once per forward instead of
-    # every bf16 activation being cast to fp32 for two small fp32 matmuls, on each of the LoRA projections.
+    # every bf16 activation being cast to fp32 for two small fp32 matmuls, on each of the LoRA projections. The
+    # decoder's forward itself runs under autocast, so a plain model(...) call works too.
     model.trainyard_autocast = torch.bfloat16 if lora_dtype == "bf16" else None
+    if model.trainyard_autocast is not None:
+        decoder = causal_lm.get_decoder()
+        decoder.forward = torch.autocast(device.type, dtype=model.trainyard_autocast)(decoder.forward)
     for module in model.modules():
         if hasattr(module, "cast_input_dtype_enabled"):
             module.cast_input_dtype_enabled = model.trainyard_autocast is None
     compile_chunks = options.compile_logprobs if options.compile_logprobs is not None else device.type == "cuda"
     model.trainyard_chunk_logprobs = _compiled_chunk_logprobs() if compile_chunks else _chunk_logprobs
     packing.probe(device)
-    if options.compile_layers:
-        causal_lm = model.get_base_model()
+    model.trainyard_compiled_layers = []
+    if options.compile_layers if options.compile_layers is not None else device.type == "cuda":
         for layer in getattr(causal_lm.get_decoder(), "layers", []):
             layer.compile(dynamic=True)
+            model.trainyard_compiled_layers.append(layer)
     model.train()
     return model
+
+
+# Auto checkpointing keeps a forward's activations when they take at most this share of the GPU memory left after
+# loading; the estimate per token and layer, 3 · (10 · hidden + 4 · intermediate) bytes, is about 1.5 times what a
+# Qwen2.5-1.5B shape measured without checkpointing (26.4 GiB peak at 8,192 tokens, docs/benchmarks.md).
+ACTIVATION_SHARE = 0.7
+
+
+def _set_checkpointing(model: Any, on: bool) -> None:
+    if model.trainyard_checkpointing == on:
+        return
+    causal_lm = model.get_base_model()
+    if on and hasattr(causal_lm, "activation_checkpointing_enable"):  # transformers 5's name
+        causal_lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    elif on:
+        causal_lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif model.trainyard_checkpointing is not None:
+        (getattr(causal_lm, "activation_checkpointing_disable", None) or causal_lm.gradient_checkpointing_disable)()
+    model.trainyard_checkpointing = on
+
+
+def _checkpoint_if_needed(model: Any, tokens: int) -> None:
+    """With auto checkpointing, recompute activations in the backward pass only when keeping them for `tokens` tokens
+    would not fit: without it a step does a third less work (no second forward)."""
+    budget = getattr(model, "trainyard_activation_budget", None)
+    if budget is None:
+        return
+    config = model.get_base_model().config
+    per_token = 3 * (10 * config.hidden_size + 4 * getattr(config, "intermediate_size", 4 * config.hidden_size)) * config.num_hidden_layers
+    _set_checkpointing(model, tokens * per_token > budget)
+
+
+def _uncompile_layers(model: Any, error: Exception) -> None:
+    print(f"trainyard_trainer: compiled decoder layers unavailable ({type(error).__name__}); running eager", file=sys.stderr)
+    for layer in model.trainyard_compiled_layers:
+        layer._compiled_call_impl = None
+    model.trainyard_compiled_layers = []
 
 
 def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
@@ -179,8 +229,18 @@ def packed_logprobs(model: Any, sequences: list[list[int]], device: torch.device
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
     head = causal_lm.get_output_embeddings()
     chunk_fn = getattr(model, "trainyard_chunk_logprobs", _chunk_logprobs)
+    from torch._dynamo.exc import TorchDynamoException
+
+    if torch.is_grad_enabled():
+        _checkpoint_if_needed(model, ids.shape[1])
     with _autocast(model, device):
-        hidden = hidden_states(model, ids, lengths)[0, :-1]
+        try:
+            hidden = hidden_states(model, ids, lengths)[0, :-1]
+        except TorchDynamoException as error:
+            if not getattr(model, "trainyard_compiled_layers", None):
+                raise
+            _uncompile_layers(model, error)
+            hidden = hidden_states(model, ids, lengths)[0, :-1]
         targets = ids[0, 1:]
         logprobs, entropies = [], []
         for start in range(0, hidden.shape[0], chunk_size):
