@@ -92,9 +92,10 @@ def load_model(base_model: str, adapter_dir: str | None, options: Options, devic
     # every bf16 activation being cast to fp32 for two small fp32 matmuls, on each of the LoRA projections. The
     # decoder's forward itself runs under autocast, so a plain model(...) call works too.
     model.trainyard_autocast = torch.bfloat16 if lora_dtype == "bf16" else None
-    if model.trainyard_autocast is not None:
-        decoder = causal_lm.get_decoder()
-        decoder.forward = torch.autocast(device.type, dtype=model.trainyard_autocast)(decoder.forward)
+    decoder = causal_lm.get_decoder()
+    plain_forward = getattr(decoder, "trainyard_plain_forward", decoder.forward)  # a base model may be reused: wrap once
+    decoder.trainyard_plain_forward = plain_forward
+    decoder.forward = plain_forward if model.trainyard_autocast is None else torch.autocast(device.type, dtype=model.trainyard_autocast)(plain_forward)
     for module in model.modules():
         if hasattr(module, "cast_input_dtype_enabled"):
             module.cast_input_dtype_enabled = model.trainyard_autocast is None
@@ -103,8 +104,12 @@ def load_model(base_model: str, adapter_dir: str | None, options: Options, devic
     packing.probe(device)
     model.trainyard_compiled_layers = []
     if options.compile_layers if options.compile_layers is not None else device.type == "cuda":
+        # Each new LoRA (a new job's adapter on a base model kept loaded) recompiles the layer once; the default limit
+        # of 8 recompiles would then silently fall back to eager after a few models.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         for layer in getattr(causal_lm.get_decoder(), "layers", []):
-            layer.compile(dynamic=True)
+            if layer._compiled_call_impl is None:
+                layer.compile(dynamic=True)
             model.trainyard_compiled_layers.append(layer)
     model.train()
     return model
@@ -124,7 +129,7 @@ def _set_checkpointing(model: Any, on: bool) -> None:
         causal_lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     elif on:
         causal_lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    elif model.trainyard_checkpointing is not None:
+    else:  # also when the state is unknown: a base model kept between jobs may still checkpoint from the last one
         (getattr(causal_lm, "activation_checkpointing_disable", None) or causal_lm.gradient_checkpointing_disable)()
     model.trainyard_checkpointing = on
 
