@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { Query } from '../query/schema.js';
-import { AnyJson, FieldList, JsonObject, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
+import { AnyJson, FieldList, JsonObject, StoredJsonObject, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
 
 /** Feedback (reference §2.7). */
 
@@ -10,7 +10,7 @@ export const FeedbackCreateBody = z.object({
   weave_ref: z.string().describe('A weave:/// ref in the same project (the target need not exist yet).'),
   creator: z.string().nullish(),
   feedback_type: z.string().min(1).describe('wandb.reaction.1, wandb.note.1, wandb.annotation.<name>, wandb.runnable.<name>, or any custom type'),
-  payload: JsonObject.describe('At most 1 MiB serialised.'),
+  payload: StoredJsonObject.describe('At most 1 MiB serialised.'),
   annotation_ref: z.string().nullish(),
   runnable_ref: z.string().nullish(),
   call_ref: z.string().nullish(),
