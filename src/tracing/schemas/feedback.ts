@@ -40,6 +40,9 @@ export const FeedbackQueryBody = z.object({
   limit: Limit,
   offset: Offset,
 });
-export const FeedbackQueryResponse = z.object({ result: z.array(z.record(z.string(), AnyJson)) });
+export const FeedbackQueryResponse = z.object({
+  result: z.array(z.record(z.string(), AnyJson)),
+  total_count: z.number().int().describe('Rows the query matches, whatever limit and offset.'),
+});
 
 export const FeedbackPurgeBody = z.object({ project_id: ProjectId, query: Query.describe('Ids only: $eq on id, $or of those, or $in on id.') });
