@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { boundedDepth } from '../http/json-depth.js';
 import { textWithoutNul } from '../http/validation.js';
 
 /**
@@ -239,12 +240,15 @@ export const TrajectoryGroup = z
   .loose();
 export type TrajectoryGroup = z.infer<typeof TrajectoryGroup>;
 
+/** Each group is stored as one JSONB value, so the storage nesting bound (MAX_JSON_DEPTH) applies per group. */
+const StoredGroup = boundedDepth(TrajectoryGroup);
+
 // ---------------------------------------------------------------------------------------------------------
 // Log
 
 export const LogRequest = z.object({
   split: z.string().min(1).max(MAX_NAME_LENGTH),
-  trajectory_groups: z.array(TrajectoryGroup).max(TRAINING_LIMITS.groups),
+  trajectory_groups: z.array(StoredGroup).max(TRAINING_LIMITS.groups),
 });
 export type LogRequest = z.infer<typeof LogRequest>;
 
@@ -330,8 +334,8 @@ export type ExperimentalTrainingConfig = z.infer<typeof ExperimentalTrainingConf
 
 export const CreateTrainingJob = z.object({
   model_id: Uuid,
-  trajectory_groups: z.array(TrajectoryGroup).max(TRAINING_LIMITS.groups),
-  experimental_config: ExperimentalTrainingConfig.nullish(),
+  trajectory_groups: z.array(StoredGroup).max(TRAINING_LIMITS.groups),
+  experimental_config: boundedDepth(ExperimentalTrainingConfig).nullish(),
 });
 export type CreateTrainingJob = z.infer<typeof CreateTrainingJob>;
 
@@ -364,8 +368,8 @@ export const CreateSFTTrainingJob = z
     model_id: Uuid,
     training_data_url: z.string().min(1).optional(),
     training_folder_url: z.string().min(1).optional(),
-    config: SFTTrainingConfig.nullish(),
-    experimental_config: z.record(z.string(), z.unknown()).nullish(),
+    config: boundedDepth(SFTTrainingConfig).nullish(),
+    experimental_config: boundedDepth(z.record(z.string(), z.unknown())).nullish(),
   })
   .superRefine((body, ctx) => {
     if (body.training_data_url === undefined && body.training_folder_url === undefined) {
@@ -501,7 +505,7 @@ export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;
 export const WorkerEvent = z.discriminatedUnion('type', [
   z.object({
     type: z.literal('training_started'),
-    data: z.object({ num_sequences: z.int().min(0) }).loose(),
+    data: boundedDepth(z.object({ num_sequences: z.int().min(0) }).loose()),
   }),
   z.object({
     type: z.literal('gradient_step'),

@@ -1,7 +1,11 @@
 import { request } from 'undici';
 import type { Principal } from '../auth/principal.js';
 import { AppError, ForbiddenError, UnprocessableError } from '../errors.js';
+import { boundedDepth } from '../http/json-depth.js';
 import { SFTRow } from './schemas.js';
+
+/** Rows are stored as job inputs, so they keep the storage nesting bound too. */
+const StoredRow = boundedDepth(SFTRow);
 
 /**
  * Resolves an SFT job's `training_data_url` into its rows at job creation (issue 4): a tracing-API ref of a
@@ -56,7 +60,7 @@ export class SftDataResolver {
     const rows = /^https?:\/\//i.test(url) ? await this.fetchHttp(url) : await this.fromTracing(principal, url);
     if (rows.length === 0) throw unresolvable(url, 'it has no rows');
     for (const [index, row] of rows.entries()) {
-      const parsed = SFTRow.safeParse(row);
+      const parsed = StoredRow.safeParse(row);
       if (!parsed.success) {
         const issue = parsed.error.issues[0];
         const where = issue.path.length ? ` at ${issue.path.join('.')}` : '';

@@ -1,9 +1,13 @@
+import { randomBytes } from 'node:crypto';
+import type { Kysely } from 'kysely';
 import { request as undiciRequest } from 'undici';
 import { afterAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { closeGracefully } from '../../src/server.js';
+import { createPglite, createPgPool, pgliteDataPath, pgliteHandle, postgresHandle, type Database } from '../../src/db/index.js';
 import { createUserWithKey, testConfig } from '../helpers/app.js';
-import { freshDatabase } from '../helpers/database.js';
+import { onPostgresServer } from '../helpers/database.js';
+import { adminPool, databaseUrl } from '../helpers/postgres.js';
 import { listen } from '../helpers/listen.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
 import { backendEntry, chat, writeBackendsFile } from './gateway-helpers.js';
@@ -20,12 +24,15 @@ describe('shutdown', () => {
     const quick = await startFakeEngine({ models: ['fake/quick'], chunks: 4, chunkDelayMs: 50 });
     const endless = await startFakeEngine({ models: ['fake/endless'], chunks: 10_000, chunkDelayMs: 50 });
     engines.push(quick, endless);
-    const database = await freshDatabase();
-    // The app closes its database at the end of shutdown; keep it open to read what was written.
-    const app = await buildApp(
-      testConfig({ BACKENDS_FILE: writeBackendsFile([backendEntry('quick', [quick.url], { models: ['fake/quick'] }), backendEntry('endless', [endless.url], { models: ['fake/endless'] })]), USAGE_FLUSH_INTERVAL_MS: '60000' }),
-      { database: { ...database, close: async () => undefined } },
-    );
+    // The app opens and closes its own database, as the server does (PGlite in DATA_DIR, or the server
+    // database): the usage of the stream cut at the grace period is written before the database closes.
+    const target = await ownedDatabase();
+    const config = testConfig({
+      BACKENDS_FILE: writeBackendsFile([backendEntry('quick', [quick.url], { models: ['fake/quick'] }), backendEntry('endless', [endless.url], { models: ['fake/endless'] })]),
+      USAGE_FLUSH_INTERVAL_MS: '60000',
+      ...target.env,
+    });
+    const app = await buildApp(config);
     try {
       const url = await listen(app);
       const user = await createUserWithKey(app);
@@ -42,7 +49,7 @@ describe('shutdown', () => {
       await closeGracefully(app, 500);
       await Promise.all(bodies);
 
-      const rows = await database.db.selectFrom('usage_records').select(['request_id', 'outcome', 'completion_tokens', 'estimated']).orderBy('request_id').execute();
+      const rows = await target.usageRows(config.dataDir);
       expect(rows).toEqual([
         { request_id: 'shutdown-cut-1', outcome: 'client_disconnected', completion_tokens: expect.any(Number), estimated: true },
         { request_id: 'shutdown-quick-1', outcome: 'success', completion_tokens: 4, estimated: false },
@@ -51,7 +58,51 @@ describe('shutdown', () => {
       ]);
       expect(rows[0].completion_tokens).toBeGreaterThan(0);
     } finally {
-      await database.close();
+      await app.close();
+      await target.drop();
     }
-  });
+  }, 60_000);
 });
+
+/**
+ * A database the app opens from config and closes itself: a fresh PGlite data directory, or (with
+ * TEST_DATABASE_URL) a fresh server database. `usageRows` reopens it after the app has closed it.
+ */
+async function ownedDatabase() {
+  const select = (db: Kysely<Database>) =>
+    db.selectFrom('usage_records').select(['request_id', 'outcome', 'completion_tokens', 'estimated']).orderBy('request_id').execute();
+  if (!onPostgresServer) {
+    return {
+      env: {} as Record<string, string>,
+      async usageRows(dataDir: string) {
+        const handle = pgliteHandle(await createPglite({ dataDir: pgliteDataPath(dataDir) }));
+        try {
+          return await select(handle.db);
+        } finally {
+          await handle.close();
+        }
+      },
+      drop: async () => undefined,
+    };
+  }
+  const name = `shutdown_${randomBytes(4).toString('hex')}`;
+  const admin = adminPool();
+  await admin.query(`create database ${name}`);
+  await admin.end();
+  return {
+    env: { DATABASE_URL: databaseUrl(name) },
+    async usageRows() {
+      const handle = postgresHandle(createPgPool(databaseUrl(name), 1));
+      try {
+        return await select(handle.db);
+      } finally {
+        await handle.close();
+      }
+    },
+    async drop() {
+      const drop = adminPool();
+      await drop.query(`drop database if exists ${name} with (force)`);
+      await drop.end();
+    },
+  };
+}

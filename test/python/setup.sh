@@ -2,17 +2,23 @@
 # Creates test/python/.venv from requirements.lock (exact pins, no other packages), unless a venv made
 # from this very lock is already there. PYTHON picks the interpreter (default python3; needs 3.11+:
 # openpipe-art 0.5.17, the newest release that installs on 3.11, requires it).
+# `setup.sh weave-0.52` (or weave-0.53) makes test/python/.venv-weave-0.52 from weave-0.52.lock instead:
+# an older weave generation that run.sh runs the weave cases with.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-venv="$here/.venv"
 python=${PYTHON:-python3}
-stamp=$(cksum < "$here/requirements.lock")
+case "${1:-}" in
+  "") lock="$here/requirements.lock"; venv="$here/.venv" ;;
+  weave-*) lock="$here/$1.lock"; venv="$here/.venv-$1" ;;
+  *) echo "setup.sh: unknown generation $1 (expected weave-0.52 or weave-0.53)" >&2; exit 2 ;;
+esac
+stamp=$(cksum < "$lock")
 if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.lock-stamp" 2>/dev/null)" = "$stamp" ]; then
   exit 0
 fi
 "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed for the client tests (set PYTHON)")'
 rm -rf "$venv"
 "$python" -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$here/requirements.lock"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$lock"
 "$venv/bin/python" -m pip check --disable-pip-version-check
 echo "$stamp" > "$venv/.lock-stamp"

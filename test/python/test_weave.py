@@ -165,7 +165,8 @@ def test_tags_and_aliases_with_the_sdk_functions(stack, client, project):
     assert weave.list_aliases() == ["staging"]
 
     weave.remove_aliases(v0, "staging")
-    with pytest.raises(ValueError, match="Unable to read object"):
+    # The server answers 404 "Obj prompt:staging not found"; weave 0.54 words the error itself, older releases pass the reason on.
+    with pytest.raises(ValueError, match="Unable to read object|Obj prompt:staging not found"):
         weave.ref("prompt:staging").get()
 
     # The same labels through the HTTP API.
@@ -293,6 +294,12 @@ def test_threads_group_calls(stack, client, project, write_path):
 
 
 def test_openai_integration_traces_a_chat_completion_through_the_gateway(stack, client, project, write_path):
+    from packaging.version import Version  # noqa: PLC0415
+
+    if Version(weave.__version__) < Version("0.53"):
+        # Client side: with openai 2.x, weave 0.52's integration records no call at all (nothing is sent,
+        # no batch is dropped), so there is nothing for the server to store.
+        pytest.skip("weave 0.52's openai integration does not trace openai 2.x")
     from weave.integrations import patch_openai  # noqa: PLC0415
 
     patch_openai()

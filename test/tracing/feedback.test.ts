@@ -163,11 +163,13 @@ describe('/feedback/query', () => {
       { feedback_type: 'wandb.note.1', 'payload.note': 'first', payload: { note: 'first', nested: { n: 2 } } },
     ]);
     const count = await post(app, user, '/feedback/query', { project_id: project, fields: ['count(*)'], query: { $expr: { $eq: [{ $getField: 'feedback_type' }, { $literal: 'wandb.note.1' }] } } });
-    expect(count.json()).toEqual({ result: [{ 'count(*)': 2 }] });
+    expect(count.json()).toEqual({ result: [{ 'count(*)': 2 }], total_count: 2 });
     const byPayload = await post(app, user, '/feedback/query', { project_id: project, fields: ['weave_ref'], query: { $expr: { $gt: [{ $getField: 'payload.score' }, { $literal: 0.1 }] } } });
     expect(byPayload.json().result).toEqual([{ weave_ref: callRef(project, 'c2') }]);
     const offset = await post(app, user, '/feedback/query', { project_id: project, fields: ['payload.note'], limit: 1, offset: 1 });
     expect(offset.json().result).toEqual([{ 'payload.note': 'second' }]);
+    // total_count counts what the query matches, not the page (weave 0.53+ require the key).
+    expect([paths.json().total_count, byPayload.json().total_count, offset.json().total_count]).toEqual([3, 1, 3]);
   });
 
   it('answers 403 for an unknown field and 400 for a bad sort direction', async () => {

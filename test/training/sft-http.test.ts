@@ -13,6 +13,13 @@ let files: http.Server;
 let filesUrl: string;
 const rows = sftRows(4);
 
+/** A row nesting `levels` objects and arrays: row {} > messages [] > message {} > content, then `{d: ...}`. */
+function rowNesting(levels: number): Record<string, unknown> {
+  let content: unknown = 'deep';
+  for (let i = 0; i < levels - 3; i++) content = { d: content };
+  return { messages: [{ role: 'user', content }, { role: 'assistant', content: 'ok' }] };
+}
+
 beforeAll(async () => {
   app = await createTestApp({ SFT_ALLOW_HTTP_URLS: 'true', BODY_LIMIT_MB: '1' });
   user = await createUserWithKey(app);
@@ -20,6 +27,7 @@ beforeAll(async () => {
     if (request.url === '/train.jsonl') return void response.end(rows.map((row) => JSON.stringify(row)).join('\n') + '\n');
     if (request.url === '/huge.jsonl') return void response.end('x'.repeat(2 * 1024 * 1024));
     if (request.url === '/broken.jsonl') return void response.end('{"messages": [}\n');
+    if (request.url === '/deep.jsonl') return void response.end(`${JSON.stringify(rowNesting(256))}\n${JSON.stringify(rowNesting(257))}\n`);
     if (request.url === '/redirect') return void response.writeHead(302, { location: '/train.jsonl' }).end();
     response.writeHead(404).end('no such file');
   });
@@ -50,5 +58,14 @@ describe('SFT data from http(s) URLs', () => {
     expect(await why('/huge.jsonl')).toBe('it is larger than the limit of 1048576 bytes');
     expect(await why('/broken.jsonl')).toBe('line 1 is not valid JSON');
     expect(await why('/redirect')).toBe('the server answered HTTP 302');
+  });
+
+  it('a row nested past the storage bound of 256 levels is a 422 naming the row', async () => {
+    const { model } = await userWithModel(app, user);
+    const response = await create(model.id, `${filesUrl}/deep.jsonl`);
+    expect(response.status).toBe(422);
+    expect(response.body.detail[0].ctx.error).toBe(
+      'row 1 is not a training row (Value error, the value nests more than 256 levels of objects and arrays, the most that is stored; flatten it or send it as a string); each row needs "messages", a list of chat messages',
+    );
   });
 });

@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { errorCodes, type FastifyInstance, type FastifyRequest } from 'fastify';
 import { isLosslessNumber } from 'lossless-json';
 import { parseJsonBody } from '../../http/json-body.js';
 import { parseLossless, type JsonValue, type LosslessJson } from '../json.js';
@@ -38,7 +38,10 @@ export function losslessToPlain(value: LosslessJson): JsonValue {
 /**
  * The tracing API's JSON parser (encapsulated in the tracing plugin). Most routes use the app's parser;
  * digest routes also keep the lossless tree. `application/jsonl` bodies are accepted as JSON, as some
- * clients send the streaming content type on requests too.
+ * clients send the streaming content type on requests too. A body with no `Content-Type` at all is read
+ * as JSON too: weave's Python HTTP binding up to 0.52 (and 0.53's legacy binding) posts `data=<json>`
+ * without the header, and weave's FastAPI server reads such bodies as JSON. Any other content type
+ * keeps the app's 415.
  */
 export function registerTracingBodyParsers(app: FastifyInstance): void {
   app.removeContentTypeParser('application/json');
@@ -58,4 +61,9 @@ export function registerTracingBodyParsers(app: FastifyInstance): void {
   };
   app.addContentTypeParser('application/json', { parseAs: 'string' }, parser);
   app.addContentTypeParser('application/jsonl', { parseAs: 'string' }, parser);
+  // Fastify hands a body without the header to the catch-all parser (and so is every unknown type).
+  app.addContentTypeParser('*', { parseAs: 'string' }, (request, body, done) => {
+    if (request.headers['content-type'] === undefined) parser(request, body, done);
+    else done(new errorCodes.FST_ERR_CTP_INVALID_MEDIA_TYPE(), undefined);
+  });
 }

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../http/json-depth.js';
 import { isValidIsoDateTime } from '../schemas/common.js';
 import { SPAN_KINDS, STATUS_CODES, STATUS_ERROR, type AttrValue, type KeyValue, type OtlpResourceSpans, type OtlpScope, type OtlpSpan } from './model.js';
 
@@ -344,6 +345,15 @@ export function spanToCall(context: SpanContext, span: OtlpSpan): OtelCall {
     exception = span.status.message || fromEvent || 'Span status ERROR';
   }
 
+  const otelDump = dump(span, context);
+  // The same bound as every other stored payload: a kvlist nested (or a JSON string attribute parsed)
+  // past it would be stored and then fail every read of the project's calls.
+  // The dump holds each attribute two levels down (dump > attributes > value), so it is the first to pass it.
+  const stored = { inputs, output, attributes: callAttributes, 'the span as stored (otel_dump)': otelDump };
+  for (const [field, value] of Object.entries(stored)) {
+    if (nestsDeeperThan(value)) throw new SpanRejected(`${field} nests more than ${MAX_JSON_DEPTH} levels of objects and arrays, the most that is stored`);
+  }
+
   return {
     project_id: context.projectId,
     id: span.spanId,
@@ -356,7 +366,7 @@ export function spanToCall(context: SpanContext, span: OtlpSpan): OtelCall {
     started_at: startedAt,
     attributes: callAttributes,
     inputs,
-    otel_dump: dump(span, context),
+    otel_dump: otelDump,
     wb_run_id: str(RUN_ID),
     wb_run_step: int(RUN_STEP),
     ended_at: endedAt,

@@ -41,19 +41,28 @@ export function callsWhere({ projectId, filter, query, expandColumns }: CallsWhe
     // A call whose end arrived before its start stays invisible until the start arrives.
     sql`${col('started_at')} is not null`,
     sql`${col('deleted_at')} is null`,
-    ...(filter ? filterConditions(filter) : []),
+    ...(filter ? filterConditions(filter, projectId) : []),
   ];
   if (query) conditions.push(compileExpr(query.$expr, callFieldResolver({ expandColumns })));
   return sql<SqlBool>`${sql.join(conditions, sql` and `)}`;
 }
 
-function filterConditions(filter: CallsFilter): RawBuilder<unknown>[] {
+/**
+ * A run id as the SDKs store it: `entity/project/run`. A bare run id in a filter is one of the query's
+ * project, as weave's server reads it (the Python SDK's `wb_run_ids=["<run>"]`).
+ */
+function qualifiedRunId(projectId: string, runId: string): string {
+  return runId.includes('/') ? runId : `${projectId}/${runId}`;
+}
+
+function filterConditions(filter: CallsFilter, projectId: string): RawBuilder<unknown>[] {
   const conditions: RawBuilder<unknown>[] = [];
   if (filter.op_names?.length) conditions.push(matchOpNames(filter.op_names));
   if (filter.input_refs?.length) conditions.push(matchRefs('input_refs', filter.input_refs));
   if (filter.output_refs?.length) conditions.push(matchRefs('output_refs', filter.output_refs));
   for (const [key, column] of Object.entries(ID_FILTERS)) {
-    const values = filter[key as keyof typeof ID_FILTERS];
+    let values = filter[key as keyof typeof ID_FILTERS];
+    if (key === 'wb_run_ids') values = values?.map((runId) => qualifiedRunId(projectId, runId));
     if (values?.length) conditions.push(sql`${col(column)} in (${sql.join(values)})`);
   }
   if (filter.trace_roots_only) conditions.push(sql`${col('parent_id')} is null`);

@@ -50,7 +50,7 @@ export const feedbackRoutes: FastifyPluginAsyncZod = async (app) => {
     async (request) => {
       const { body } = request;
       const projectId = projectFor(request, body.project_id);
-      return { result: await feedback.queryFeedback(deps, { projectId, fields: body.fields, query: body.query, sortBy: body.sort_by, limit: body.limit, offset: body.offset }) };
+      return feedback.queryFeedback(deps, { projectId, fields: body.fields, query: body.query, sortBy: body.sort_by, limit: body.limit, offset: body.offset });
     },
   );
 

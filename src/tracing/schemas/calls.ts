@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { CallsFilter, Query } from '../query/schema.js';
-import { AnyJson, DateTime, FieldList, JsonObject, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
+import { AnyJson, DateTime, FieldList, JsonObject, StoredJson, StoredJsonObject, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
 
 /** Calls (reference §2.2). */
 
@@ -14,9 +14,9 @@ export const StartedCall = z.object({
   thread_id: z.string().nullish(),
   turn_id: z.string().nullish(),
   started_at: DateTime,
-  attributes: JsonObject,
-  inputs: JsonObject,
-  otel_dump: JsonObject.nullish(),
+  attributes: StoredJsonObject,
+  inputs: StoredJsonObject,
+  otel_dump: StoredJsonObject.nullish(),
   wb_user_id: z.string().nullish(),
   wb_run_id: z.string().nullish(),
   wb_run_step: z.number().int().nullish(),
@@ -28,8 +28,8 @@ export const EndedCall = z.object({
   id: z.string().min(1),
   ended_at: DateTime,
   exception: z.string().nullish(),
-  output: AnyJson.optional(),
-  summary: JsonObject,
+  output: StoredJson.optional(),
+  summary: StoredJsonObject,
   wb_run_step_end: z.number().int().nullish(),
   /** Sent by the JS SDK inside every `call/end` of a named call. */
   display_name: z.string().nullish(),

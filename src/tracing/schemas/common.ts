@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { boundedDepth } from '../../http/json-depth.js';
 
 /**
  * Shared pieces of the tracing request and response schemas. Request objects are plain `z.object`s:
@@ -74,6 +75,13 @@ export const JsonObject = z
     message: 'Input should be a valid dictionary',
   })
   .meta({ type: 'object', additionalProperties: true });
+
+/**
+ * What a write stores from the client: any JSON value, or an object, nested at most MAX_JSON_DEPTH
+ * levels (422 naming the field beyond), so that every reader can return it.
+ */
+export const StoredJson = boundedDepth(AnyJson);
+export const StoredJsonObject = boundedDepth(JsonObject);
 
 export const SortBy = z.object({ field: Key, direction: z.string().max(16).describe('asc or desc') });
 export const SortByList = z.array(SortBy).max(TRACING_LIMITS.sortKeys);

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { boundedDepth } from '../../http/json-depth.js';
 import { JsonObject, ProjectId, TRACING_LIMITS } from './common.js';
 
 /** Completions through the inference gateway (reference §2.10). */
@@ -14,7 +15,7 @@ export const CompletionsInputs = z
 
 export const CompletionsCreateBody = z.object({
   project_id: ProjectId,
-  inputs: CompletionsInputs,
+  inputs: boundedDepth(CompletionsInputs),
   track_llm_call: z.boolean().nullish().describe('Default true: record a weave.completions_create call.'),
   wb_user_id: z.string().nullish().describe('Ignored: set from the key.'),
 });

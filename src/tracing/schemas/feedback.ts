@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { Query } from '../query/schema.js';
-import { AnyJson, FieldList, JsonObject, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
+import { AnyJson, FieldList, JsonObject, StoredJsonObject, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
 
 /** Feedback (reference §2.7). */
 
@@ -10,7 +10,7 @@ export const FeedbackCreateBody = z.object({
   weave_ref: z.string().describe('A weave:/// ref in the same project (the target need not exist yet).'),
   creator: z.string().nullish(),
   feedback_type: z.string().min(1).describe('wandb.reaction.1, wandb.note.1, wandb.annotation.<name>, wandb.runnable.<name>, or any custom type'),
-  payload: JsonObject.describe('At most 1 MiB serialised.'),
+  payload: StoredJsonObject.describe('At most 1 MiB serialised.'),
   annotation_ref: z.string().nullish(),
   runnable_ref: z.string().nullish(),
   call_ref: z.string().nullish(),
@@ -40,6 +40,9 @@ export const FeedbackQueryBody = z.object({
   limit: Limit,
   offset: Offset,
 });
-export const FeedbackQueryResponse = z.object({ result: z.array(z.record(z.string(), AnyJson)) });
+export const FeedbackQueryResponse = z.object({
+  result: z.array(z.record(z.string(), AnyJson)),
+  total_count: z.number().int().describe('Rows the query matches, whatever limit and offset.'),
+});
 
 export const FeedbackPurgeBody = z.object({ project_id: ProjectId, query: Query.describe('Ids only: $eq on id, $or of those, or $in on id.') });

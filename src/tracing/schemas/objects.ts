@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AnyJson, Key, KeyList, Limit, Offset, ProjectId, SortByList } from './common.js';
+import { AnyJson, Key, StoredJson, KeyList, Limit, Offset, ProjectId, SortByList } from './common.js';
 
 /** Objects (reference §2.3). */
 
@@ -7,7 +7,7 @@ export const ObjCreateBody = z.object({
   obj: z.object({
     project_id: ProjectId,
     object_id: z.string().describe('1 to 128 of [A-Za-z0-9_.-]'),
-    val: AnyJson,
+    val: StoredJson,
     builtin_object_class: z.string().nullish().describe("A weave builtin class (AnnotationSpec, Leaderboard, SavedView, ...): the value is validated and stored in weave's dumped form; 400 for an unknown class."),
     set_base_object_class: z.string().nullish().describe('Deprecated alias of builtin_object_class.'),
     expected_digest: z.string().nullish().describe('409 when the computed digest differs.'),

@@ -1,18 +1,18 @@
 import { z } from 'zod';
-import { AnyJson, KeyList, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
+import { AnyJson, KeyList, StoredJson, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
 
 /** Tables (reference §2.4). Row values are checked to be objects by the service (400, not 422). */
 
 export const TableCreateBody = z.object({
   table: z.object({
     project_id: ProjectId,
-    rows: z.array(AnyJson).max(TRACING_LIMITS.tableRows),
+    rows: z.array(StoredJson).max(TRACING_LIMITS.tableRows),
     expected_digest: z.string().nullish(),
   }),
 });
 export const TableCreateResponse = z.object({ digest: z.string(), row_digests: z.array(z.string()) });
 
-const Row = AnyJson.describe('a JSON object');
+const Row = StoredJson.describe('a JSON object');
 export const TableUpdateSpec = z.union([
   z.object({ append: z.object({ row: Row }) }),
   z.object({ pop: z.object({ index: z.number().int() }) }),

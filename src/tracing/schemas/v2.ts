@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { CallEndBody, CallStartBody, StartedCall } from './calls.js';
-import { AnyJson, DateTime, JsonObject, TRACING_LIMITS } from './common.js';
+import { DateTime, StoredJson, StoredJsonObject, TRACING_LIMITS } from './common.js';
 
 /** The v2 call routes of newer Python clients (reference §2.12). */
 
@@ -12,8 +12,8 @@ export const CompletedCall = StartedCall.extend({
   trace_id: z.string().min(1),
   ended_at: DateTime,
   exception: z.string().nullish(),
-  output: AnyJson.optional(),
-  summary: JsonObject,
+  output: StoredJson.optional(),
+  summary: StoredJsonObject,
   wb_run_step_end: z.number().int().nullish(),
 });
 export type CompletedCall = z.infer<typeof CompletedCall>;

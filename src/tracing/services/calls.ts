@@ -216,12 +216,23 @@ export async function queryStats(
   return args.totalStorageSize ? { count: result.count, total_storage_size_bytes: result.totalStorageSize } : { count: result.count };
 }
 
+/** The JSON columns weave also accepts under their storage names (`output_dump` is `output`). */
+const DUMP_COLUMNS = new Set(['inputs_dump', 'output_dump', 'attributes_dump', 'summary_dump']);
+
+/** The call column a `columns` entry selects: its first path segment, `<column>_dump` read as `<column>`. */
+function columnOf(entry: string): string {
+  const head = entry.split('.')[0];
+  return DUMP_COLUMNS.has(head) ? head.slice(0, -'_dump'.length) : head;
+}
+
 /** A calls query as the repository and the row mapper need it. */
 function listArgs(projectId: string, body: Omit<CallsQueryBody, 'project_id'>): repo.CallsListArgs {
   let columns: Set<string> | undefined;
   if (body.columns?.length) {
-    columns = new Set(body.columns.map((c) => c.split('.')[0]));
+    columns = new Set(body.columns.map(columnOf));
     for (const path of body.expand_columns ?? []) columns.add(path.split('.')[0]);
+    // weave returns the summary that carries the costs even when `columns` leaves it out.
+    if (body.include_costs) columns.add('summary');
     // The derived summary.weave needs these (reference §3.7).
     if (columns.has('summary')) for (const c of ['ended_at', 'exception', 'display_name']) columns.add(c);
   }

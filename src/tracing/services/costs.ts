@@ -111,7 +111,10 @@ export async function addCosts(deps: TracingDeps, projectId: string, calls: Reco
   for (const call of calls) {
     const summary = call.summary;
     if (!isObject(summary)) continue;
+    const costs = callCosts(usageOf(call) ?? {}, String(call.started_at), prices);
+    // weave's server leaves `costs` out when no model of the call has a price (not `costs: {}`).
+    if (Object.keys(costs).length === 0) continue;
     const weave = isObject(summary.weave) ? summary.weave : {};
-    summary.weave = { ...weave, costs: callCosts(usageOf(call) ?? {}, String(call.started_at), prices) };
+    summary.weave = { ...weave, costs };
   }
 }

@@ -162,23 +162,27 @@ export async function purgeFeedback(deps: TracingDeps, args: { projectId: string
 /**
  * A feedback query. Field names (reference §2.7): a column; `<column>_dump` for that column under its
  * plain name; `payload.<path>` under the dotted name; `count(*)` alone gives one row `{"count(*)": n}`.
+ * `total_count` is the number of rows the query matches, whatever the limit and offset: weave 0.53 and
+ * later require it in the answer (their FeedbackQueryRes has no default for it).
  */
 export async function queryFeedback(
   deps: TracingDeps,
   args: { projectId: string; fields?: readonly string[] | null; query?: Query | null; sortBy?: readonly SortBy[] | null; limit?: number | null; offset?: number | null },
-): Promise<Record<string, unknown>[]> {
+): Promise<{ result: Record<string, unknown>[]; total_count: number }> {
   const fields = args.fields?.length ? args.fields : repo.FEEDBACK_COLUMNS;
   if (fields.includes('count(*)')) {
     if (fields.length > 1) throw new InvalidFieldError('count(*)', 'count(*) cannot be combined with other fields');
-    return [{ 'count(*)': await repo.countFeedback(deps.db, args) }];
+    const count = await repo.countFeedback(deps.db, args);
+    return { result: [{ 'count(*)': count }], total_count: count };
   }
   const select = fields.map((field) => {
     const column = field.endsWith('_dump') ? field.slice(0, -'_dump'.length) : field;
     return { key: column, sql: repo.feedbackFieldSql(column) };
   });
-  const rows = await repo.queryFeedback(deps.db, { ...args, select });
   // A payload path reads as JSONB; a whole payload too. Both come back parsed from the driver.
-  return rows;
+  const rows = await repo.queryFeedback(deps.db, { ...args, select });
+  const paged = args.limit != null || Boolean(args.offset);
+  return { result: rows, total_count: paged ? await repo.countFeedback(deps.db, args) : rows.length };
 }
 
 /** summary.weave.feedback for calls: each call's feedback rows, by call id. */
