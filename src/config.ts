@@ -47,6 +47,7 @@ const EnvSchema = z.object({
   TRAINABLE_BASE_MODELS: list.default([]),
   WORKER_LEASE_SECONDS: integer(5, 86_400).default(60),
   JOB_MAX_ATTEMPTS: integer(1, 100).default(3),
+  MAX_RUNNING_JOBS_PER_ENTITY: integer(0, 100_000).default(0),
   WORKER_SEEN_SECONDS: integer(1, 86_400).default(120),
   LEASE_SWEEP_INTERVAL_MS: integer(100, 3_600_000).default(5_000),
   CHECKPOINT_URI_PREFIXES: list
@@ -87,6 +88,8 @@ export interface Config {
   readonly workerLeaseSeconds: number;
   /** Attempts a job gets before a retryable failure becomes final. */
   readonly jobMaxAttempts: number;
+  /** Jobs of one entity (user or team) that may run at once; 0: no limit. */
+  readonly maxRunningJobsPerEntity: number;
   /** The system check's gpu_queue passes when a trainer worker was seen within this window. */
   readonly workerSeenSeconds: number;
   readonly leaseSweepIntervalMs: number;
@@ -151,6 +154,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     trainableBaseModels: Object.freeze([...e.TRAINABLE_BASE_MODELS]),
     workerLeaseSeconds: e.WORKER_LEASE_SECONDS,
     jobMaxAttempts: e.JOB_MAX_ATTEMPTS,
+    maxRunningJobsPerEntity: e.MAX_RUNNING_JOBS_PER_ENTITY,
     workerSeenSeconds: e.WORKER_SEEN_SECONDS,
     leaseSweepIntervalMs: e.LEASE_SWEEP_INTERVAL_MS,
     checkpointUriPrefixes: Object.freeze([...e.CHECKPOINT_URI_PREFIXES]),

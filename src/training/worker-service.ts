@@ -56,8 +56,8 @@ export class WorkerService {
   }
 
   /**
-   * Claims the oldest job that may run, waiting up to `wait_seconds` for one: woken at once by a job queued
-   * in this process, polling the database for other processes' jobs. Undefined when none came (204), when
+   * Claims the next job that may run (entities in turn, oldest first within one), waiting up to
+   * `wait_seconds` for one: woken at once by a job queued in this process, polling the database for other processes' jobs. Undefined when none came (204), when
    * the app is closing, or when the caller went away.
    */
   async claim(principal: Principal, body: ClaimRequest, abort?: AbortSignal): Promise<ClaimResponse | undefined> {
@@ -69,6 +69,7 @@ export class WorkerService {
       kinds: body.kinds,
       baseModels: body.base_models,
       leaseSeconds: config.workerLeaseSeconds,
+      maxRunningPerEntity: config.maxRunningJobsPerEntity,
     };
     const deadline = Date.now() + body.wait_seconds * 1000;
     for (;;) {

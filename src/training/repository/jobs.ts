@@ -196,6 +196,9 @@ export async function cancelModelJobs(db: TrainingDb, args: { modelId: string })
 // ---------------------------------------------------------------------------------------------------------
 // Workers' side
 
+/** The advisory lock every claim holds until its transaction ends (an arbitrary constant of trainyard's). */
+const CLAIM_LOCK_KEY = 7_310_512_023;
+
 const leaseEnd = (seconds: number) => sql<Date>`now() + make_interval(secs => ${seconds})`;
 
 /**
@@ -212,21 +215,37 @@ export interface Claim {
 }
 
 /**
- * Claims the oldest queued job that may run now, in one statement: a model's jobs run one at a time in
- * creation order, so a job waits while its model has a running job or an older queued one. `SKIP LOCKED`
- * lets concurrent claims pass over a job another claim holds, so two workers never get the same job.
- * The target step is fixed here, from the checkpoints that exist now.
+ * Claims the next queued job that may run now. A model's jobs run one at a time in creation order, so a
+ * job waits while its model has a running job or an older queued one. Among the rest, entities take turns:
+ * the entity whose last claim is oldest (or that never had one) goes first, and within an entity the
+ * oldest job, so that one team's hundred queued jobs do not starve another's one. `maxRunningPerEntity`
+ * (0: none) passes over entities that already run that many jobs. The target step is fixed here, from the
+ * checkpoints that exist now. Several statements: run it in a transaction.
+ *
+ * Claims serialize on a transaction-level advisory lock: the turn order and the running count are read
+ * and written by every claim, and two concurrent claims (other workers, other trainyard processes on one
+ * PostgreSQL) that each saw the other's count before it committed would run one job over the limit.
+ * A claim is a few index lookups, so the queue of claims stays short.
  */
 export async function claimJob(
   db: TrainingDb,
-  args: { reach: WorkerReach; workerId: string; kinds?: readonly JobKind[]; baseModels?: readonly string[]; leaseSeconds: number },
+  args: {
+    reach: WorkerReach;
+    workerId: string;
+    kinds?: readonly JobKind[];
+    baseModels?: readonly string[];
+    leaseSeconds: number;
+    maxRunningPerEntity?: number;
+  },
 ): Promise<Claim | undefined> {
   const { reach } = args;
   if (reach !== 'all' && reach.length === 0) return undefined;
+  await sql`select pg_advisory_xact_lock(${CLAIM_LOCK_KEY})`.execute(db);
   let candidate = db
     .selectFrom('training_jobs as j')
     .innerJoin('models as m', 'm.id', 'j.model_id')
-    .select('j.id')
+    .leftJoin('entity_claim_turns as t', 't.entity_id', 'm.entity_id')
+    .select(['j.id'])
     .where('j.status', '=', 'QUEUED')
     .where('m.deleted_at', 'is', null)
     .where(({ not, exists, selectFrom }) =>
@@ -244,6 +263,10 @@ export async function claimJob(
   }
   if (args.kinds?.length) candidate = candidate.where('j.kind', 'in', [...args.kinds]);
   if (args.baseModels?.length) candidate = candidate.where('m.base_model', 'in', [...args.baseModels]);
+  if (args.maxRunningPerEntity) {
+    const running = sql<number>`(select count(*) from training_jobs r join models rm on rm.id = r.model_id where rm.entity_id = m.entity_id and r.status = 'RUNNING')`;
+    candidate = candidate.where(running, '<', args.maxRunningPerEntity);
+  }
 
   const token = crypto.randomUUID();
   const latestStep = sql<number>`(select coalesce(max(c.step), 0) from checkpoints c where c.model_id = training_jobs.model_id)`;
@@ -258,7 +281,7 @@ export async function claimJob(
       base_step: latestStep,
       target_step: sql<number>`${latestStep} + 1`,
     })
-    .where('id', '=', candidate.orderBy('j.seq').limit(1).forUpdate('j').skipLocked())
+    .where('id', '=', candidate.orderBy(sql`coalesce(t.turn, 0)`).orderBy('j.seq').limit(1).forUpdate('j').skipLocked())
     .returningAll()
     .executeTakeFirst();
   if (!row) return undefined;
@@ -269,6 +292,14 @@ export async function claimJob(
     .select(['m.id', 'e.name as entity', 'm.project', 'm.name', 'm.base_model'])
     .where('m.id', '=', row.model_id)
     .executeTakeFirstOrThrow();
+  await db
+    .insertInto('entity_claim_turns')
+    .values((eb) => ({
+      entity_id: eb.selectFrom('models').select('entity_id').where('id', '=', row.model_id),
+      turn: sql<number>`nextval('claim_turn_seq')`,
+    }))
+    .onConflict((oc) => oc.column('entity_id').doUpdateSet({ turn: sql<number>`excluded.turn` }))
+    .execute();
   const base = await db
     .selectFrom('checkpoints')
     .selectAll()
