@@ -2,6 +2,7 @@
 export * from './repository/db.js';
 export * from './repository/models.js';
 export * from './repository/checkpoints.js';
+export * from './repository/retention.js';
 export * from './repository/logs.js';
 export * from './repository/jobs.js';
 export * from './repository/events.js';

@@ -141,6 +141,7 @@ export type DeleteCheckpointsRequest = z.infer<typeof DeleteCheckpointsRequest>;
 export const DeleteCheckpointsResponse = z.object({
   deleted_count: z.number().int(),
   not_found_steps: z.array(z.number().int()),
+  pinned_steps: z.array(z.number().int()).describe('Steps spared because they are pinned (unpin to delete them)'),
 });
 export type DeleteCheckpointsResponse = z.infer<typeof DeleteCheckpointsResponse>;
 

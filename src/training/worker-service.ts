@@ -26,6 +26,8 @@ export interface WorkerServiceDeps {
   db: repo.TrainingDb;
   config: Config;
   signal: JobSignal;
+  /** Runs after a complete registered a checkpoint (the model's retention policy); never throws. */
+  onCheckpointLanded?: (modelId: string) => Promise<void>;
 }
 
 function staleLease(jobId: string): ConflictError {
@@ -183,6 +185,7 @@ export class WorkerService {
     if (result.outcome === 'canceled') {
       throw new ConflictError(`Training job ${jobId} was canceled; no checkpoint was registered.`, { code: 'job_canceled' });
     }
+    await this.deps.onCheckpointLanded?.(result.job.model_id);
     const { id, step, uri, metrics } = result.checkpoint;
     return { job: jobJson(result.job), checkpoint: { id, step, uri, metrics } };
   }

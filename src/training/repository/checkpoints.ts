@@ -3,6 +3,7 @@ import type { Checkpoint, DeleteCheckpointsResponse, PageOf } from '../schemas.j
 import type { CheckpointTable } from '../tables.js';
 import { iso, isUuid, toPage, type TrainingDb } from './db.js';
 import type { StoredModel } from './models.js';
+import { recordReleases, type DeletedCheckpoint } from './retention.js';
 
 export interface StoredCheckpoint extends Checkpoint {
   model_id: string;
@@ -66,19 +67,39 @@ export async function latestCheckpoint(db: TrainingDb, args: { model: StoredMode
   return row && toCheckpoint(row);
 }
 
-/** Deletes checkpoints by step; `deleted` names what went, for the inference router to unload adapters. */
+/**
+ * Deletes checkpoints by step, sparing pinned ones (reported in `pinned_steps`): a pin protects a
+ * checkpoint from clients that delete every step but the ones they think best. `deleted` names what went,
+ * for the inference router to unload adapters and the storage to be released. Several statements: run it
+ * in a transaction.
+ */
 export async function deleteCheckpoints(
   db: TrainingDb,
   args: { model: StoredModel; steps: readonly number[] },
-): Promise<DeleteCheckpointsResponse & { deleted: { step: number; uri: string }[] }> {
+): Promise<DeleteCheckpointsResponse & { pinned_steps: number[]; deleted: DeletedCheckpoint[] }> {
   const steps = [...new Set(args.steps)];
-  if (steps.length === 0) return { deleted_count: 0, not_found_steps: [], deleted: [] };
+  if (steps.length === 0) return { deleted_count: 0, not_found_steps: [], pinned_steps: [], deleted: [] };
   const deleted = await db
     .deleteFrom('checkpoints')
     .where('model_id', '=', args.model.id)
     .where('step', 'in', steps)
-    .returning(['step', 'uri'])
+    .where('pinned', '=', false)
+    .returning(['step', 'uri', 'source'])
     .execute();
-  const found = new Set(deleted.map((row) => row.step));
-  return { deleted_count: deleted.length, not_found_steps: steps.filter((step) => !found.has(step)), deleted };
+  const pinned = await db
+    .selectFrom('checkpoints')
+    .select('step')
+    .where('model_id', '=', args.model.id)
+    .where('step', 'in', steps)
+    .where('pinned', '=', true)
+    .orderBy('step')
+    .execute();
+  await recordReleases(db, { model: args.model, checkpoints: deleted, reason: 'deleted' });
+  const found = new Set([...deleted, ...pinned].map((row) => row.step));
+  return {
+    deleted_count: deleted.length,
+    not_found_steps: steps.filter((step) => !found.has(step)),
+    pinned_steps: pinned.map((row) => row.step),
+    deleted,
+  };
 }

@@ -3,6 +3,7 @@ import type { Model, PageOf } from '../schemas.js';
 import type { ModelTable } from '../tables.js';
 import { cancelModelJobs } from './jobs.js';
 import { iso, isUuid, toPage, type EntityScope, type TrainingDb } from './db.js';
+import { recordReleases, type DeletedCheckpoint } from './retention.js';
 
 /** A live model the caller may reach. Functions on a model's checkpoints, logs and jobs take one of these. */
 export interface StoredModel extends Model {
@@ -151,10 +152,11 @@ export async function currentStep(db: TrainingDb, { model }: { model: StoredMode
 export async function deleteModel(
   db: TrainingDb,
   { model }: { model: StoredModel },
-): Promise<{ deleted_checkpoints: number; deleted: { step: number; uri: string }[] }> {
+): Promise<{ deleted_checkpoints: number; deleted: DeletedCheckpoint[] }> {
   await db.updateTable('models').set({ deleted_at: new Date() }).where('id', '=', model.id).execute();
   await cancelModelJobs(db, { modelId: model.id });
-  const deleted = await db.deleteFrom('checkpoints').where('model_id', '=', model.id).returning(['step', 'uri']).execute();
+  const deleted = await db.deleteFrom('checkpoints').where('model_id', '=', model.id).returning(['step', 'uri', 'source']).execute();
+  await recordReleases(db, { model, checkpoints: deleted, reason: 'deleted' });
   await db.deleteFrom('trajectory_logs').where('model_id', '=', model.id).execute();
   await db.deleteFrom('metric_history').where('model_id', '=', model.id).execute();
   return { deleted_checkpoints: deleted.length, deleted };
