@@ -52,6 +52,7 @@ const EnvSchema = z.object({
   LEASE_SWEEP_INTERVAL_MS: integer(100, 3_600_000).default(5_000),
   CHECKPOINT_EXPIRY_INTERVAL_MS: integer(100, 86_400_000).default(60_000),
   ADAPTERS_DIR: z.string().min(1, 'must not be empty').optional(),
+  ADAPTER_ARCHIVE_LIMIT_MB: megabytes(65_536).default(1024 * 1024 * 1024),
   CHECKPOINT_URI_PREFIXES: list
     .pipe(z.array(z.string().regex(/\/$/, 'each prefix must end with "/"')).min(1, 'must name at least one prefix'))
     .default(['/adapters/', 's3://']),
@@ -99,6 +100,8 @@ export interface Config {
   readonly checkpointExpiryIntervalMs: number;
   /** Where imported adapters are stored (trainyard owns these files); engines must be able to read it. */
   readonly adaptersDir: string;
+  /** Bytes of an adapter archive, imported or exported (packed and unpacked). */
+  readonly adapterArchiveLimitBytes: number;
   /** A checkpoint URI a worker registers must start with one of these (the engines load what it names). */
   readonly checkpointUriPrefixes: readonly string[];
   /** Whether SFT jobs may name http(s) URLs as training data (a server-side request forgery risk). */
@@ -165,6 +168,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     leaseSweepIntervalMs: e.LEASE_SWEEP_INTERVAL_MS,
     checkpointExpiryIntervalMs: e.CHECKPOINT_EXPIRY_INTERVAL_MS,
     adaptersDir: path.resolve(e.ADAPTERS_DIR ?? path.join(e.DATA_DIR, 'adapters')),
+    adapterArchiveLimitBytes: e.ADAPTER_ARCHIVE_LIMIT_MB,
     checkpointUriPrefixes: Object.freeze([...e.CHECKPOINT_URI_PREFIXES]),
     sftAllowHttpUrls: e.SFT_ALLOW_HTTP_URLS,
     uiCookieSecure: e.UI_COOKIE_SECURE,

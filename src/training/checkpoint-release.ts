@@ -15,7 +15,7 @@ export class CheckpointReleaser {
   constructor(
     private readonly events: DomainEvents,
     /** Where imported adapters live; only paths inside it are ever removed. */
-    private readonly adaptersDir: string,
+    readonly adaptersDir: string,
     private readonly log: FastifyBaseLogger,
   ) {}
 

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { principalOf } from '../auth/plugin.js';
+import type { AdapterService } from './adapter-service.js';
 import type { LifecycleService } from './lifecycle-service.js';
 import { CheckpointState, CheckpointStepParams, RetentionApplied, RetentionPolicy, RetentionPolicyBody } from './lifecycle-schemas.js';
 import { CheckpointListQuery, ModelParams, Page } from './schemas.js';
@@ -8,8 +9,15 @@ import { CheckpointListQuery, ModelParams, Page } from './schemas.js';
  * The checkpoint lifecycle under /v1/preview (docs/training.md, "Checkpoint lifecycle"): retention
  * policy, pins, and checkpoints with their lifecycle state. Errors as on every training route.
  */
-export const lifecycleRoutes: FastifyPluginAsyncZod<{ lifecycle: LifecycleService }> = async (app, { lifecycle }) => {
+export const lifecycleRoutes: FastifyPluginAsyncZod<{ lifecycle: LifecycleService; adapters: AdapterService; archiveLimitBytes: number }> = async (
+  app,
+  { lifecycle, adapters, archiveLimitBytes },
+) => {
   const tags = ['training'];
+  // Adapter archives arrive as the raw body; this plugin is encapsulated, so only its routes accept them.
+  app.addContentTypeParser(['application/gzip', 'application/x-tar', 'application/octet-stream'], { parseAs: 'buffer', bodyLimit: archiveLimitBytes }, (_request, body, done) =>
+    done(null, body),
+  );
 
   app.get(
     '/v1/preview/models/:model_id/retention',
@@ -97,5 +105,37 @@ export const lifecycleRoutes: FastifyPluginAsyncZod<{ lifecycle: LifecycleServic
       },
     },
     async (request) => lifecycle.setPinned(principalOf(request), request.params.model_id, request.params.step, false),
+  );
+
+  app.get(
+    '/v1/preview/models/:model_id/checkpoints/:step/archive',
+    {
+      schema: {
+        tags,
+        summary: 'Export Checkpoint Adapter',
+        description:
+          'The checkpoint\'s PEFT adapter as a tar.gz (`application/gzip`): its adapter_config.json, adapter_model.safetensors and tokenizer files, when its URI is a directory this server can read. Stored elsewhere (s3://, a path only the engines see): 409 `adapter_unreadable`.',
+        params: CheckpointStepParams,
+      },
+    },
+    async (request, reply) => {
+      const { filename, archive } = await adapters.exportArchive(principalOf(request), request.params.model_id, request.params.step);
+      return reply.type('application/gzip').header('content-disposition', `attachment; filename="${filename}"`).send(archive);
+    },
+  );
+
+  app.post(
+    '/v1/preview/models/:model_id/checkpoints/import',
+    {
+      schema: {
+        tags,
+        summary: 'Import Checkpoint Adapter',
+        description:
+          'Registers a PEFT adapter as the model\'s next checkpoint (`source` imported). Body: a tar or tar.gz of the adapter directory, content-type application/gzip, application/x-tar or application/octet-stream, at most ADAPTER_ARCHIVE_LIMIT_MB (413). It must hold adapter_config.json (its `base_model_name_or_path` equal to the model\'s base model) and adapter_model.safetensors, optionally tokenizer files; at most 16 regular files. Pickle weights, links, absolute or `..` paths and other files: 422 naming the entry. A running job of the model: 409 `job_running`.',
+        params: ModelParams,
+        response: { 200: CheckpointState },
+      },
+    },
+    async (request) => adapters.importArchive(principalOf(request), request.params.model_id, request.body),
   );
 };

@@ -6,6 +6,7 @@ import { previewRoutes } from './routes.js';
 import { TrainingService } from './service.js';
 import { SftDataResolver } from './sft-data.js';
 import path from 'node:path';
+import { AdapterService } from './adapter-service.js';
 import { CheckpointReleaser } from './checkpoint-release.js';
 import { LifecycleService } from './lifecycle-service.js';
 import { lifecycleRoutes } from './lifecycle-routes.js';
@@ -63,7 +64,8 @@ export const trainingPlugin: FastifyPluginAsyncZod = async (app) => {
   app.systemChecks.register('gpu_queue', () => workers.workersCheck());
 
   await app.register(previewRoutes, { service });
-  await app.register(lifecycleRoutes, { lifecycle });
+  const adapters = new AdapterService({ db, training: service, adaptersDir: releaser.adaptersDir, archiveLimitBytes: app.config.adapterArchiveLimitBytes });
+  await app.register(lifecycleRoutes, { lifecycle, adapters, archiveLimitBytes: app.config.adapterArchiveLimitBytes });
   await app.register(workerRoutes, { workers });
 
   app.addHook('onReady', async () => {

@@ -1,7 +1,7 @@
 import type { Selectable } from 'kysely';
 import type { Checkpoint, DeleteCheckpointsResponse, PageOf } from '../schemas.js';
 import type { CheckpointTable } from '../tables.js';
-import { iso, isUuid, toPage, type TrainingDb } from './db.js';
+import { iso, isUuid, jsonb, lockClaims, toPage, type TrainingDb } from './db.js';
 import type { StoredModel } from './models.js';
 import { recordReleases, type DeletedCheckpoint } from './retention.js';
 
@@ -102,4 +102,36 @@ export async function deleteCheckpoints(
     pinned_steps: pinned.map((row) => row.step),
     deleted,
   };
+}
+
+/**
+ * Registers an imported adapter as the model's next checkpoint (latest step + 1), unless a job of the
+ * model is running: its worker will register that step. Holds the claim lock, so no job starts toward
+ * the step meanwhile. Undefined when a job runs. Several statements: run it in a transaction.
+ */
+export async function registerImportedCheckpoint(
+  db: TrainingDb,
+  args: { model: StoredModel; id: string; uri: string },
+): Promise<StoredCheckpoint | undefined> {
+  await lockClaims(db);
+  const running = await db
+    .selectFrom('training_jobs')
+    .select('id')
+    .where('model_id', '=', args.model.id)
+    .where('status', '=', 'RUNNING')
+    .executeTakeFirst();
+  if (running) return undefined;
+  const latest = await latestCheckpoint(db, { model: args.model });
+  const row = await db
+    .insertInto('checkpoints')
+    .values({ id: args.id, model_id: args.model.id, step: (latest?.step ?? 0) + 1, uri: args.uri, metrics: jsonb({}), job_id: null, source: 'imported' })
+    .returningAll()
+    .executeTakeFirstOrThrow();
+  return toCheckpoint(row);
+}
+
+/** A checkpoint by step, with its storage URI. */
+export async function findCheckpointByStep(db: TrainingDb, args: { model: StoredModel; step: number }): Promise<StoredCheckpoint | undefined> {
+  const row = await db.selectFrom('checkpoints').selectAll().where('model_id', '=', args.model.id).where('step', '=', args.step).executeTakeFirst();
+  return row && toCheckpoint(row);
 }

@@ -2,7 +2,7 @@ import { sql, type Selectable } from 'kysely';
 import type { JobKind, JobStatus, PageOf, TrainingJob } from '../schemas.js';
 import type { TrainingJobTable } from '../tables.js';
 import { toCheckpoint, type StoredCheckpoint } from './checkpoints.js';
-import { chunkBySize, iso, isUuid, jsonb, jsonbText, toPage, type EntityScope, type TrainingDb } from './db.js';
+import { chunkBySize, iso, isUuid, jsonb, jsonbText, lockClaims, toPage, type EntityScope, type TrainingDb } from './db.js';
 import { appendEvents } from './events.js';
 import type { StoredModel } from './models.js';
 
@@ -196,9 +196,6 @@ export async function cancelModelJobs(db: TrainingDb, args: { modelId: string })
 // ---------------------------------------------------------------------------------------------------------
 // Workers' side
 
-/** The advisory lock every claim holds until its transaction ends (an arbitrary constant of trainyard's). */
-const CLAIM_LOCK_KEY = 7_310_512_023;
-
 const leaseEnd = (seconds: number) => sql<Date>`now() + make_interval(secs => ${seconds})`;
 
 /**
@@ -240,7 +237,7 @@ export async function claimJob(
 ): Promise<Claim | undefined> {
   const { reach } = args;
   if (reach !== 'all' && reach.length === 0) return undefined;
-  await sql`select pg_advisory_xact_lock(${CLAIM_LOCK_KEY})`.execute(db);
+  await lockClaims(db);
   let candidate = db
     .selectFrom('training_jobs as j')
     .innerJoin('models as m', 'm.id', 'j.model_id')
