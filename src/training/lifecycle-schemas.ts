@@ -71,3 +71,28 @@ export const CheckpointStepParams = z.object({
   model_id: z.string().describe('Model id (UUID)'),
   step: z.coerce.number().int().min(0).max(MAX_INT4).describe('Checkpoint step'),
 });
+
+/** Most releases one call lists or acknowledges. */
+export const RELEASES_PER_CALL = 1000;
+
+export const ReleaseListQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(RELEASES_PER_CALL).default(100),
+});
+
+export const CheckpointReleaseList = z.object({
+  data: z.array(
+    z.object({
+      id: z.string().describe('Release id, to acknowledge'),
+      uri: z.string().describe('The deleted checkpoint\'s storage, to delete'),
+      reason: z.enum(['deleted', 'retention', 'expired']),
+      created_at: z.string(),
+    }),
+  ),
+});
+
+export const AcknowledgeReleases = z.object({
+  ids: z.array(z.string().regex(/^[1-9][0-9]{0,17}$/)).min(1).max(RELEASES_PER_CALL),
+});
+
+export const ReleasesAcknowledged = z.object({ acknowledged: z.number().int() });
+export type CheckpointReleaseList = z.infer<typeof CheckpointReleaseList>;

@@ -1,7 +1,7 @@
 import type { Principal } from '../auth/principal.js';
 import { NotFoundError, UnprocessableError } from '../errors.js';
 import type { CheckpointReleaser } from './checkpoint-release.js';
-import type { CheckpointState, RetentionApplied, RetentionPolicy, RetentionPolicyBody } from './lifecycle-schemas.js';
+import type { CheckpointReleaseList, CheckpointState, RetentionApplied, RetentionPolicy, RetentionPolicyBody } from './lifecycle-schemas.js';
 import * as repo from './repository.js';
 import type { CheckpointListQuery, PageOf } from './schemas.js';
 import type { TrainingService } from './service.js';
@@ -127,5 +127,20 @@ export class LifecycleService {
     const state = await repo.findCheckpointState(this.db, { model, policy, step });
     if (!state) throw new NotFoundError('checkpoint', undefined, { message: `model ${model.id} has no checkpoint at step ${step}` });
     return stateJson(state);
+  }
+
+  // -------------------------------------------------------------------------------------------------------
+  // Storage releases, for worker keys: their user's entities, every entity for an admin's key.
+
+  private reachOf(principal: Principal): readonly string[] | 'all' {
+    return principal.isAdmin ? 'all' : [...principal.entities];
+  }
+
+  async listReleases(principal: Principal, limit: number): Promise<CheckpointReleaseList> {
+    return { data: await repo.listReleases(this.db, { reach: this.reachOf(principal), limit }) };
+  }
+
+  async acknowledgeReleases(principal: Principal, ids: readonly string[]): Promise<{ acknowledged: number }> {
+    return { acknowledged: await repo.removeReleases(this.db, { reach: this.reachOf(principal), ids }) };
   }
 }

@@ -10,6 +10,7 @@ import { AdapterService } from './adapter-service.js';
 import { CheckpointReleaser } from './checkpoint-release.js';
 import { LifecycleService } from './lifecycle-service.js';
 import { lifecycleRoutes } from './lifecycle-routes.js';
+import { releaseRoutes } from './release-routes.js';
 import { Sweeper } from './sweeper.js';
 import { workerRoutes } from './worker-routes.js';
 import { WorkerService } from './worker-service.js';
@@ -67,6 +68,7 @@ export const trainingPlugin: FastifyPluginAsyncZod = async (app) => {
   const adapters = new AdapterService({ db, training: service, adaptersDir: releaser.adaptersDir, archiveLimitBytes: app.config.adapterArchiveLimitBytes });
   await app.register(lifecycleRoutes, { lifecycle, adapters, archiveLimitBytes: app.config.adapterArchiveLimitBytes });
   await app.register(workerRoutes, { workers });
+  await app.register(releaseRoutes, { lifecycle });
 
   app.addHook('onReady', async () => {
     leaseSweeper.start();

@@ -187,6 +187,41 @@ describe('time to live', () => {
   });
 });
 
+describe('storage handed to the workers\' side', () => {
+  it('lists the URIs of deleted trained checkpoints to the owner\'s worker key only, until they are acknowledged', async () => {
+    const t = await modelWithWorker();
+    await train(t, rewards(0.1, 0.2, 0.3));
+    await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [1, 2] });
+    const mine = (reply: { body: { data: { uri: string }[] } }) => reply.body.data.filter((r) => r.uri.startsWith(`s3://checkpoints/${t.model.name}/`));
+
+    const listed = await t.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000');
+    expect(listed.status, listed.text).toBe(200);
+    expect(mine(listed).map((r: any) => [r.uri, r.reason])).toEqual([
+      [`s3://checkpoints/${t.model.name}/1`, 'deleted'],
+      [`s3://checkpoints/${t.model.name}/2`, 'deleted'],
+    ]);
+    const ids = mine(listed).map((r: any) => r.id);
+
+    const stranger = await modelWithWorker();
+    expect(mine(await stranger.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000'))).toEqual([]);
+    expect((await stranger.worker.call('POST', '/v1/workers/checkpoint-releases/ack', { ids })).body).toEqual({ acknowledged: 0 });
+    expect(mine(await t.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000'))).toHaveLength(2);
+
+    expect((await t.worker.call('POST', '/v1/workers/checkpoint-releases/ack', { ids })).body).toEqual({ acknowledged: 2 });
+    expect(mine(await t.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000'))).toEqual([]);
+    // A user key is refused, as on every worker route.
+    expect((await call(app, t.user.headers, 'GET', '/v1/workers/checkpoint-releases')).status).toBe(403);
+  });
+
+  it('refuses an empty or malformed acknowledgement', async () => {
+    const t = await modelWithWorker();
+    const empty = await t.worker.call('POST', '/v1/workers/checkpoint-releases/ack', { ids: [] });
+    expect(empty).toMatchObject({ status: 422, body: { detail: [{ type: 'too_short', loc: ['body', 'ids'] }] } });
+    const malformed = await t.worker.call('POST', '/v1/workers/checkpoint-releases/ack', { ids: ['1; drop table'] });
+    expect(malformed).toMatchObject({ status: 422, body: { detail: [{ type: 'string_pattern_mismatch', loc: ['body', 'ids', 0], input: '1; drop table' }] } });
+  });
+});
+
 describe('bad input', () => {
   let t: Trained;
   beforeAll(async () => {

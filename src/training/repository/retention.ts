@@ -231,3 +231,28 @@ export async function recordReleases(
     .values(trained.map((c) => ({ entity_id: args.model.entity_id, uri: c.uri, reason: args.reason })))
     .execute();
 }
+
+/** Storage releases of the entities a worker key reaches (by name; 'all' for an admin's key), oldest first. */
+export async function listReleases(
+  db: TrainingDb,
+  args: { reach: readonly string[] | 'all'; limit: number },
+): Promise<{ id: string; uri: string; reason: 'deleted' | 'retention' | 'expired'; created_at: string }[]> {
+  if (args.reach !== 'all' && args.reach.length === 0) return [];
+  let query = db.selectFrom('checkpoint_releases as r').select(['r.id', 'r.uri', 'r.reason', 'r.created_at']);
+  if (args.reach !== 'all') {
+    query = query.innerJoin('entities as e', 'e.id', 'r.entity_id').where('e.name', 'in', [...args.reach]);
+  }
+  const rows = await query.orderBy('r.id').limit(args.limit).execute();
+  return rows.map((row) => ({ id: String(row.id), uri: row.uri, reason: row.reason, created_at: iso(row.created_at) }));
+}
+
+/** Removes releases the worker side has done; ids of entities the key does not reach are left alone. */
+export async function removeReleases(db: TrainingDb, args: { reach: readonly string[] | 'all'; ids: readonly string[] }): Promise<number> {
+  if (args.ids.length === 0 || (args.reach !== 'all' && args.reach.length === 0)) return 0;
+  let query = db.deleteFrom('checkpoint_releases').where(sql<boolean>`id in (${sql.join(args.ids.map(Number))})`);
+  if (args.reach !== 'all') {
+    query = query.where('entity_id', 'in', (eb) => eb.selectFrom('entities').select('entities.id').where('entities.name', 'in', [...(args.reach as readonly string[])]));
+  }
+  const result = await query.executeTakeFirst();
+  return Number(result.numDeletedRows);
+}
