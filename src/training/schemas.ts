@@ -3,7 +3,7 @@ import { textWithoutNul } from '../http/validation.js';
 
 /**
  * Request and response bodies of the training API (reference/training-api.md §3) and of the trainer-worker
- * protocol (issue 4). Trajectory shapes accept all three client generations of reference §6: defaults may be
+ * protocol (docs/workers.md). Trajectory shapes accept all three client generations of reference §6: defaults may be
  * omitted, unknown keys are kept for the trainer, and message/choice items are checked only as far as the
  * server reads them, so that multi-MB bodies of logprobs are not walked key by key.
  */
@@ -445,7 +445,7 @@ export type EventListQuery = z.infer<typeof EventListQuery>;
 export const TrainingJobEventPage = Page(TrainingJobEvent);
 
 // ---------------------------------------------------------------------------------------------------------
-// Trainer-worker protocol (issue 4, docs/training.md)
+// Trainer-worker protocol (docs/workers.md)
 
 export const ClaimRequest = z.object({
   worker_id: z.string().min(1).max(200),

@@ -67,7 +67,7 @@ function mapPage<T, U>(page: PageOf<T>, map: (item: T) => U): PageOf<U> {
 }
 
 /**
- * The users' side of the training API (reference §3, issue 4): models, checkpoints, trajectory logs, jobs
+ * The users' side of the training API (reference §3): models, checkpoints, trajectory logs, jobs
  * and their events. Every call is scoped to the entities the caller's key reaches; another entity's
  * model or job answers 404, a named entity the key cannot reach 403.
  */

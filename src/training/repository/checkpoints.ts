@@ -26,7 +26,7 @@ export function toCheckpoint(row: Selectable<CheckpointTable>): StoredCheckpoint
 
 /**
  * A page of the model's checkpoints ordered by step. `after` is a checkpoint id of this model; undefined is
- * returned when it is not one, for the service to answer 422 (issue 4).
+ * returned when it is not one, for the service to answer 422 (a cursor the client made up is its error).
  */
 export async function listCheckpoints(
   db: TrainingDb,
