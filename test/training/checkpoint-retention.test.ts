@@ -14,7 +14,9 @@ let app: App;
 let deletedEvents: { model: string; steps: number[] }[];
 
 beforeAll(async () => {
-  app = await createTestApp({ CHECKPOINT_EXPIRY_INTERVAL_MS: '100' });
+  // The expiry sweep does not run in this app (its interval is a day), so that only requests delete here;
+  // the sweep has its own app below.
+  app = await createTestApp({ CHECKPOINT_EXPIRY_INTERVAL_MS: '86400000' });
   deletedEvents = [];
   app.events.on('checkpoints-deleted', (event) => deletedEvents.push({ model: event.model, steps: event.steps }));
 });
@@ -176,6 +178,18 @@ describe('time to live', () => {
   });
 
   it('is enforced by the expiry sweep without any request', async () => {
+    const sweeping = await createTestApp({ CHECKPOINT_EXPIRY_INTERVAL_MS: '100' });
+    const main = app;
+    app = sweeping;
+    try {
+      await expiresBySweep();
+    } finally {
+      app = main;
+      await sweeping.close();
+    }
+  });
+
+  async function expiresBySweep(): Promise<void> {
     const t = await modelWithWorker();
     await train(t, rewards(0.1, 0.2, 0.3));
     await setPolicy(t, { ttl_seconds: 60 });
@@ -184,7 +198,7 @@ describe('time to live', () => {
     expect(await steps(t)).toEqual([3]);
     const releases = await app.db.selectFrom('checkpoint_releases').select('reason').where('uri', 'like', `s3://checkpoints/${t.model.name}/%`).execute();
     expect(releases.map((r) => r.reason)).toEqual(['expired', 'expired']);
-  });
+  }
 });
 
 describe('storage handed to the workers\' side', () => {
