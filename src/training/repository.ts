@@ -1,5 +1,6 @@
 /** The training repository: one module per table group under repository/, re-exported here. */
 export * from './repository/db.js';
+export * from './repository/rows.js';
 export * from './repository/models.js';
 export * from './repository/checkpoints.js';
 export * from './repository/retention.js';

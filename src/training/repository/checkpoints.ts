@@ -1,28 +1,7 @@
-import type { Selectable } from 'kysely';
-import type { Checkpoint, DeleteCheckpointsResponse, PageOf } from '../schemas.js';
-import type { CheckpointTable } from '../tables.js';
-import { iso, isUuid, jsonb, lockClaims, toPage, type TrainingDb } from './db.js';
-import type { StoredModel } from './models.js';
-import { recordReleases, type DeletedCheckpoint } from './retention.js';
-
-export interface StoredCheckpoint extends Checkpoint {
-  model_id: string;
-  uri: string;
-  job_id: string | null;
-  created_at: string;
-}
-
-export function toCheckpoint(row: Selectable<CheckpointTable>): StoredCheckpoint {
-  return {
-    id: row.id,
-    model_id: row.model_id,
-    step: row.step,
-    uri: row.uri,
-    metrics: row.metrics,
-    job_id: row.job_id,
-    created_at: iso(row.created_at),
-  };
-}
+import type { DeleteCheckpointsResponse, PageOf } from '../schemas.js';
+import { isUuid, jsonb, lockClaims, toPage, type TrainingDb } from './db.js';
+import { recordReleases } from './retention.js';
+import { toCheckpoint, type DeletedCheckpoint, type StoredCheckpoint, type StoredModel } from './rows.js';
 
 /**
  * A page of the model's checkpoints ordered by step. `after` is a checkpoint id of this model; undefined is

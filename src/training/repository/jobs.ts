@@ -1,10 +1,9 @@
 import { sql, type Selectable } from 'kysely';
-import type { JobKind, JobStatus, PageOf, TrainingJob } from '../schemas.js';
+import type { JobKind, JobStatus, PageOf } from '../schemas.js';
 import type { TrainingJobTable } from '../tables.js';
-import { toCheckpoint, type StoredCheckpoint } from './checkpoints.js';
 import { chunkBySize, iso, isUuid, jsonb, jsonbText, lockClaims, toPage, type EntityScope, type TrainingDb } from './db.js';
 import { appendEvents } from './events.js';
-import type { StoredModel } from './models.js';
+import { toCheckpoint, toJob, type StoredCheckpoint, type StoredJob, type StoredModel } from './rows.js';
 
 /**
  * Training jobs: QUEUED -> RUNNING -> COMPLETED | FAILED | CANCELED, with RUNNING -> QUEUED when an attempt
@@ -13,39 +12,7 @@ import type { StoredModel } from './models.js';
  * Functions that run several statements say so: the service runs them in a transaction.
  */
 
-export interface StoredJob extends TrainingJob {
-  max_attempts: number;
-  config: Record<string, unknown>;
-  num_inputs: number;
-  worker_id: string | null;
-  lease_expires_at: string | null;
-  checkpoint_id: string | null;
-}
-
 export const CANCELED_MESSAGE = 'training job was canceled';
-
-function toJob(row: Selectable<TrainingJobTable>): StoredJob {
-  return {
-    id: row.id,
-    model_id: row.model_id,
-    kind: row.kind,
-    status: row.status,
-    created_at: iso(row.created_at),
-    training_start: iso(row.training_start),
-    training_end: iso(row.training_end),
-    error_message: row.error_message,
-    attempt: row.attempt,
-    base_step: row.base_step,
-    target_step: row.target_step,
-    cancel_requested: row.cancel_requested,
-    max_attempts: row.max_attempts,
-    config: row.config,
-    num_inputs: row.num_inputs,
-    worker_id: row.worker_id,
-    lease_expires_at: iso(row.lease_expires_at),
-    checkpoint_id: row.checkpoint_id,
-  };
-}
 
 // ---------------------------------------------------------------------------------------------------------
 // Users' side

@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
+import type { PageOf } from '../schemas.js';
 import type { BestMode, CheckpointSource } from '../tables.js';
 import { iso, isUuid, toPage, type TrainingDb } from './db.js';
-import type { StoredModel } from './models.js';
-import type { PageOf } from '../schemas.js';
+import type { DeletedCheckpoint, StoredModel } from './rows.js';
 
 /**
  * Checkpoint retention (docs/training.md, "Checkpoint lifecycle"). A model keeps its latest `keep_latest`
@@ -35,13 +35,6 @@ export interface CheckpointState {
   best: boolean;
   /** When the checkpoint expires under the policy's TTL; null when it does not. */
   expires_at: string | null;
-}
-
-/** A deleted checkpoint: what the inference router unloads and whose storage is released. */
-export interface DeletedCheckpoint {
-  step: number;
-  uri: string;
-  source: CheckpointSource;
 }
 
 export async function getRetention(db: TrainingDb, { model }: { model: StoredModel }): Promise<RetentionPolicy> {
