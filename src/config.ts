@@ -47,8 +47,12 @@ const EnvSchema = z.object({
   TRAINABLE_BASE_MODELS: list.default([]),
   WORKER_LEASE_SECONDS: integer(5, 86_400).default(60),
   JOB_MAX_ATTEMPTS: integer(1, 100).default(3),
+  MAX_RUNNING_JOBS_PER_ENTITY: integer(0, 100_000).default(0),
   WORKER_SEEN_SECONDS: integer(1, 86_400).default(120),
   LEASE_SWEEP_INTERVAL_MS: integer(100, 3_600_000).default(5_000),
+  CHECKPOINT_EXPIRY_INTERVAL_MS: integer(100, 86_400_000).default(60_000),
+  ADAPTERS_DIR: z.string().min(1, 'must not be empty').optional(),
+  ADAPTER_ARCHIVE_LIMIT_MB: megabytes(65_536).default(1024 * 1024 * 1024),
   CHECKPOINT_URI_PREFIXES: list
     .pipe(z.array(z.string().regex(/\/$/, 'each prefix must end with "/"')).min(1, 'must name at least one prefix'))
     .default(['/adapters/', 's3://']),
@@ -87,9 +91,17 @@ export interface Config {
   readonly workerLeaseSeconds: number;
   /** Attempts a job gets before a retryable failure becomes final. */
   readonly jobMaxAttempts: number;
+  /** Jobs of one entity (user or team) that may run at once; 0: no limit. */
+  readonly maxRunningJobsPerEntity: number;
   /** The system check's gpu_queue passes when a trainer worker was seen within this window. */
   readonly workerSeenSeconds: number;
   readonly leaseSweepIntervalMs: number;
+  /** How often each process deletes checkpoints whose TTL passed. */
+  readonly checkpointExpiryIntervalMs: number;
+  /** Where imported adapters are stored (trainyard owns these files); engines must be able to read it. */
+  readonly adaptersDir: string;
+  /** Bytes of an adapter archive, imported or exported (packed and unpacked). */
+  readonly adapterArchiveLimitBytes: number;
   /** A checkpoint URI a worker registers must start with one of these (the engines load what it names). */
   readonly checkpointUriPrefixes: readonly string[];
   /** Whether SFT jobs may name http(s) URLs as training data (a server-side request forgery risk). */
@@ -151,8 +163,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     trainableBaseModels: Object.freeze([...e.TRAINABLE_BASE_MODELS]),
     workerLeaseSeconds: e.WORKER_LEASE_SECONDS,
     jobMaxAttempts: e.JOB_MAX_ATTEMPTS,
+    maxRunningJobsPerEntity: e.MAX_RUNNING_JOBS_PER_ENTITY,
     workerSeenSeconds: e.WORKER_SEEN_SECONDS,
     leaseSweepIntervalMs: e.LEASE_SWEEP_INTERVAL_MS,
+    checkpointExpiryIntervalMs: e.CHECKPOINT_EXPIRY_INTERVAL_MS,
+    adaptersDir: path.resolve(e.ADAPTERS_DIR ?? path.join(e.DATA_DIR, 'adapters')),
+    adapterArchiveLimitBytes: e.ADAPTER_ARCHIVE_LIMIT_MB,
     checkpointUriPrefixes: Object.freeze([...e.CHECKPOINT_URI_PREFIXES]),
     sftAllowHttpUrls: e.SFT_ALLOW_HTTP_URLS,
     uiCookieSecure: e.UI_COOKIE_SECURE,

@@ -4,7 +4,7 @@ import { textWithoutNul } from '../http/validation.js';
 
 /**
  * Request and response bodies of the training API (reference/training-api.md §3) and of the trainer-worker
- * protocol (issue 4). Trajectory shapes accept all three client generations of reference §6: defaults may be
+ * protocol (docs/workers.md). Trajectory shapes accept all three client generations of reference §6: defaults may be
  * omitted, unknown keys are kept for the trainer, and message/choice items are checked only as far as the
  * server reads them, so that multi-MB bodies of logprobs are not walked key by key.
  */
@@ -142,6 +142,7 @@ export type DeleteCheckpointsRequest = z.infer<typeof DeleteCheckpointsRequest>;
 export const DeleteCheckpointsResponse = z.object({
   deleted_count: z.number().int(),
   not_found_steps: z.array(z.number().int()),
+  pinned_steps: z.array(z.number().int()).describe('Steps spared because they are pinned (unpin to delete them)'),
 });
 export type DeleteCheckpointsResponse = z.infer<typeof DeleteCheckpointsResponse>;
 
@@ -448,7 +449,7 @@ export type EventListQuery = z.infer<typeof EventListQuery>;
 export const TrainingJobEventPage = Page(TrainingJobEvent);
 
 // ---------------------------------------------------------------------------------------------------------
-// Trainer-worker protocol (issue 4, docs/training.md)
+// Trainer-worker protocol (docs/workers.md)
 
 export const ClaimRequest = z.object({
   worker_id: z.string().min(1).max(200),

@@ -1,7 +1,7 @@
 import type { Principal } from '../auth/principal.js';
 import type { Config } from '../config.js';
 import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../errors.js';
-import type { DomainEvents } from '../events.js';
+import type { CheckpointReleaser } from './checkpoint-release.js';
 import type { JobSignal } from './job-signal.js';
 import { computeLogMetrics } from './metrics.js';
 import * as repo from './repository.js';
@@ -33,7 +33,7 @@ import type { SftDataResolver } from './sft-data.js';
 export interface TrainingServiceDeps {
   db: repo.TrainingDb;
   config: Config;
-  events: DomainEvents;
+  releaser: CheckpointReleaser;
   signal: JobSignal;
   sftData: SftDataResolver;
 }
@@ -67,7 +67,7 @@ function mapPage<T, U>(page: PageOf<T>, map: (item: T) => U): PageOf<U> {
 }
 
 /**
- * The users' side of the training API (reference §3, issue 4): models, checkpoints, trajectory logs, jobs
+ * The users' side of the training API (reference §3): models, checkpoints, trajectory logs, jobs
  * and their events. Every call is scoped to the entities the caller's key reaches; another entity's
  * model or job answers 404, a named entity the key cannot reach 403.
  */
@@ -93,7 +93,8 @@ export class TrainingService {
     return ids;
   }
 
-  private async scope(principal: Principal): Promise<repo.EntityScope> {
+  /** The entities the key reaches (also for the lifecycle service). */
+  async scope(principal: Principal): Promise<repo.EntityScope> {
     return { entityIds: [...(await this.entityIds(principal)).values()] };
   }
 
@@ -110,7 +111,7 @@ export class TrainingService {
    * pool would wait for the transaction forever). `lock` holds the row until the transaction ends
    * (repository/models.ts): writers take `share`, so that a concurrent delete waits for them or they for it.
    */
-  private async model(
+  async model(
     scope: repo.EntityScope,
     modelId: string,
     db: repo.TrainingDb = this.db,
@@ -187,21 +188,10 @@ export class TrainingService {
       return { model_id: outcome.id, deleted_checkpoints: 0, deleted_run: true };
     }
     const { model, result } = outcome;
-    this.checkpointsDeleted(model, result.deleted);
+    await this.deps.releaser.released(model, result.deleted);
     this.deps.signal.notify();
     // There is no separate tracking run to delete: the model row is the run.
     return { model_id: model.id, deleted_checkpoints: result.deleted_checkpoints, deleted_run: true };
-  }
-
-  private checkpointsDeleted(model: repo.StoredModel, deleted: readonly { step: number; uri: string }[]): void {
-    if (deleted.length === 0) return;
-    this.deps.events.emit('checkpoints-deleted', {
-      entity: model.entity,
-      project: model.project,
-      model: model.name,
-      steps: deleted.map((c) => c.step),
-      uris: deleted.map((c) => c.uri),
-    });
   }
 
   // -------------------------------------------------------------------------------------------------------
@@ -219,11 +209,12 @@ export class TrainingService {
     return mapPage(page, ({ id, step, metrics }): Checkpoint => ({ id, step, metrics }));
   }
 
+  /** Deletes by step; pinned checkpoints are spared and listed in `pinned_steps`. */
   async deleteCheckpoints(principal: Principal, modelId: string, body: DeleteCheckpointsRequest): Promise<DeleteCheckpointsResponse> {
     const model = await this.model(await this.scope(principal), modelId);
-    const result = await repo.deleteCheckpoints(this.db, { model, steps: body.steps });
-    this.checkpointsDeleted(model, result.deleted);
-    return { deleted_count: result.deleted_count, not_found_steps: result.not_found_steps };
+    const result = await this.db.transaction().execute((trx) => repo.deleteCheckpoints(trx, { model, steps: body.steps }));
+    await this.deps.releaser.released(model, result.deleted);
+    return { deleted_count: result.deleted_count, not_found_steps: result.not_found_steps, pinned_steps: result.pinned_steps };
   }
 
   // -------------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import { SFTRow } from './schemas.js';
 const StoredRow = boundedDepth(SFTRow);
 
 /**
- * Resolves an SFT job's `training_data_url` into its rows at job creation (issue 4): a tracing-API ref of a
+ * Resolves an SFT job's `training_data_url` into its rows at job creation: a tracing-API ref of a
  * dataset object or table, or the digest of a JSONL file stored through the tracing API, read by the
  * tracing area's resolver; or, only when SFT_ALLOW_HTTP_URLS is on, an http(s) URL fetched here (off by
  * default: a server that fetches URLs its users name can be pointed at its own network).

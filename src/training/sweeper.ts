@@ -1,17 +1,19 @@
 import type { FastifyBaseLogger } from 'fastify';
-import type { StoredJob } from './repository.js';
 
 /**
- * Ends the attempts of workers that stopped renewing their lease: every interval, one sweep (requeue with
- * attempts left, else FAILED; CANCELED when a cancel was asked). Every process runs one; the sweep skips
- * rows another process holds, so they never end the same attempt twice. Sweeps never overlap in a process.
+ * Background work of the training API, one timer each: the lease sweep (ends the attempts of workers that
+ * stopped renewing their lease: requeued with attempts left, else FAILED; CANCELED when a cancel was
+ * asked) and the checkpoint expiry sweep (deletes checkpoints whose TTL passed). Every process runs them;
+ * both skip or tolerate rows another process handles, so they never end an attempt or release a
+ * checkpoint twice. Runs of one sweeper never overlap in a process.
  */
-export class LeaseSweeper {
+export class Sweeper {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
 
   constructor(
-    private readonly sweep: () => Promise<StoredJob[]>,
+    private readonly name: string,
+    private readonly sweep: () => Promise<void>,
     private readonly intervalMs: number,
     private readonly log: FastifyBaseLogger,
   ) {}
@@ -32,12 +34,9 @@ export class LeaseSweeper {
 
   private async runOnce(): Promise<void> {
     try {
-      const ended = await this.sweep();
-      for (const job of ended) {
-        this.log.warn({ job_id: job.id, status: job.status, attempt: job.attempt }, 'training job lease expired');
-      }
+      await this.sweep();
     } catch (error) {
-      this.log.error({ err: error }, 'lease sweep failed');
+      this.log.error({ err: error }, `${this.name} failed`);
     }
   }
 }

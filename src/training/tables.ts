@@ -2,6 +2,9 @@ import type { ColumnType, Generated } from 'kysely';
 import type { Timestamp } from '../auth/tables.js';
 import type { EventType, JobKind, JobStatus } from './schemas.js';
 
+export type BestMode = 'max' | 'min';
+export type CheckpointSource = 'trained' | 'imported';
+
 declare const jsonbBrand: unique symbol;
 /**
  * What a JSONB column accepts: only `jsonb(value)` of repository/json.ts makes one, because the pg driver
@@ -24,6 +27,12 @@ export interface ModelTable {
   created_at: Generated<Date>;
   /** Soft delete: jobs stay readable as CANCELED and the name can be registered again. */
   deleted_at: Timestamp | null;
+  /** Retention policy (docs/training.md, "Checkpoint lifecycle"); null: keep every checkpoint. */
+  keep_latest: ColumnType<number | null, number | null | undefined, number | null>;
+  keep_best: ColumnType<number | null, number | null | undefined, number | null>;
+  best_metric: ColumnType<string | null, string | null | undefined, string | null>;
+  best_mode: ColumnType<BestMode, BestMode | undefined, BestMode>;
+  checkpoint_ttl_seconds: ColumnType<number | null, number | null | undefined, number | null>;
 }
 
 export interface CheckpointTable {
@@ -35,6 +44,26 @@ export interface CheckpointTable {
   /** The job that produced it; null for checkpoints registered by other means. */
   job_id: string | null;
   created_at: Generated<Date>;
+  /** Kept by every retention rule and never expires. */
+  pinned: Generated<boolean>;
+  /** `imported`: an adapter uploaded to trainyard, stored in its data directory (trainyard owns the files). */
+  source: ColumnType<CheckpointSource, CheckpointSource | undefined, CheckpointSource>;
+}
+
+/** Storage of deleted checkpoints that trainyard does not own, for the workers' side to release. */
+export interface CheckpointReleaseTable {
+  id: Generated<Identity>;
+  entity_id: string;
+  uri: string;
+  reason: 'deleted' | 'retention' | 'expired';
+  created_at: Generated<Date>;
+}
+
+/** The turn each entity last had at a claim: the entity with the oldest turn is served next. */
+export interface EntityClaimTurnTable {
+  entity_id: string;
+  /** bigint: read only inside SQL, where it orders claims. */
+  turn: number;
 }
 
 /** One row per trajectory group per log call: groups are what clients send and what the trainer reads. */
@@ -116,4 +145,6 @@ export interface TrainingTables {
   job_inputs: JobInputTable;
   job_events: JobEventTable;
   workers: WorkerTable;
+  checkpoint_releases: CheckpointReleaseTable;
+  entity_claim_turns: EntityClaimTurnTable;
 }

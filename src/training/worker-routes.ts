@@ -50,7 +50,7 @@ export const workerRoutes: FastifyPluginAsyncZod<{ workers: WorkerService }> = a
         tags,
         summary: 'Claim a training job',
         description:
-          'Takes the oldest queued job that may run (a model\'s jobs run one at a time, in creation order), optionally only of some kinds or base models, and leases it (WORKER_LEASE_SECONDS, default 60 s; renew with heartbeats). Waits up to `wait_seconds` (at most 30) for one. 204 when none came. `target_step` is the latest checkpoint\'s step + 1; `base_checkpoint` is null when training starts from the base model.',
+          'Takes the next queued job that may run (a model\'s jobs run one at a time, in creation order; entities take turns, oldest job first within one, and MAX_RUNNING_JOBS_PER_ENTITY bounds one entity\'s running jobs), optionally only of some kinds or base models, and leases it (WORKER_LEASE_SECONDS, default 60 s; renew with heartbeats). Waits up to `wait_seconds` (at most 30) for one. 204 when none came. `target_step` is the latest checkpoint\'s step + 1; `base_checkpoint` is null when training starts from the base model.',
         body: ClaimRequest,
         response: { 200: ClaimResponse, 204: z.null().describe('No job is queued for this worker.') },
       },

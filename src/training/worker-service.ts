@@ -26,6 +26,8 @@ export interface WorkerServiceDeps {
   db: repo.TrainingDb;
   config: Config;
   signal: JobSignal;
+  /** Runs after a complete registered a checkpoint (the model's retention policy); never throws. */
+  onCheckpointLanded?: (modelId: string) => Promise<void>;
 }
 
 function staleLease(jobId: string): ConflictError {
@@ -56,8 +58,8 @@ export class WorkerService {
   }
 
   /**
-   * Claims the oldest job that may run, waiting up to `wait_seconds` for one: woken at once by a job queued
-   * in this process, polling the database for other processes' jobs. Undefined when none came (204), when
+   * Claims the next job that may run (entities in turn, oldest first within one), waiting up to
+   * `wait_seconds` for one: woken at once by a job queued in this process, polling the database for other processes' jobs. Undefined when none came (204), when
    * the app is closing, or when the caller went away.
    */
   async claim(principal: Principal, body: ClaimRequest, abort?: AbortSignal): Promise<ClaimResponse | undefined> {
@@ -69,6 +71,7 @@ export class WorkerService {
       kinds: body.kinds,
       baseModels: body.base_models,
       leaseSeconds: config.workerLeaseSeconds,
+      maxRunningPerEntity: config.maxRunningJobsPerEntity,
     };
     const deadline = Date.now() + body.wait_seconds * 1000;
     for (;;) {
@@ -182,6 +185,7 @@ export class WorkerService {
     if (result.outcome === 'canceled') {
       throw new ConflictError(`Training job ${jobId} was canceled; no checkpoint was registered.`, { code: 'job_canceled' });
     }
+    await this.deps.onCheckpointLanded?.(result.job.model_id);
     const { id, step, uri, metrics } = result.checkpoint;
     return { job: jobJson(result.job), checkpoint: { id, step, uri, metrics } };
   }

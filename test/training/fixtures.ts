@@ -13,7 +13,7 @@ export interface Reply<T = any> {
 export async function call<T = any>(
   app: App,
   headers: Record<string, string>,
-  method: 'GET' | 'POST' | 'DELETE',
+  method: 'GET' | 'POST' | 'PUT' | 'DELETE',
   url: string,
   body?: unknown,
 ): Promise<Reply<T>> {

@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as training from '../../migrations/0002_training.js';
+import * as checkpointLifecycle from '../../migrations/0009_checkpoint_lifecycle.js';
 import type { DatabaseHandle } from '../../src/db/index.js';
 import {
   createModel,
@@ -178,7 +179,7 @@ describe('deleteCheckpoints', () => {
 
   it('does nothing for an empty list', async () => {
     const model = await newModel();
-    expect(await deleteCheckpoints(db, { model, steps: [] })).toEqual({ deleted_count: 0, not_found_steps: [], deleted: [] });
+    expect(await deleteCheckpoints(db, { model, steps: [] })).toEqual({ deleted_count: 0, not_found_steps: [], pinned_steps: [], deleted: [] });
   });
 });
 
@@ -220,15 +221,18 @@ describe('trajectory logs and metrics', () => {
   });
 });
 
-describe('migration 0002', () => {
+describe('migrations 0002 and 0009', () => {
   it('drops every training table on down and creates them again on up', async () => {
     const scratch = await openTrainingDb();
     const raw = scratch.db as unknown as Kysely<unknown>;
     const tables = async () => (await raw.introspection.getTables()).map((t) => t.name).sort();
+    await checkpointLifecycle.down(raw);
+    expect(await tables()).not.toContain('entity_claim_turns');
     await training.down(raw);
     expect(await tables()).toEqual(['api_keys', 'entities', 'memberships', 'users']);
     await training.up(raw);
-    expect(await tables()).toContain('job_events');
+    await checkpointLifecycle.up(raw);
+    expect(await tables()).toEqual(expect.arrayContaining(['job_events', 'checkpoint_releases', 'entity_claim_turns']));
     await scratch.handle.close();
   });
 });

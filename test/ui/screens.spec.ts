@@ -138,6 +138,51 @@ describe('model page', () => {
     await w.context.close();
   });
 
+  it('shows pinned, best and expiry, pins a checkpoint, links its download, and edits and applies the retention policy', async () => {
+    const before = (await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/checkpoints?limit=100`)).body.data.map((c: any) => c.step);
+    const w = await signedIn();
+    w.page.on('dialog', (dialog) => void dialog.accept());
+    await w.page.goto(`${server.url}/ui/models/${model.id}`);
+    const table = w.page.getByRole('table', { name: 'Checkpoints' });
+    await table.locator('tbody tr').first().waitFor();
+    const oldest = table.locator(`tr[data-step="${before[0]}"]`);
+    expect(await oldest.getByRole('link', { name: 'Download' }).getAttribute('href')).toBe(`/v1/preview/models/${model.id}/checkpoints/${before[0]}/archive`);
+
+    await oldest.getByRole('button', { name: 'Pin' }).click();
+    await oldest.locator('[data-kept] .badge-pinned').waitFor();
+    const pinned = await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/checkpoints/lifecycle?limit=100`);
+    expect(pinned.body.data.filter((c: any) => c.pinned).map((c: any) => c.step)).toEqual([before[0]]);
+
+    const form = w.page.getByRole('form', { name: 'Retention policy' });
+    await form.locator('input[name="keep_latest"]').fill('2');
+    await form.locator('select[name="best_metric"]').selectOption('loss/train');
+    await form.locator('select[name="best_mode"]').selectOption('min');
+    await form.locator('input[name="ttl_hours"]').fill('24');
+    await form.getByRole('button', { name: 'Save' }).click();
+    await w.page.locator('[data-retention-note]').getByText('Saved.', { exact: false }).waitFor();
+    expect((await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/retention`)).body).toEqual({
+      keep_latest: 2,
+      keep_best: 1,
+      best_metric: 'loss/train',
+      best_mode: 'min',
+      ttl_seconds: 86_400,
+    });
+    // The lowest loss is the last step: latest and best at once. Nothing expires yet, and the kept ones never.
+    const last = table.locator(`tr[data-step="${before.at(-1)}"]`);
+    await last.locator('[data-kept] .badge-best').getByText('best by loss/train').waitFor();
+    await table.locator(`tr[data-step="${before.at(-3)}"] [data-kept]`).getByText('expires', { exact: false }).waitFor();
+
+    await form.getByRole('button', { name: 'Apply now' }).click();
+    const kept = [before[0], ...before.slice(-2)];
+    await w.page.locator('[data-retention-note]').getByText(`Deleted steps ${before.filter((s: number) => !kept.includes(s)).join(', ')}.`).waitFor();
+    await table.locator(`tr[data-step="${before[1]}"]`).waitFor({ state: 'detached' });
+    expect(await table.locator('tbody tr').evaluateAll((rows) => rows.map((r) => Number(r.getAttribute('data-step'))))).toEqual(kept);
+    const after = await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/checkpoints?limit=100`);
+    expect(after.body.data.map((c: any) => c.step)).toEqual(kept);
+    w.expectClean();
+    await w.context.close();
+  });
+
   it('opens the rollouts of a step from a click on the reward chart', async () => {
     const w = await signedIn();
     await w.page.goto(`${server.url}/ui/models/${model.id}`);

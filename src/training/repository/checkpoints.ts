@@ -1,31 +1,11 @@
-import type { Selectable } from 'kysely';
-import type { Checkpoint, DeleteCheckpointsResponse, PageOf } from '../schemas.js';
-import type { CheckpointTable } from '../tables.js';
-import { iso, isUuid, toPage, type TrainingDb } from './db.js';
-import type { StoredModel } from './models.js';
-
-export interface StoredCheckpoint extends Checkpoint {
-  model_id: string;
-  uri: string;
-  job_id: string | null;
-  created_at: string;
-}
-
-export function toCheckpoint(row: Selectable<CheckpointTable>): StoredCheckpoint {
-  return {
-    id: row.id,
-    model_id: row.model_id,
-    step: row.step,
-    uri: row.uri,
-    metrics: row.metrics,
-    job_id: row.job_id,
-    created_at: iso(row.created_at),
-  };
-}
+import type { DeleteCheckpointsResponse, PageOf } from '../schemas.js';
+import { isUuid, jsonb, lockClaims, toPage, type TrainingDb } from './db.js';
+import { recordReleases } from './retention.js';
+import { toCheckpoint, type DeletedCheckpoint, type StoredCheckpoint, type StoredModel } from './rows.js';
 
 /**
  * A page of the model's checkpoints ordered by step. `after` is a checkpoint id of this model; undefined is
- * returned when it is not one, for the service to answer 422 (issue 4).
+ * returned when it is not one, for the service to answer 422 (a cursor the client made up is its error).
  */
 export async function listCheckpoints(
   db: TrainingDb,
@@ -66,19 +46,71 @@ export async function latestCheckpoint(db: TrainingDb, args: { model: StoredMode
   return row && toCheckpoint(row);
 }
 
-/** Deletes checkpoints by step; `deleted` names what went, for the inference router to unload adapters. */
+/**
+ * Deletes checkpoints by step, sparing pinned ones (reported in `pinned_steps`): a pin protects a
+ * checkpoint from clients that delete every step but the ones they think best. `deleted` names what went,
+ * for the inference router to unload adapters and the storage to be released. Several statements: run it
+ * in a transaction.
+ */
 export async function deleteCheckpoints(
   db: TrainingDb,
   args: { model: StoredModel; steps: readonly number[] },
-): Promise<DeleteCheckpointsResponse & { deleted: { step: number; uri: string }[] }> {
+): Promise<DeleteCheckpointsResponse & { pinned_steps: number[]; deleted: DeletedCheckpoint[] }> {
   const steps = [...new Set(args.steps)];
-  if (steps.length === 0) return { deleted_count: 0, not_found_steps: [], deleted: [] };
+  if (steps.length === 0) return { deleted_count: 0, not_found_steps: [], pinned_steps: [], deleted: [] };
   const deleted = await db
     .deleteFrom('checkpoints')
     .where('model_id', '=', args.model.id)
     .where('step', 'in', steps)
-    .returning(['step', 'uri'])
+    .where('pinned', '=', false)
+    .returning(['step', 'uri', 'source'])
     .execute();
-  const found = new Set(deleted.map((row) => row.step));
-  return { deleted_count: deleted.length, not_found_steps: steps.filter((step) => !found.has(step)), deleted };
+  const pinned = await db
+    .selectFrom('checkpoints')
+    .select('step')
+    .where('model_id', '=', args.model.id)
+    .where('step', 'in', steps)
+    .where('pinned', '=', true)
+    .orderBy('step')
+    .execute();
+  await recordReleases(db, { model: args.model, checkpoints: deleted, reason: 'deleted' });
+  const found = new Set([...deleted, ...pinned].map((row) => row.step));
+  return {
+    deleted_count: deleted.length,
+    not_found_steps: steps.filter((step) => !found.has(step)),
+    pinned_steps: pinned.map((row) => row.step),
+    deleted,
+  };
+}
+
+/**
+ * Registers an imported adapter as the model's next checkpoint (latest step + 1), unless a job of the
+ * model is running: its worker will register that step. Holds the claim lock, so no job starts toward
+ * the step meanwhile. Undefined when a job runs. Several statements: run it in a transaction.
+ */
+export async function registerImportedCheckpoint(
+  db: TrainingDb,
+  args: { model: StoredModel; id: string; uri: string },
+): Promise<StoredCheckpoint | undefined> {
+  await lockClaims(db);
+  const running = await db
+    .selectFrom('training_jobs')
+    .select('id')
+    .where('model_id', '=', args.model.id)
+    .where('status', '=', 'RUNNING')
+    .executeTakeFirst();
+  if (running) return undefined;
+  const latest = await latestCheckpoint(db, { model: args.model });
+  const row = await db
+    .insertInto('checkpoints')
+    .values({ id: args.id, model_id: args.model.id, step: (latest?.step ?? 0) + 1, uri: args.uri, metrics: jsonb({}), job_id: null, source: 'imported' })
+    .returningAll()
+    .executeTakeFirstOrThrow();
+  return toCheckpoint(row);
+}
+
+/** A checkpoint by step, with its storage URI. */
+export async function findCheckpointByStep(db: TrainingDb, args: { model: StoredModel; step: number }): Promise<StoredCheckpoint | undefined> {
+  const row = await db.selectFrom('checkpoints').selectAll().where('model_id', '=', args.model.id).where('step', '=', args.step).executeTakeFirst();
+  return row && toCheckpoint(row);
 }

@@ -67,3 +67,14 @@ export function chunkBySize<T>(items: readonly T[], size: (item: T) => number, m
   if (current.length > 0) chunks.push(current);
   return chunks;
 }
+
+/** The advisory lock every claim holds until its transaction ends (an arbitrary constant of trainyard's). */
+const CLAIM_LOCK_KEY = 7_310_512_023;
+
+/**
+ * Holds the claim lock until the transaction ends: claims serialize on it (repository/jobs.ts), and an
+ * import takes it so that no job starts toward the step it registers.
+ */
+export async function lockClaims(db: TrainingDb): Promise<void> {
+  await sql`select pg_advisory_xact_lock(${CLAIM_LOCK_KEY})`.execute(db);
+}

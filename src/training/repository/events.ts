@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { EventType, PageOf, TrainingJobEvent, WorkerEvent } from '../schemas.js';
 import { isUuid, jsonb, toPage, type TrainingDb } from './db.js';
-import type { StoredJob } from './jobs.js';
+import type { StoredJob } from './rows.js';
 
 /** Appends events in order; their `seq` (identity) is the order clients read them in. */
 export async function appendEvents(

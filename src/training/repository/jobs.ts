@@ -1,10 +1,9 @@
 import { sql, type Selectable } from 'kysely';
-import type { JobKind, JobStatus, PageOf, TrainingJob } from '../schemas.js';
+import type { JobKind, JobStatus, PageOf } from '../schemas.js';
 import type { TrainingJobTable } from '../tables.js';
-import { toCheckpoint, type StoredCheckpoint } from './checkpoints.js';
-import { chunkBySize, iso, isUuid, jsonb, jsonbText, toPage, type EntityScope, type TrainingDb } from './db.js';
+import { chunkBySize, iso, isUuid, jsonb, jsonbText, lockClaims, toPage, type EntityScope, type TrainingDb } from './db.js';
 import { appendEvents } from './events.js';
-import type { StoredModel } from './models.js';
+import { toCheckpoint, toJob, type StoredCheckpoint, type StoredJob, type StoredModel } from './rows.js';
 
 /**
  * Training jobs: QUEUED -> RUNNING -> COMPLETED | FAILED | CANCELED, with RUNNING -> QUEUED when an attempt
@@ -13,39 +12,7 @@ import type { StoredModel } from './models.js';
  * Functions that run several statements say so: the service runs them in a transaction.
  */
 
-export interface StoredJob extends TrainingJob {
-  max_attempts: number;
-  config: Record<string, unknown>;
-  num_inputs: number;
-  worker_id: string | null;
-  lease_expires_at: string | null;
-  checkpoint_id: string | null;
-}
-
 export const CANCELED_MESSAGE = 'training job was canceled';
-
-function toJob(row: Selectable<TrainingJobTable>): StoredJob {
-  return {
-    id: row.id,
-    model_id: row.model_id,
-    kind: row.kind,
-    status: row.status,
-    created_at: iso(row.created_at),
-    training_start: iso(row.training_start),
-    training_end: iso(row.training_end),
-    error_message: row.error_message,
-    attempt: row.attempt,
-    base_step: row.base_step,
-    target_step: row.target_step,
-    cancel_requested: row.cancel_requested,
-    max_attempts: row.max_attempts,
-    config: row.config,
-    num_inputs: row.num_inputs,
-    worker_id: row.worker_id,
-    lease_expires_at: iso(row.lease_expires_at),
-    checkpoint_id: row.checkpoint_id,
-  };
-}
 
 // ---------------------------------------------------------------------------------------------------------
 // Users' side
@@ -212,21 +179,37 @@ export interface Claim {
 }
 
 /**
- * Claims the oldest queued job that may run now, in one statement: a model's jobs run one at a time in
- * creation order, so a job waits while its model has a running job or an older queued one. `SKIP LOCKED`
- * lets concurrent claims pass over a job another claim holds, so two workers never get the same job.
- * The target step is fixed here, from the checkpoints that exist now.
+ * Claims the next queued job that may run now. A model's jobs run one at a time in creation order, so a
+ * job waits while its model has a running job or an older queued one. Among the rest, entities take turns:
+ * the entity whose last claim is oldest (or that never had one) goes first, and within an entity the
+ * oldest job, so that one team's hundred queued jobs do not starve another's one. `maxRunningPerEntity`
+ * (0: none) passes over entities that already run that many jobs. The target step is fixed here, from the
+ * checkpoints that exist now. Several statements: run it in a transaction.
+ *
+ * Claims serialize on a transaction-level advisory lock: the turn order and the running count are read
+ * and written by every claim, and two concurrent claims (other workers, other trainyard processes on one
+ * PostgreSQL) that each saw the other's count before it committed would run one job over the limit.
+ * A claim is a few index lookups, so the queue of claims stays short.
  */
 export async function claimJob(
   db: TrainingDb,
-  args: { reach: WorkerReach; workerId: string; kinds?: readonly JobKind[]; baseModels?: readonly string[]; leaseSeconds: number },
+  args: {
+    reach: WorkerReach;
+    workerId: string;
+    kinds?: readonly JobKind[];
+    baseModels?: readonly string[];
+    leaseSeconds: number;
+    maxRunningPerEntity?: number;
+  },
 ): Promise<Claim | undefined> {
   const { reach } = args;
   if (reach !== 'all' && reach.length === 0) return undefined;
+  await lockClaims(db);
   let candidate = db
     .selectFrom('training_jobs as j')
     .innerJoin('models as m', 'm.id', 'j.model_id')
-    .select('j.id')
+    .leftJoin('entity_claim_turns as t', 't.entity_id', 'm.entity_id')
+    .select(['j.id'])
     .where('j.status', '=', 'QUEUED')
     .where('m.deleted_at', 'is', null)
     .where(({ not, exists, selectFrom }) =>
@@ -244,6 +227,10 @@ export async function claimJob(
   }
   if (args.kinds?.length) candidate = candidate.where('j.kind', 'in', [...args.kinds]);
   if (args.baseModels?.length) candidate = candidate.where('m.base_model', 'in', [...args.baseModels]);
+  if (args.maxRunningPerEntity) {
+    const running = sql<number>`(select count(*) from training_jobs r join models rm on rm.id = r.model_id where rm.entity_id = m.entity_id and r.status = 'RUNNING')`;
+    candidate = candidate.where(running, '<', args.maxRunningPerEntity);
+  }
 
   const token = crypto.randomUUID();
   const latestStep = sql<number>`(select coalesce(max(c.step), 0) from checkpoints c where c.model_id = training_jobs.model_id)`;
@@ -258,7 +245,7 @@ export async function claimJob(
       base_step: latestStep,
       target_step: sql<number>`${latestStep} + 1`,
     })
-    .where('id', '=', candidate.orderBy('j.seq').limit(1).forUpdate('j').skipLocked())
+    .where('id', '=', candidate.orderBy(sql`coalesce(t.turn, 0)`).orderBy('j.seq').limit(1).forUpdate('j').skipLocked())
     .returningAll()
     .executeTakeFirst();
   if (!row) return undefined;
@@ -269,6 +256,14 @@ export async function claimJob(
     .select(['m.id', 'e.name as entity', 'm.project', 'm.name', 'm.base_model'])
     .where('m.id', '=', row.model_id)
     .executeTakeFirstOrThrow();
+  await db
+    .insertInto('entity_claim_turns')
+    .values((eb) => ({
+      entity_id: eb.selectFrom('models').select('entity_id').where('id', '=', row.model_id),
+      turn: sql<number>`nextval('claim_turn_seq')`,
+    }))
+    .onConflict((oc) => oc.column('entity_id').doUpdateSet({ turn: sql<number>`excluded.turn` }))
+    .execute();
   const base = await db
     .selectFrom('checkpoints')
     .selectAll()

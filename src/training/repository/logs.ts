@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { MetricRecord, TrajectoryGroup } from '../schemas.js';
 import { chunkBySize, iso, jsonb, jsonbText, type TrainingDb } from './db.js';
-import type { StoredModel } from './models.js';
+import type { StoredModel } from './rows.js';
 
 /**
  * Stores one log call's groups, one row per group, in multi-row inserts. Several statements for a large

@@ -1,28 +1,9 @@
-import { sql, type Selectable } from 'kysely';
-import type { Model, PageOf } from '../schemas.js';
-import type { ModelTable } from '../tables.js';
+import { sql } from 'kysely';
+import type { PageOf } from '../schemas.js';
+import { isUuid, toPage, type EntityScope, type TrainingDb } from './db.js';
 import { cancelModelJobs } from './jobs.js';
-import { iso, isUuid, toPage, type EntityScope, type TrainingDb } from './db.js';
-
-/** A live model the caller may reach. Functions on a model's checkpoints, logs and jobs take one of these. */
-export interface StoredModel extends Model {
-  entity_id: string;
-}
-
-type ModelRow = Selectable<ModelTable> & { entity: string };
-
-function toModel(row: ModelRow): StoredModel {
-  return {
-    id: row.id,
-    entity: row.entity,
-    entity_id: row.entity_id,
-    project: row.project,
-    name: row.name,
-    base_model: row.base_model,
-    run_id: row.run_id,
-    created_at: iso(row.created_at),
-  };
-}
+import { recordReleases } from './retention.js';
+import { toModel, type DeletedCheckpoint, type StoredModel } from './rows.js';
 
 function liveModels(db: TrainingDb, { entityIds }: EntityScope) {
   return db
@@ -151,10 +132,11 @@ export async function currentStep(db: TrainingDb, { model }: { model: StoredMode
 export async function deleteModel(
   db: TrainingDb,
   { model }: { model: StoredModel },
-): Promise<{ deleted_checkpoints: number; deleted: { step: number; uri: string }[] }> {
+): Promise<{ deleted_checkpoints: number; deleted: DeletedCheckpoint[] }> {
   await db.updateTable('models').set({ deleted_at: new Date() }).where('id', '=', model.id).execute();
   await cancelModelJobs(db, { modelId: model.id });
-  const deleted = await db.deleteFrom('checkpoints').where('model_id', '=', model.id).returning(['step', 'uri']).execute();
+  const deleted = await db.deleteFrom('checkpoints').where('model_id', '=', model.id).returning(['step', 'uri', 'source']).execute();
+  await recordReleases(db, { model, checkpoints: deleted, reason: 'deleted' });
   await db.deleteFrom('trajectory_logs').where('model_id', '=', model.id).execute();
   await db.deleteFrom('metric_history').where('model_id', '=', model.id).execute();
   return { deleted_checkpoints: deleted.length, deleted };

@@ -36,6 +36,24 @@ export interface Checkpoint {
   metrics: Record<string, number>;
 }
 
+/** A checkpoint with its lifecycle state (GET .../checkpoints/lifecycle). */
+export interface CheckpointState extends Checkpoint {
+  pinned: boolean;
+  latest: boolean;
+  best: boolean;
+  expires_at: string | null;
+  source: 'trained' | 'imported';
+  created_at: string;
+}
+
+export interface RetentionPolicy {
+  keep_latest: number | null;
+  keep_best: number | null;
+  best_metric: string | null;
+  best_mode: 'max' | 'min';
+  ttl_seconds: number | null;
+}
+
 export interface MetricRecord {
   step: number;
   split: string;

@@ -3,7 +3,7 @@ import { allPages, api } from '../lib/api.js';
 import { Chart, type Series } from '../lib/chart.js';
 import { useLoad } from '../lib/hooks.js';
 import { navigate } from '../lib/router.js';
-import type { Checkpoint, Job, MetricRecord, Model } from '../lib/types.js';
+import type { CheckpointState, Job, MetricRecord, Model, RetentionPolicy } from '../lib/types.js';
 import { Badge, fmt, Link, Loading, Problem, when } from '../lib/ui.js';
 
 /** The last logged row of each (split, step): a step logged twice shows its latest values. */
@@ -62,7 +62,8 @@ export function ModelPage(props: { id: string }) {
   const id = props.id;
   const model = useLoad(`model:${id}`, () => api<Model>(`/v1/preview/models/${id}`));
   const metrics = useLoad(`metrics:${id}`, () => api<{ data: MetricRecord[] }>(`/v1/preview/models/${id}/metrics`));
-  const checkpoints = useLoad(`ckpt:${id}`, () => allPages<Checkpoint>(`/v1/preview/models/${id}/checkpoints`));
+  const checkpoints = useLoad(`ckpt:${id}`, () => allPages<CheckpointState>(`/v1/preview/models/${id}/checkpoints/lifecycle`));
+  const retention = useLoad(`retention:${id}`, () => api<RetentionPolicy>(`/v1/preview/models/${id}/retention`));
   const jobs = useLoad(`jobs:${id}`, () => allPages<Job>(`/v1/preview/training-jobs?model_id=${id}`, 200));
   const [smoothing, setSmoothing] = useState(0);
   const [log, setLog] = useState(false);
@@ -141,7 +142,18 @@ export function ModelPage(props: { id: string }) {
           {loss.length > 0 && <Chart title="Loss (checkpoint metrics)" series={loss} height={160} log={log} />}
         </div>
       </section>
-      {m && <CheckpointsTable model={m} checkpoints={checkpoints.data} reload={checkpoints.reload} />}
+      {m && <CheckpointsTable model={m} checkpoints={checkpoints.data} policy={retention.data} reload={checkpoints.reload} />}
+      {m && retention.data && (
+        <RetentionForm
+          model={m}
+          policy={retention.data}
+          metrics={[...new Set((checkpoints.data ?? []).flatMap((c) => Object.keys(c.metrics)))].sort()}
+          saved={() => {
+            retention.reload();
+            checkpoints.reload();
+          }}
+        />
+      )}
       <section>
         <h2>Jobs</h2>
         {jobs.data && jobs.data.length === 0 && <p class="muted">No training jobs yet.</p>}
@@ -180,7 +192,7 @@ export function ModelPage(props: { id: string }) {
   );
 }
 
-function CheckpointsTable(props: { model: Model; checkpoints: Checkpoint[] | undefined; reload: () => void }) {
+function CheckpointsTable(props: { model: Model; checkpoints: CheckpointState[] | undefined; policy: RetentionPolicy | undefined; reload: () => void }) {
   const rows = props.checkpoints ?? [];
   const keys = useMemo(() => [...new Set(rows.flatMap((c) => Object.keys(c.metrics)))].sort(), [rows]);
   const [chosen, setChosen] = useState<string | undefined>(undefined);
@@ -188,7 +200,7 @@ function CheckpointsTable(props: { model: Model; checkpoints: Checkpoint[] | und
   const [copied, setCopied] = useState<string | undefined>(undefined);
   const metric = chosen ?? (keys.includes('val/reward') ? 'val/reward' : keys[0]);
   const lowerIsBetter = metric !== undefined && /loss|exception/.test(metric);
-  let best: Checkpoint | undefined;
+  let best: CheckpointState | undefined;
   for (const c of rows) {
     const v = metric ? c.metrics[metric] : undefined;
     if (v === undefined) continue;
@@ -202,6 +214,15 @@ function CheckpointsTable(props: { model: Model; checkpoints: Checkpoint[] | und
     if (!window.confirm(`Delete the checkpoint at step ${step}?`)) return;
     try {
       await api(`/v1/preview/models/${props.model.id}/checkpoints`, { method: 'DELETE', body: { steps: [step] } });
+      props.reload();
+    } catch (err) {
+      setError((err as Error).message);
+    }
+  }
+
+  async function setPinned(step: number, pinned: boolean) {
+    try {
+      await api(`/v1/preview/models/${props.model.id}/checkpoints/${step}/${pinned ? 'pin' : 'unpin'}`, { method: 'POST' });
       props.reload();
     } catch (err) {
       setError((err as Error).message);
@@ -246,6 +267,7 @@ function CheckpointsTable(props: { model: Model; checkpoints: Checkpoint[] | und
                 {shown.map((k) => (
                   <th>{k}</th>
                 ))}
+                <th>Kept</th>
                 <th>Inference name</th>
                 <th />
               </tr>
@@ -259,13 +281,25 @@ function CheckpointsTable(props: { model: Model; checkpoints: Checkpoint[] | und
                   {shown.map((k) => (
                     <td>{fmt(c.metrics[k])}</td>
                   ))}
+                  <td data-kept>
+                    {c.pinned && <span class="badge badge-pinned">pinned</span>} {c.latest && <span class="badge">latest</span>}{' '}
+                    {c.best && <span class="badge badge-best">best by {props.policy?.best_metric}</span>}{' '}
+                    {c.expires_at && <span class="muted">expires {when(c.expires_at)}</span>}
+                    {c.source === 'imported' && <span class="badge">imported</span>}
+                  </td>
                   <td>
                     <code>{name(c.step)}</code>{' '}
                     <button type="button" class="link" onClick={() => copy(c.step)}>
                       Copy
                     </button>
                   </td>
-                  <td>
+                  <td class="actions">
+                    <button type="button" class="link" onClick={() => setPinned(c.step, !c.pinned)}>
+                      {c.pinned ? 'Unpin' : 'Pin'}
+                    </button>{' '}
+                    <a href={`/v1/preview/models/${props.model.id}/checkpoints/${c.step}/archive`} download>
+                      Download
+                    </a>{' '}
                     <button type="button" class="danger" onClick={() => remove(c.step)}>
                       Delete
                     </button>
@@ -276,6 +310,99 @@ function CheckpointsTable(props: { model: Model; checkpoints: Checkpoint[] | und
           </table>
         </>
       )}
+    </section>
+  );
+}
+
+const HOUR = 3600;
+/** A number field's value: empty is off (null). */
+const numberOrNull = (value: string) => (value.trim() === '' ? null : Number(value));
+
+/**
+ * The model's retention policy, editable by whoever reaches the model: what the server keeps when a
+ * checkpoint lands, on the expiry sweep, or now ("Apply now"). Field errors are the API's 422 messages.
+ */
+function RetentionForm(props: { model: Model; policy: RetentionPolicy; metrics: string[]; saved: () => void }) {
+  const p = props.policy;
+  const [keepLatest, setKeepLatest] = useState(p.keep_latest === null ? '' : String(p.keep_latest));
+  const [keepBest, setKeepBest] = useState(p.keep_best === null ? '' : String(p.keep_best));
+  const [metric, setMetric] = useState(p.best_metric ?? '');
+  const [mode, setMode] = useState<'max' | 'min'>(p.best_mode);
+  const [ttlHours, setTtlHours] = useState(p.ttl_seconds === null ? '' : String(p.ttl_seconds / HOUR));
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [note, setNote] = useState<string | undefined>(undefined);
+  const choices = [...new Set([...props.metrics, 'val/reward', 'train/reward', ...(p.best_metric ? [p.best_metric] : [])])].sort();
+  const base = `/v1/preview/models/${props.model.id}/retention`;
+
+  async function save(event: Event) {
+    event.preventDefault();
+    setError(undefined);
+    const hours = numberOrNull(ttlHours);
+    try {
+      await api(base, {
+        method: 'PUT',
+        body: {
+          keep_latest: numberOrNull(keepLatest),
+          keep_best: metric ? numberOrNull(keepBest) : null,
+          best_metric: metric || null,
+          best_mode: mode,
+          ttl_seconds: hours === null ? null : Math.round(hours * HOUR),
+        },
+      });
+      setNote('Saved. It applies when the next checkpoint lands, or now with "Apply now".');
+      props.saved();
+    } catch (err) {
+      setError((err as Error).message);
+    }
+  }
+
+  async function applyNow() {
+    if (!window.confirm('Delete now every checkpoint this policy does not keep?')) return;
+    setError(undefined);
+    try {
+      const result = await api<{ deleted_steps: number[]; expired_steps: number[] }>(`${base}/apply`, { method: 'POST' });
+      const gone = [...result.deleted_steps, ...result.expired_steps].sort((a, b) => a - b);
+      setNote(gone.length ? `Deleted steps ${gone.join(', ')}.` : 'Nothing to delete.');
+      props.saved();
+    } catch (err) {
+      setError((err as Error).message);
+    }
+  }
+
+  return (
+    <section>
+      <h2>Retention</h2>
+      <Problem error={error} />
+      <form class="controls retention" aria-label="Retention policy" onSubmit={save}>
+        <label>
+          Keep latest <input name="keep_latest" type="number" min="1" placeholder="all" value={keepLatest} onInput={(e) => setKeepLatest(e.currentTarget.value)} />
+        </label>
+        <label>
+          Keep best <input name="keep_best" type="number" min="1" placeholder="1" value={keepBest} onInput={(e) => setKeepBest(e.currentTarget.value)} />
+        </label>
+        <label>
+          by
+          <select name="best_metric" value={metric} onChange={(e) => setMetric(e.currentTarget.value)}>
+            <option value="">(no metric)</option>
+            {choices.map((k) => (
+              <option value={k}>{k}</option>
+            ))}
+          </select>
+        </label>
+        <select name="best_mode" aria-label="better is" value={mode} onChange={(e) => setMode(e.currentTarget.value as 'max' | 'min')}>
+          <option value="max">highest</option>
+          <option value="min">lowest</option>
+        </select>
+        <label>
+          Others expire after (hours) <input name="ttl_hours" type="number" min="0" step="any" placeholder="never" value={ttlHours} onInput={(e) => setTtlHours(e.currentTarget.value)} />
+        </label>
+        <button type="submit">Save</button>
+        <button type="button" class="danger" onClick={applyNow}>
+          Apply now
+        </button>
+      </form>
+      {note && <p class="muted" data-retention-note>{note}</p>}
+      <p class="muted note">Pinned checkpoints, the latest and the best are always kept; the base of a running job too.</p>
     </section>
   );
 }

@@ -23,7 +23,7 @@ export function ProjectsPage() {
           <pre>{`import art
 from art.serverless.backend import ServerlessBackend
 
-backend = ServerlessBackend(api_key="ty_…", base_url="${window.location.origin}")
+backend = ServerlessBackend(api_key="ty_…", base_url="${window.location.origin}/v1")
 model = art.TrainableModel(name="agent-001", project="my-project", base_model="Qwen/Qwen3-14B-Instruct")
 await model.register(backend)`}</pre>
         </div>

@@ -12,8 +12,9 @@ import { addCheckpoint, backendEntry, chat, checkpointAdapter, createTrainedMode
 import { waitFor } from './helpers.js';
 
 /**
- * Defects found in review of the gateway, each pinned by a test that failed before its fix: request
- * ids, timeouts and breaker accounting, adapter naming, model rewriting, routing off the request path.
+ * The gateway's edge cases: routing off the request path, request ids that are no header value, timeouts
+ * and breaker accounting, adapter naming across re-created models, the model name in answers, engine
+ * credentials, metering of refused requests, and clients gone before the handler starts.
  */
 
 let engine: FakeEngine;
@@ -224,12 +225,12 @@ describe('engine credentials', () => {
 
 describe('metering', () => {
   it('writes nothing for a request refused for its priority, as for any invalid input', async () => {
-    const response = await post(owner, chat('fake/base-model', { priority: 5 }), { 'x-request-id': 'review-priority-1' });
+    const response = await post(owner, chat('fake/base-model', { priority: 5 }), { 'x-request-id': 'refused-priority-1' });
     expect(response.statusCode).toBe(422);
     // A later request's row is written; the refused one's never is.
-    expect((await post(owner, chat('fake/base-model'), { 'x-request-id': 'review-priority-2' })).statusCode).toBe(200);
-    await usageRow(app, 'review-priority-2');
-    expect(await app.db.selectFrom('usage_records').select('id').where('request_id', '=', 'review-priority-1').execute()).toEqual([]);
+    expect((await post(owner, chat('fake/base-model'), { 'x-request-id': 'accepted-priority-2' })).statusCode).toBe(200);
+    await usageRow(app, 'accepted-priority-2');
+    expect(await app.db.selectFrom('usage_records').select('id').where('request_id', '=', 'refused-priority-1').execute()).toEqual([]);
   });
 });
 

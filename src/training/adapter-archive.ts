@@ -1,0 +1,190 @@
+import { gunzipSync, gzipSync } from 'node:zlib';
+
+/**
+ * PEFT adapter archives (docs/training.md, "Export and import"): a tar, gzipped or not, of an adapter
+ * directory. Reading accepts only what a LoRA adapter is: `adapter_config.json`, weights in safetensors
+ * (never pickle: `.bin`, `.pt`, `.pkl` files run code when loaded), and a few tokenizer and text files,
+ * all regular files at one level. Links, absolute or `..` paths and anything else are refused before a
+ * byte is written, so no archive can place a file outside the directory it is unpacked into.
+ */
+
+export const ARCHIVE_LIMITS = {
+  files: 16,
+  /** Characters of an entry name (ustar's name field). */
+  nameLength: 100,
+  /** Bytes of a safetensors header (the JSON before the tensors). */
+  safetensorsHeader: 100 * 1024 * 1024,
+} as const;
+
+export const REQUIRED_FILES = ['adapter_config.json', 'adapter_model.safetensors'] as const;
+const OPTIONAL_FILES = [
+  'README.md',
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'special_tokens_map.json',
+  'added_tokens.json',
+  'chat_template.jinja',
+  'vocab.json',
+  'merges.txt',
+];
+export const ALLOWED_FILES: readonly string[] = [...REQUIRED_FILES, ...OPTIONAL_FILES];
+const PICKLE_EXTENSIONS = ['.bin', '.pt', '.pth', '.pkl', '.pickle', '.ckpt'];
+
+/** An archive that is not an acceptable adapter; the message says what to send instead. */
+export class ArchiveProblem extends Error {}
+
+export interface AdapterFile {
+  name: string;
+  content: Buffer;
+}
+
+const BLOCK = 512;
+
+function field(header: Buffer, offset: number, length: number): string {
+  const raw = header.subarray(offset, offset + length);
+  const end = raw.indexOf(0);
+  return raw.subarray(0, end < 0 ? length : end).toString('utf8');
+}
+
+function octal(header: Buffer, offset: number, length: number): number {
+  const text = field(header, offset, length).trim();
+  if (!/^[0-7]*$/.test(text)) throw new ArchiveProblem('the archive is not a tar file (a header field is not an octal number)');
+  return text === '' ? 0 : parseInt(text, 8);
+}
+
+function checksumOf(header: Buffer): number {
+  let sum = 0;
+  for (let i = 0; i < BLOCK; i++) sum += i >= 148 && i < 156 ? 0x20 : header[i];
+  return sum;
+}
+
+/** The entry's name relative to the adapter directory, or a problem naming why it cannot be one. */
+function safeName(raw: string): string {
+  if (raw.includes('\\') || raw.includes('\0')) throw new ArchiveProblem(`archive entry ${JSON.stringify(raw)}: backslashes and NUL are not allowed in names`);
+  if (raw.startsWith('/')) throw new ArchiveProblem(`archive entry ${JSON.stringify(raw)}: absolute paths are not allowed`);
+  const parts = raw.split('/').filter((part) => part !== '' && part !== '.');
+  if (parts.includes('..')) throw new ArchiveProblem(`archive entry ${JSON.stringify(raw)}: ".." is not allowed in paths`);
+  return parts.join('/');
+}
+
+/**
+ * The files of an adapter archive (tar or tar.gz). Entries may sit at the top or under one directory
+ * (`tar -C parent -cf x.tar adapter/`); directories are skipped; everything else is checked as above.
+ */
+export function readAdapterArchive(archive: Buffer, maxBytes: number): AdapterFile[] {
+  let tar = archive;
+  if (archive.length >= 2 && archive[0] === 0x1f && archive[1] === 0x8b) {
+    try {
+      tar = gunzipSync(archive, { maxOutputLength: maxBytes });
+    } catch (error) {
+      const tooLarge = error instanceof RangeError || (error as { code?: string }).code === 'ERR_BUFFER_TOO_LARGE';
+      throw new ArchiveProblem(tooLarge ? `the archive unpacks to more than ${maxBytes} bytes` : 'the archive is not valid gzip');
+    }
+  }
+  if (tar.length < BLOCK) throw new ArchiveProblem(`the archive is not a tar file (shorter than one ${BLOCK}-byte header)`);
+  const entries: { name: string; content: Buffer }[] = [];
+  let offset = 0;
+  while (offset + BLOCK <= tar.length) {
+    const header = tar.subarray(offset, offset + BLOCK);
+    if (header.every((byte) => byte === 0)) break;
+    if (octal(header, 148, 8) !== checksumOf(header)) throw new ArchiveProblem('the archive is not a tar file (header checksum mismatch)');
+    const prefix = field(header, 345, 155);
+    const raw = prefix ? `${prefix}/${field(header, 0, 100)}` : field(header, 0, 100);
+    const type = String.fromCharCode(header[156] || 0x30);
+    const size = octal(header, 124, 12);
+    const start = offset + BLOCK;
+    if (start + size > tar.length) throw new ArchiveProblem('the archive is truncated');
+    offset = start + Math.ceil(size / BLOCK) * BLOCK;
+    if (type === '1' || type === '2') {
+      throw new ArchiveProblem(`archive entry ${JSON.stringify(raw)} is a ${type === '1' ? 'hard' : 'symbolic'} link: only regular files are accepted`);
+    }
+    if (type === '5') continue;
+    if (type !== '0' && type !== '7') {
+      throw new ArchiveProblem(`archive entry ${JSON.stringify(raw)} has tar type ${JSON.stringify(type)}: only regular files and directories are accepted`);
+    }
+    entries.push({ name: safeName(raw), content: tar.subarray(start, start + size) });
+    if (entries.length > ARCHIVE_LIMITS.files) throw new ArchiveProblem(`the archive holds more than ${ARCHIVE_LIMITS.files} files`);
+  }
+  return checkAdapterFiles(stripTopDirectory(entries));
+}
+
+/** Entries all under one directory are taken from inside it. */
+function stripTopDirectory(entries: AdapterFile[]): AdapterFile[] {
+  const tops = new Set(entries.map((entry) => (entry.name.includes('/') ? entry.name.split('/')[0] : '')));
+  if (tops.size !== 1 || tops.has('')) return entries;
+  const [top] = tops;
+  return entries.map((entry) => ({ ...entry, name: entry.name.slice(top.length + 1) }));
+}
+
+function checkAdapterFiles(files: AdapterFile[]): AdapterFile[] {
+  const seen = new Set<string>();
+  for (const file of files) {
+    if (PICKLE_EXTENSIONS.some((ext) => file.name.endsWith(ext))) {
+      throw new ArchiveProblem(`${file.name}: pickle files are refused (loading one can run code); save the adapter with safetensors (save_pretrained(..., safe_serialization=True))`);
+    }
+    if (!ALLOWED_FILES.includes(file.name)) {
+      throw new ArchiveProblem(`${file.name}: not a file of a PEFT adapter; allowed: ${ALLOWED_FILES.join(', ')}`);
+    }
+    if (seen.has(file.name)) throw new ArchiveProblem(`${file.name} appears twice in the archive`);
+    seen.add(file.name);
+  }
+  for (const required of REQUIRED_FILES) {
+    if (!seen.has(required)) throw new ArchiveProblem(`the archive has no ${required}; a PEFT adapter directory has ${REQUIRED_FILES.join(' and ')}`);
+  }
+  checkSafetensors(files.find((file) => file.name === 'adapter_model.safetensors')!.content);
+  return files;
+}
+
+/** A safetensors file starts with the length of its JSON header (u64, little-endian), then the header. */
+function checkSafetensors(content: Buffer): void {
+  const problem = new ArchiveProblem('adapter_model.safetensors is not a safetensors file (no valid header)');
+  if (content.length < 8) throw problem;
+  const length = content.readBigUInt64LE(0);
+  if (length < 2n || length > BigInt(Math.min(ARCHIVE_LIMITS.safetensorsHeader, content.length - 8))) throw problem;
+  try {
+    const header = JSON.parse(content.subarray(8, 8 + Number(length)).toString('utf8'));
+    if (typeof header !== 'object' || header === null || Array.isArray(header)) throw problem;
+  } catch {
+    throw problem;
+  }
+}
+
+/** The base model an adapter was trained on, from its adapter_config.json. */
+export function adapterBaseModel(files: readonly AdapterFile[]): string {
+  const config = files.find((file) => file.name === 'adapter_config.json')!;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(config.content.toString('utf8'));
+  } catch {
+    throw new ArchiveProblem('adapter_config.json is not valid JSON');
+  }
+  const base = (parsed as { base_model_name_or_path?: unknown } | null)?.base_model_name_or_path;
+  if (typeof base !== 'string' || base === '') throw new ArchiveProblem('adapter_config.json names no base_model_name_or_path');
+  return base;
+}
+
+function header(name: string, size: number, mtime: number): Buffer {
+  const block = Buffer.alloc(BLOCK);
+  block.write(name, 0, 100, 'utf8');
+  block.write('0000644\0', 100, 'ascii');
+  block.write('0000000\0', 108, 'ascii');
+  block.write('0000000\0', 116, 'ascii');
+  block.write(size.toString(8).padStart(11, '0') + '\0', 124, 'ascii');
+  block.write(Math.floor(mtime / 1000).toString(8).padStart(11, '0') + '\0', 136, 'ascii');
+  block[156] = 0x30;
+  block.write('ustar\0', 257, 'ascii');
+  block.write('00', 263, 'ascii');
+  block.write(checksumOf(block).toString(8).padStart(6, '0') + '\0 ', 148, 'ascii');
+  return block;
+}
+
+/** A gzipped tar of the files, at the top level (what `tar -xzf` unpacks into the current directory). */
+export function writeAdapterArchive(files: readonly AdapterFile[], mtime = Date.now()): Buffer {
+  const parts: Buffer[] = [];
+  for (const file of files) {
+    if (Buffer.byteLength(file.name) > ARCHIVE_LIMITS.nameLength) throw new ArchiveProblem(`${file.name}: name longer than ${ARCHIVE_LIMITS.nameLength} bytes`);
+    parts.push(header(file.name, file.content.length, mtime), file.content, Buffer.alloc((BLOCK - (file.content.length % BLOCK)) % BLOCK));
+  }
+  parts.push(Buffer.alloc(BLOCK * 2));
+  return gzipSync(Buffer.concat(parts));
+}

@@ -1,0 +1,327 @@
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
+import { createTestApp, createWorkerKey, type TestUser } from '../helpers/app.js';
+import { createTenants, databaseFingerprint, expectOtherTenantRefused, jsonRequest as json } from '../helpers/tenants.js';
+import { call, groupGenerationA, ScriptedWorker, userWithModel } from './fixtures.js';
+
+/**
+ * Retention per model: the latest N, the best K by a metric, pinned checkpoints; a TTL for the rest;
+ * applied when a checkpoint lands, on request and by the expiry sweep.
+ */
+
+let app: App;
+let deletedEvents: { model: string; steps: number[] }[];
+
+beforeAll(async () => {
+  // The expiry sweep does not run in this app (its interval is a day), so that only requests delete here;
+  // the sweep has its own app below.
+  app = await createTestApp({ CHECKPOINT_EXPIRY_INTERVAL_MS: '86400000' });
+  deletedEvents = [];
+  app.events.on('checkpoints-deleted', (event) => deletedEvents.push({ model: event.model, steps: event.steps }));
+});
+afterAll(async () => {
+  await app.close();
+});
+
+interface Trained {
+  user: TestUser;
+  model: { id: string; name: string };
+  worker: ScriptedWorker;
+  base: string;
+}
+
+async function modelWithWorker(): Promise<Trained> {
+  const { user, model, baseModel } = await userWithModel(app);
+  return { user, model, worker: await ScriptedWorker.create(app, user, [baseModel]), base: `/v1/preview/models/${model.id}` };
+}
+
+/** One training step per value: a job, claimed and completed with that checkpoint metric. */
+async function train(t: Trained, metrics: Record<string, number>[]): Promise<void> {
+  for (const checkpointMetrics of metrics) {
+    const job = await call(app, t.user.headers, 'POST', '/v1/preview/training-jobs', { model_id: t.model.id, trajectory_groups: [groupGenerationA()] });
+    expect(job.status, job.text).toBe(200);
+    const claimed = await t.worker.claim(5);
+    if (!claimed) throw new Error('no job to claim');
+    const done = await t.worker.complete(claimed, checkpointMetrics);
+    expect(done.status, done.text).toBe(200);
+  }
+}
+
+async function steps(t: Trained): Promise<number[]> {
+  const page = await call(app, t.user.headers, 'GET', `${t.base}/checkpoints?limit=100`);
+  expect(page.status, page.text).toBe(200);
+  return page.body.data.map((c: { step: number }) => c.step);
+}
+
+async function lifecycle(t: Trained): Promise<Record<number, { pinned: boolean; latest: boolean; best: boolean; expires_at: string | null }>> {
+  const page = await call(app, t.user.headers, 'GET', `${t.base}/checkpoints/lifecycle?limit=100`);
+  expect(page.status, page.text).toBe(200);
+  return Object.fromEntries(page.body.data.map((c: any) => [c.step, { pinned: c.pinned, latest: c.latest, best: c.best, expires_at: c.expires_at }]));
+}
+
+async function setPolicy(t: Trained, policy: Record<string, unknown>): Promise<void> {
+  const reply = await call(app, t.user.headers, 'PUT', `${t.base}/retention`, policy);
+  expect(reply.status, reply.text).toBe(200);
+}
+
+const rewards = (...values: number[]) => values.map((value) => ({ 'val/reward': value }));
+
+describe('keeping the latest and the best', () => {
+  it('keeps the latest N, the best K by val/reward and every pinned checkpoint as checkpoints land', async () => {
+    const t = await modelWithWorker();
+    await setPolicy(t, { keep_latest: 2, keep_best: 1, best_metric: 'val/reward', best_mode: 'max' });
+    await train(t, rewards(0.1));
+    expect((await call(app, t.user.headers, 'POST', `${t.base}/checkpoints/1/pin`)).status).toBe(200);
+    await train(t, rewards(0.9, 0.3, 0.2, 0.5, 0.4));
+
+    expect(await steps(t)).toEqual([1, 2, 5, 6]);
+    expect(await lifecycle(t)).toEqual({
+      1: { pinned: true, latest: false, best: false, expires_at: null },
+      2: { pinned: false, latest: false, best: true, expires_at: null },
+      5: { pinned: false, latest: true, best: false, expires_at: null },
+      6: { pinned: false, latest: true, best: false, expires_at: null },
+    });
+    // The router heard of each deletion (it unloads the adapters), and the workers' side may release their storage.
+    expect(deletedEvents.filter((e) => e.model === t.model.name).map((e) => e.steps)).toEqual([[3], [4]]);
+    const releases = await app.db
+      .selectFrom('checkpoint_releases')
+      .select(['uri', 'reason'])
+      .where('uri', 'like', `s3://checkpoints/${t.model.name}/%`)
+      .orderBy('id')
+      .execute();
+    expect(releases).toEqual([
+      { uri: `s3://checkpoints/${t.model.name}/3`, reason: 'retention' },
+      { uri: `s3://checkpoints/${t.model.name}/4`, reason: 'retention' },
+    ]);
+  });
+
+  it('ranks by a metric where lower is better with best_mode min, applied on request', async () => {
+    const t = await modelWithWorker();
+    await train(t, [{ 'loss/val': 0.5 }, { 'loss/val': 0.2 }, { 'loss/val': 0.3 }, { 'loss/val': 0.1 }, { 'loss/val': 0.9 }]);
+    await setPolicy(t, { keep_latest: 1, keep_best: 2, best_metric: 'loss/val', best_mode: 'min' });
+    expect(await steps(t)).toEqual([1, 2, 3, 4, 5]);
+
+    const applied = await call(app, t.user.headers, 'POST', `${t.base}/retention/apply`);
+    expect(applied.status, applied.text).toBe(200);
+    expect(applied.body).toEqual({ deleted_steps: [1, 3], expired_steps: [] });
+    expect(await steps(t)).toEqual([2, 4, 5]);
+  });
+
+  it('keeps everything with no policy, and reports the policy it stored', async () => {
+    const t = await modelWithWorker();
+    expect((await call(app, t.user.headers, 'GET', `${t.base}/retention`)).body).toEqual({
+      keep_latest: null,
+      keep_best: null,
+      best_metric: null,
+      best_mode: 'max',
+      ttl_seconds: null,
+    });
+    await train(t, rewards(0.1, 0.2, 0.3));
+    expect((await call(app, t.user.headers, 'POST', `${t.base}/retention/apply`)).body).toEqual({ deleted_steps: [], expired_steps: [] });
+    expect(await steps(t)).toEqual([1, 2, 3]);
+
+    await setPolicy(t, { keep_latest: 5, best_metric: 'val/reward' });
+    expect((await call(app, t.user.headers, 'GET', `${t.base}/retention`)).body).toEqual({
+      keep_latest: 5,
+      keep_best: 1,
+      best_metric: 'val/reward',
+      best_mode: 'max',
+      ttl_seconds: null,
+    });
+  });
+});
+
+describe('pins', () => {
+  it('spares a pinned checkpoint from Delete Model Checkpoints, and deletes it once unpinned', async () => {
+    const t = await modelWithWorker();
+    await train(t, rewards(0.1, 0.2));
+    const pinned = await call(app, t.user.headers, 'POST', `${t.base}/checkpoints/1/pin`);
+    expect(pinned.status, pinned.text).toBe(200);
+    expect(pinned.body).toMatchObject({ step: 1, pinned: true, latest: false, best: false, source: 'trained', metrics: { 'val/reward': 0.1 } });
+
+    const spared = await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [1, 2, 7] });
+    expect(spared.body).toEqual({ deleted_count: 1, not_found_steps: [7], pinned_steps: [1] });
+    expect(await steps(t)).toEqual([1]);
+
+    expect((await call(app, t.user.headers, 'POST', `${t.base}/checkpoints/1/unpin`)).body).toMatchObject({ step: 1, pinned: false, latest: true });
+    expect((await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [1] })).body).toEqual({ deleted_count: 1, not_found_steps: [], pinned_steps: [] });
+    expect(await steps(t)).toEqual([]);
+  });
+});
+
+describe('time to live', () => {
+  /** Registers the checkpoints two hours earlier than they were, as if time had passed. */
+  async function ageCheckpoints(t: Trained): Promise<void> {
+    await app.db
+      .updateTable('checkpoints')
+      .set({ created_at: sql<Date>`created_at - interval '2 hours'` })
+      .where('model_id', '=', t.model.id)
+      .execute();
+  }
+
+  it('expires unpinned checkpoints that are neither latest nor best, and shows when each will', async () => {
+    const t = await modelWithWorker();
+    await train(t, rewards(0.9, 0.1, 0.2, 0.3));
+    await setPolicy(t, { best_metric: 'val/reward', ttl_seconds: 3600 });
+    expect((await call(app, t.user.headers, 'POST', `${t.base}/checkpoints/3/pin`)).status).toBe(200);
+    const before = await lifecycle(t);
+    expect([before[1].expires_at, before[3].expires_at, before[4].expires_at]).toEqual([null, null, null]);
+    const created = (await call(app, t.user.headers, 'GET', `${t.base}/checkpoints/lifecycle?limit=100`)).body.data[1].created_at;
+    expect(Date.parse(before[2].expires_at as string) - Date.parse(created)).toBe(3600 * 1000);
+
+    // Not yet expired: applying deletes nothing (the count rule is off).
+    expect((await call(app, t.user.headers, 'POST', `${t.base}/retention/apply`)).body).toEqual({ deleted_steps: [], expired_steps: [] });
+    await ageCheckpoints(t);
+    expect((await call(app, t.user.headers, 'POST', `${t.base}/retention/apply`)).body).toEqual({ deleted_steps: [], expired_steps: [2] });
+    expect(await steps(t)).toEqual([1, 3, 4]);
+  });
+
+  it('is enforced by the expiry sweep without any request', async () => {
+    const sweeping = await createTestApp({ CHECKPOINT_EXPIRY_INTERVAL_MS: '100' });
+    const main = app;
+    app = sweeping;
+    try {
+      await expiresBySweep();
+    } finally {
+      app = main;
+      await sweeping.close();
+    }
+  });
+
+  async function expiresBySweep(): Promise<void> {
+    const t = await modelWithWorker();
+    await train(t, rewards(0.1, 0.2, 0.3));
+    await setPolicy(t, { ttl_seconds: 60 });
+    await ageCheckpoints(t);
+    for (let i = 0; i < 200 && (await steps(t)).length > 1; i++) await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(await steps(t)).toEqual([3]);
+    const releases = await app.db.selectFrom('checkpoint_releases').select('reason').where('uri', 'like', `s3://checkpoints/${t.model.name}/%`).execute();
+    expect(releases.map((r) => r.reason)).toEqual(['expired', 'expired']);
+  }
+});
+
+describe('storage handed to the workers\' side', () => {
+  it('lists the URIs of deleted trained checkpoints to the owner\'s worker key only, until they are acknowledged', async () => {
+    const t = await modelWithWorker();
+    await train(t, rewards(0.1, 0.2, 0.3));
+    await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [1, 2] });
+    const mine = (reply: { body: { data: { uri: string }[] } }) => reply.body.data.filter((r) => r.uri.startsWith(`s3://checkpoints/${t.model.name}/`));
+
+    const listed = await t.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000');
+    expect(listed.status, listed.text).toBe(200);
+    expect(mine(listed).map((r: any) => [r.uri, r.reason])).toEqual([
+      [`s3://checkpoints/${t.model.name}/1`, 'deleted'],
+      [`s3://checkpoints/${t.model.name}/2`, 'deleted'],
+    ]);
+    const ids = mine(listed).map((r: any) => r.id);
+
+    const stranger = await modelWithWorker();
+    expect(mine(await stranger.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000'))).toEqual([]);
+    expect((await stranger.worker.call('POST', '/v1/workers/checkpoint-releases/ack', { ids })).body).toEqual({ acknowledged: 0 });
+    expect(mine(await t.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000'))).toHaveLength(2);
+
+    expect((await t.worker.call('POST', '/v1/workers/checkpoint-releases/ack', { ids })).body).toEqual({ acknowledged: 2 });
+    expect(mine(await t.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000'))).toEqual([]);
+    // A user key is refused, as on every worker route.
+    expect((await call(app, t.user.headers, 'GET', '/v1/workers/checkpoint-releases')).status).toBe(403);
+  });
+
+  it('refuses an empty or malformed acknowledgement', async () => {
+    const t = await modelWithWorker();
+    const empty = await t.worker.call('POST', '/v1/workers/checkpoint-releases/ack', { ids: [] });
+    expect(empty).toMatchObject({ status: 422, body: { detail: [{ type: 'too_short', loc: ['body', 'ids'] }] } });
+    const malformed = await t.worker.call('POST', '/v1/workers/checkpoint-releases/ack', { ids: ['1; drop table'] });
+    expect(malformed).toMatchObject({ status: 422, body: { detail: [{ type: 'string_pattern_mismatch', loc: ['body', 'ids', 0], input: '1; drop table' }] } });
+  });
+});
+
+describe('bad input', () => {
+  let t: Trained;
+  beforeAll(async () => {
+    t = await modelWithWorker();
+    await train(t, rewards(0.5));
+  });
+
+  async function refused(method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, body: unknown, status: number, expected: unknown): Promise<void> {
+    const before = await databaseFingerprint(app);
+    const reply = await app.inject(json(method, url, t.user, body));
+    expect(reply.statusCode, reply.body).toBe(status);
+    expect(reply.json()).toEqual(expected);
+    expect(await databaseFingerprint(app)).toEqual(before);
+  }
+
+  it('refuses retention settings out of range, each naming the field, and stores nothing', async () => {
+    const url = `${t.base}/retention`;
+    await refused('PUT', url, { keep_latest: 0 }, 422, {
+      detail: [{ type: 'greater_than_equal', loc: ['body', 'keep_latest'], msg: 'Input should be greater than or equal to 1', input: 0, ctx: { ge: 1 } }],
+    });
+    await refused('PUT', url, { keep_latest: 3, keep_best: 1001, best_metric: 'val/reward' }, 422, {
+      detail: [{ type: 'less_than_equal', loc: ['body', 'keep_best'], msg: 'Input should be less than or equal to 1000', input: 1001, ctx: { le: 1000 } }],
+    });
+    await refused('PUT', url, { ttl_seconds: 59 }, 422, {
+      detail: [{ type: 'greater_than_equal', loc: ['body', 'ttl_seconds'], msg: 'Input should be greater than or equal to 60', input: 59, ctx: { ge: 60 } }],
+    });
+    await refused('PUT', url, { best_mode: 'highest', best_metric: 'val/reward' }, 422, {
+      detail: [{ type: 'literal_error', loc: ['body', 'best_mode'], msg: "Input should be 'max' or 'min'", input: 'highest', ctx: { expected: "'max' or 'min'" } }],
+    });
+    await refused('PUT', url, { keep_lastest: 3 }, 422, {
+      detail: [{ type: 'extra_forbidden', loc: ['body', 'keep_lastest'], msg: 'Extra inputs are not permitted', input: 3 }],
+    });
+    await refused('PUT', url, { keep_latest: 3, keep_best: 2 }, 422, {
+      detail: [
+        { type: 'value_error', loc: ['body', 'best_metric'], msg: 'Value error, best_metric is required when keep_best is set', ctx: { error: 'best_metric is required when keep_best is set' } },
+      ],
+    });
+  });
+
+  it('refuses a metric the model never logged, listing the ones it knows', async () => {
+    await refused('PUT', `${t.base}/retention`, { keep_latest: 3, best_metric: 'val/acuracy' }, 422, {
+      detail: [
+        {
+          type: 'value_error',
+          loc: ['body', 'best_metric'],
+          msg: `Value error, unknown metric "val/acuracy": model ${t.model.id} has logged no metric by that name; known: train/exception_rate, train/reward, train/reward_std_dev, val/exception_rate, val/reward, val/reward_std_dev`,
+          input: 'val/acuracy',
+        },
+      ],
+    });
+  });
+
+  it('answers 404 for a step without a checkpoint and 422 for one that is not a step', async () => {
+    await refused('POST', `${t.base}/checkpoints/9/pin`, undefined, 404, { detail: `model ${t.model.id} has no checkpoint at step 9` });
+    await refused('POST', `${t.base}/checkpoints/-1/unpin`, undefined, 422, {
+      detail: [{ type: 'greater_than_equal', loc: ['path', 'step'], msg: 'Input should be greater than or equal to 0', input: '-1', ctx: { ge: 0 } }],
+    });
+    await refused('GET', `${t.base}/checkpoints/lifecycle?after=not-a-checkpoint`, undefined, 422, {
+      detail: [{ type: 'value_error', loc: ['query', 'after'], msg: `Value error, after is not the id of a checkpoint of model ${t.model.id}`, input: 'not-a-checkpoint' }],
+    });
+  });
+});
+
+describe('another tenant', () => {
+  it('finds nothing on every lifecycle route (404) and changes nothing; a worker key is refused (403)', async () => {
+    const { owner, other } = await createTenants(app);
+    const { model, baseModel } = await userWithModel(app, owner);
+    const t: Trained = { user: owner, model, worker: await ScriptedWorker.create(app, owner, [baseModel]), base: `/v1/preview/models/${model.id}` };
+    await train(t, rewards(0.4));
+    const workerKey = await createWorkerKey(app, owner.username);
+    const asWorker = { ...owner, headers: workerKey.headers };
+    // A key's first use records its last-use time: use both here, so the fingerprints compare refusals only.
+    await call(app, other.headers, 'GET', '/v1/preview/base-models');
+    await call(app, asWorker.headers, 'GET', '/v1/preview/base-models');
+    const notFound = { status: 404 as const, body: { detail: `model ${t.model.id} not found` }, secrets: [t.model.name] };
+    await expectOtherTenantRefused(app, json('GET', `${t.base}/retention`, other), notFound);
+    await expectOtherTenantRefused(app, json('PUT', `${t.base}/retention`, other, { keep_latest: 1 }), notFound);
+    await expectOtherTenantRefused(app, json('POST', `${t.base}/retention/apply`, other), notFound);
+    await expectOtherTenantRefused(app, json('GET', `${t.base}/checkpoints/lifecycle`, other), notFound);
+    await expectOtherTenantRefused(app, json('POST', `${t.base}/checkpoints/1/pin`, other), notFound);
+    await expectOtherTenantRefused(app, json('POST', `${t.base}/checkpoints/1/unpin`, other), notFound);
+
+    await expectOtherTenantRefused(app, json('POST', `${t.base}/checkpoints/1/pin`, asWorker), {
+      status: 403,
+      body: { detail: 'Worker keys may only call /v1/workers/*.' },
+    });
+    expect((await lifecycle(t))[1].pinned).toBe(false);
+  });
+});
