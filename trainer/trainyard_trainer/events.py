@@ -20,8 +20,13 @@ def emit(event: dict[str, Any]) -> None:
         print(json.dumps(event, allow_nan=False), flush=True)
 
 
+# How this job's model was obtained (warm or cold start, loading time), filled in while it loads and carried by
+# training_started.
+started_info: dict[str, Any] = {}
+
+
 def training_started(num_sequences: int, **extra: Any) -> None:
-    emit({"type": "training_started", "data": {"num_sequences": num_sequences, **extra}})
+    emit({"type": "training_started", "data": {"num_sequences": num_sequences, **started_info, **extra}})
 
 
 def gradient_step(data: dict[str, Any]) -> None:
