@@ -4,8 +4,9 @@ import type { ClaimResponse } from '../training/schemas.js';
 import { LeaseLostError, ProtocolError, type WorkerClient } from './client.js';
 import { EventBatcher } from './event-batcher.js';
 import { buildJobSpec, jobPaths, prepareJobDirs, removeJobFiles, writeJobSpec } from './job-files.js';
+import type { ResidentTrainer } from './resident.js';
 import { EventOrder, parseTrainerLine } from './trainer-output.js';
-import { TrainerProcess, type TrainerExit } from './trainer-process.js';
+import { TrainerProcess, type TrainerExit, type TrainerHandlers } from './trainer-process.js';
 
 /** Exit status a trainer uses to say "retrying will not help" (bad config, unusable inputs). */
 export const PERMANENT_FAILURE_EXIT_CODE = 3;
@@ -26,6 +27,8 @@ export interface JobRunSettings {
   heartbeatMs: number | undefined;
   eventWindowMs: number;
   trainerEnv: Readonly<Record<string, string | undefined>>;
+  /** Offer the trainer residency: it may keep running and take the slot's next job on stdin. */
+  resident: boolean;
 }
 
 /** How an attempt ended, from this worker's side. */
@@ -62,6 +65,7 @@ export class JobRun {
     private readonly client: WorkerClient,
     private readonly settings: JobRunSettings,
     logger: Logger,
+    private readonly resident?: ResidentTrainer,
   ) {
     this.jobId = claim.job.id;
     this.leaseToken = claim.lease.token;
@@ -116,13 +120,19 @@ export class JobRun {
     });
     let checkpoint: { uri: string; metrics: Record<string, number> } | undefined;
     const trainerLog = this.log.child({ source: 'trainer' });
+    let endJob: (exit: TrainerExit) => void = () => {};
+    const jobEnded = new Promise<TrainerExit>((resolve) => (endJob = resolve));
 
-    const trainer = new TrainerProcess({
-      command: this.settings.command,
-      specPath,
-      env: this.settings.trainerEnv,
+    const handlers: TrainerHandlers = {
       onStdoutLine: (line) => {
         const parsed = parseTrainerLine(line);
+        if (parsed.kind === 'job_end') {
+          // A resident trainer is done with this job and waits for the next: its exit code is the job's.
+          if (parsed.specPath === specPath) endJob({ code: parsed.exitCode, signal: null });
+          else trainerLog.warn({ line }, 'job_end for another job spec; ignored');
+          if (Object.keys(parsed.usage).length) trainerLog.info(parsed.usage, 'trainer job ended');
+          return;
+        }
         if (parsed.kind === 'other') {
           if (parsed.problem) trainerLog.warn({ line, problem: parsed.problem }, 'trainer line ignored');
           else trainerLog.info({ stream: 'stdout' }, line);
@@ -138,19 +148,38 @@ export class JobRun {
         if (events.length && !this.leaseLost) batcher.push(...events);
       },
       onStderrLine: (line) => trainerLog.info({ stream: 'stderr' }, line),
-    });
-    this.log.info({ pid: trainer.pid, command: this.settings.command }, 'trainer started');
+    };
+    let trainer = this.resident?.take();
+    if (trainer) {
+      trainer.attach(handlers);
+      trainer.startJob(specPath);
+      this.log.info({ pid: trainer.pid }, 'job handed to the resident trainer');
+    } else {
+      trainer = new TrainerProcess({ command: this.settings.command, specPath, env: this.settings.trainerEnv, resident: this.settings.resident, ...handlers });
+      this.log.info({ pid: trainer.pid, command: this.settings.command }, 'trainer started');
+    }
 
     const stopped = new Promise<'stopped'>((resolve) => {
       if (this.stopping.signal.aborted) resolve('stopped');
       this.stopping.signal.addEventListener('abort', () => resolve('stopped'), { once: true });
     });
-    let exit = await Promise.race([trainer.exited, stopped]);
+    const ended = jobEnded.then((exit) => ({ ...exit, resident: true }));
+    let exit: (TrainerExit & { resident?: boolean }) | 'stopped' = await Promise.race([trainer.exited, ended, stopped]);
     if (exit === 'stopped') {
+      // A resident trainer is stopped like any other: its next job starts a new process.
       this.log.info({ reason: this.stopReason, grace_ms: this.settings.cancelGraceMs }, 'stopping the trainer');
       exit = await trainer.terminate(this.settings.cancelGraceMs);
     }
-    this.log.info({ code: exit.code, signal: exit.signal }, 'trainer exited');
+    if (exit.resident && !this.stopReason && (exit.code === 0 || exit.code === PERMANENT_FAILURE_EXIT_CODE) && this.resident) {
+      this.log.info({ code: exit.code }, 'trainer finished the job and stays resident');
+      this.resident.keep(trainer);
+    } else if (exit.resident) {
+      // A job_end with another code, or one this worker cannot keep: the process is not trusted with another job.
+      this.log.info({ code: exit.code }, 'trainer finished the job; stopping it');
+      void trainer.release(this.settings.cancelGraceMs);
+    } else {
+      this.log.info({ code: exit.code, signal: exit.signal }, 'trainer exited');
+    }
 
     if (this.leaseLost) batcher.discard();
     else await batcher.flush();

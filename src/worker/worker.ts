@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { ProtocolError, WorkerClient } from './client.js';
 import { JobRun, type JobOutcome } from './job-run.js';
 import type { WorkerOptions } from './options.js';
+import { ResidentTrainer } from './resident.js';
 
 export type WorkerSettings = Pick<
   WorkerOptions,
@@ -22,6 +23,7 @@ export type WorkerSettings = Pick<
   | 'eventWindowMs'
   | 'pollSeconds'
   | 'trainerEnv'
+  | 'resident'
 >;
 
 /**
@@ -88,6 +90,16 @@ export class Worker {
   }
 
   private async slot(): Promise<void> {
+    // One device set per slot: its resident trainer serves the slot's jobs one after another.
+    const resident = new ResidentTrainer(this.logger);
+    try {
+      await this.claimAndRun(resident);
+    } finally {
+      await resident.close(this.settings.cancelGraceMs);
+    }
+  }
+
+  private async claimAndRun(resident: ResidentTrainer): Promise<void> {
     while (!this.draining) {
       let claim;
       try {
@@ -112,7 +124,7 @@ export class Worker {
         if (this.settings.pollSeconds < 1) await sleep(1000, undefined, { signal: this.claims.signal }).catch(() => {});
         continue;
       }
-      const job = new JobRun(claim, this.client, this.settings, this.logger);
+      const job = new JobRun(claim, this.client, this.settings, this.logger, resident);
       // A claim answered just as draining began: start it only to hand it back at once.
       if (this.draining) job.interrupt();
       this.running.add(job);

@@ -1,0 +1,43 @@
+import type { Logger } from 'pino';
+import type { TrainerProcess } from './trainer-process.js';
+
+/**
+ * The resident trainer of one worker slot (one device set): a trainer process that finished its job with a
+ * `job_end` line and waits on stdin for the next one, so that its base model stays loaded. A slot holds at
+ * most one; a job takes it (or starts a new process) and gives it back only when its job ended cleanly.
+ */
+export class ResidentTrainer {
+  private idle: TrainerProcess | undefined;
+
+  constructor(private readonly logger: Logger) {}
+
+  /** The waiting trainer, if one is still alive; the caller owns it from now on. */
+  take(): TrainerProcess | undefined {
+    const trainer = this.idle;
+    this.idle = undefined;
+    return trainer && !trainer.hasExited ? trainer : undefined;
+  }
+
+  /** Keeps a trainer whose job ended for the next job; what it prints meanwhile is logged. */
+  keep(trainer: TrainerProcess): void {
+    const log = this.logger.child({ source: 'trainer', pid: trainer.pid, idle: true });
+    trainer.attach({
+      onStdoutLine: (line) => log.info({ stream: 'stdout' }, line),
+      onStderrLine: (line) => log.info({ stream: 'stderr' }, line),
+    });
+    this.idle = trainer;
+    void trainer.exited.then((exit) => {
+      if (this.idle !== trainer) return;
+      this.idle = undefined;
+      log.warn({ code: exit.code, signal: exit.signal }, 'the resident trainer exited between jobs; the next job starts a new one');
+    });
+  }
+
+  /** Ends the waiting trainer, if any: stdin closed, then SIGTERM and SIGKILL after `graceMs` each. */
+  async close(graceMs: number): Promise<void> {
+    const trainer = this.take();
+    if (!trainer) return;
+    const exit = await trainer.release(graceMs);
+    this.logger.info({ pid: trainer.pid, code: exit.code, signal: exit.signal }, 'resident trainer stopped');
+  }
+}
