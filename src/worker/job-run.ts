@@ -4,7 +4,7 @@ import type { ClaimResponse } from '../training/schemas.js';
 import { LeaseLostError, ProtocolError, type WorkerClient } from './client.js';
 import { EventBatcher } from './event-batcher.js';
 import { buildJobSpec, jobPaths, prepareJobDirs, removeJobFiles, writeJobSpec } from './job-files.js';
-import type { ResidentTrainer } from './resident.js';
+import type { ResidentTrainerSlot } from './resident.js';
 import { EventOrder, parseTrainerLine } from './trainer-output.js';
 import { TrainerProcess, type TrainerExit, type TrainerHandlers } from './trainer-process.js';
 
@@ -65,7 +65,7 @@ export class JobRun {
     private readonly client: WorkerClient,
     private readonly settings: JobRunSettings,
     logger: Logger,
-    private readonly resident?: ResidentTrainer,
+    private readonly resident?: ResidentTrainerSlot,
   ) {
     this.jobId = claim.job.id;
     this.leaseToken = claim.lease.token;
@@ -172,7 +172,9 @@ export class JobRun {
     }
     if (exit.resident && !this.stopReason && (exit.code === 0 || exit.code === PERMANENT_FAILURE_EXIT_CODE) && this.resident) {
       this.log.info({ code: exit.code }, 'trainer finished the job and stays resident');
-      this.resident.keep(trainer);
+      const { model } = this.claim.job;
+      // A job that failed for good (3) leaves no adapter in a trainer that follows the contract.
+      this.resident.keep(trainer, { base_model: model.base_model, model_id: exit.code === 0 ? model.id : null });
     } else if (exit.resident) {
       // A job_end with another code, or one this worker cannot keep: the process is not trusted with another job.
       this.log.info({ code: exit.code }, 'trainer finished the job; stopping it');

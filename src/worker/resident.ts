@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { ResidentTrainer } from '../training/schemas.js';
 import type { TrainerProcess } from './trainer-process.js';
 
 /**
@@ -6,29 +7,36 @@ import type { TrainerProcess } from './trainer-process.js';
  * `job_end` line and waits on stdin for the next one, so that its base model stays loaded. A slot holds at
  * most one; a job takes it (or starts a new process) and gives it back only when its job ended cleanly.
  */
-export class ResidentTrainer {
+export class ResidentTrainerSlot {
   private idle: TrainerProcess | undefined;
+  private held: ResidentTrainer | undefined;
 
   constructor(private readonly logger: Logger) {}
+
+  /** What the waiting trainer holds (reported with claims, shown by /v1/admin/workers); undefined when none waits. */
+  get holds(): ResidentTrainer | undefined {
+    return this.idle && !this.idle.hasExited ? this.held : undefined;
+  }
 
   /** The waiting trainer, if one is still alive; the caller owns it from now on. */
   take(): TrainerProcess | undefined {
     const trainer = this.idle;
-    this.idle = undefined;
+    this.idle = this.held = undefined;
     return trainer && !trainer.hasExited ? trainer : undefined;
   }
 
   /** Keeps a trainer whose job ended for the next job; what it prints meanwhile is logged. */
-  keep(trainer: TrainerProcess): void {
+  keep(trainer: TrainerProcess, holds: ResidentTrainer): void {
     const log = this.logger.child({ source: 'trainer', pid: trainer.pid, idle: true });
     trainer.attach({
       onStdoutLine: (line) => log.info({ stream: 'stdout' }, line),
       onStderrLine: (line) => log.info({ stream: 'stderr' }, line),
     });
     this.idle = trainer;
+    this.held = holds;
     void trainer.exited.then((exit) => {
       if (this.idle !== trainer) return;
-      this.idle = undefined;
+      this.idle = this.held = undefined;
       log.warn({ code: exit.code, signal: exit.signal }, 'the resident trainer exited between jobs; the next job starts a new one');
     });
   }

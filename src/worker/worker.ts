@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { ProtocolError, WorkerClient } from './client.js';
 import { JobRun, type JobOutcome } from './job-run.js';
 import type { WorkerOptions } from './options.js';
-import { ResidentTrainer } from './resident.js';
+import { ResidentTrainerSlot } from './resident.js';
 
 export type WorkerSettings = Pick<
   WorkerOptions,
@@ -35,6 +35,7 @@ export class Worker {
   private readonly client: WorkerClient;
   private readonly claims = new AbortController();
   private readonly running = new Set<JobRun>();
+  private readonly residents = new Set<ResidentTrainerSlot>();
   private draining = false;
   private drainTimer: NodeJS.Timeout | undefined;
   private fatal: Error | undefined;
@@ -91,7 +92,8 @@ export class Worker {
 
   private async slot(): Promise<void> {
     // One device set per slot: its resident trainer serves the slot's jobs one after another.
-    const resident = new ResidentTrainer(this.logger);
+    const resident = new ResidentTrainerSlot(this.logger);
+    this.residents.add(resident);
     try {
       await this.claimAndRun(resident);
     } finally {
@@ -99,7 +101,7 @@ export class Worker {
     }
   }
 
-  private async claimAndRun(resident: ResidentTrainer): Promise<void> {
+  private async claimAndRun(resident: ResidentTrainerSlot): Promise<void> {
     while (!this.draining) {
       let claim;
       try {
@@ -109,6 +111,7 @@ export class Worker {
             kinds: this.settings.kinds ? [...this.settings.kinds] : undefined,
             base_models: this.settings.baseModels ? [...this.settings.baseModels] : undefined,
             wait_seconds: this.settings.pollSeconds,
+            resident_trainers: [...this.residents].flatMap((slot) => (slot.holds ? [slot.holds] : [])),
           },
           this.claims.signal,
         );

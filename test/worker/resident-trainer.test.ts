@@ -1,7 +1,8 @@
+import { isDeepStrictEqual } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import type { WorkerSettings } from '../../src/worker/worker.js';
-import { createTestApp } from '../helpers/app.js';
+import { createTestApp, createUserWithKey } from '../helpers/app.js';
 import { listen } from '../helpers/listen.js';
 import {
   cancelJob,
@@ -46,7 +47,7 @@ describe('a resident trainer', () => {
   it('serves the jobs of several models one after another in one process, each with its own events and checkpoint', async () => {
     const tenant = await createTenant(app);
     const jobs = [await createJob(app, tenant, {}, 1), await createJob(app, tenant, {}, 2), await createJob(app, tenant, {}, 3)];
-    const { worker, outcomes, done } = startResidentWorker(tenant);
+    const { worker, outcomes, done, settings } = startResidentWorker(tenant);
     try {
       for (const { jobId } of jobs) expect(await completed(tenant, jobId)).toMatchObject({ status: 'COMPLETED', attempt: 1 });
       const runs = fixtureRuns(tenant);
@@ -60,6 +61,15 @@ describe('a resident trainer', () => {
         expect(events.map((e) => e.type)).toEqual(['training_started', 'gradient_step', 'gradient_step', 'gradient_step', 'training_ended']);
         expect(events[0].data).toEqual({ num_sequences: n + 1 });
       }
+      // The worker's next claim says what its trainer holds: the base model, and the last job's model.
+      const admin = await createUserWithKey(app, { isAdmin: true });
+      const holds = [{ base_model: tenant.baseModel, model_id: jobs[2].modelId }];
+      let listed: unknown;
+      await waitFor(async () => {
+        const reply = await app.inject({ method: 'GET', url: '/v1/admin/workers', headers: admin.headers });
+        listed = reply.json().data.find((w: { worker_id: string }) => w.worker_id === settings.workerId);
+        return isDeepStrictEqual((listed as { resident_trainers?: unknown })?.resident_trainers, holds);
+      }, 10_000, () => `the worker is listed as ${JSON.stringify(listed)}`);
       // Drained, the worker closes the idle trainer's stdin and the trainer exits.
       worker.drain();
       await done;
