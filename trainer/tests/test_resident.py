@@ -2,13 +2,16 @@
 state, metrics, bit for bit on CPU), whatever ran before it in the process; it takes the adapter and optimizer state
 from memory only for the very files it saved last; it speaks the stdin/stdout protocol of trainyard-worker, survives
 a permanent failure, and its memory does not grow over 50 jobs of two models."""
+import gc
 import json
 import os
 import subprocess
 import sys
 
 import torch
+from peft import PeftModel
 from safetensors.torch import load_file
+from transformers import PreTrainedModel
 
 from helpers import write_job
 from test_jobs import rl_groups, sft_rows
@@ -126,6 +129,11 @@ def test_nothing_of_one_model_reaches_the_next_job_of_another(tmp_path, capsys, 
         assert_same_checkpoint(cold_out, out)
         assert sorted(os.listdir(out)) == sorted(os.listdir(cold_out))
     assert starts == [("cold", "new"), ("warm", "memory"), ("warm", "new"), ("cold", "new"), ("cold", "disk"), ("warm", "disk")]
+    # No replaced base model, adapter or optimizer is still referenced: only the resident base (inside its LoRA) is alive.
+    gc.collect()
+    alive = [o for o in gc.get_objects() if issubclass(type(o), (PreTrainedModel, PeftModel, torch.optim.Optimizer))]
+    assert sorted(type(o).__name__ for o in alive) == ["LlamaForCausalLM", "LlamaModel", "PeftModelForCausalLM"]
+    assert source.peft in alive
 
 
 def test_a_checkpoint_rewritten_under_the_same_path_is_read_from_disk_not_memory(tmp_path, capsys, model_dir, tokenizer):

@@ -89,11 +89,16 @@ def run(args: argparse.Namespace, spec_path: str | None, resident: Any = None) -
 
 def run_reporting_permanent(args: argparse.Namespace, spec_path: str | None, resident: Any = None) -> int:
     """0, or 3 with the reason printed last on stderr; any other exception propagates."""
+    from . import events
+
+    events.timings.clear()
     try:
-        run(args, spec_path, resident)
+        with events.timed("job_seconds"):
+            run(args, spec_path, resident)
     except Permanent as error:
         print(f"trainyard_trainer: {error}", file=sys.stderr, flush=True)
         return PERMANENT_FAILURE
+    print(f"trainyard_trainer: timings {json.dumps(events.timings)}", file=sys.stderr, flush=True)
     return 0
 
 
@@ -106,8 +111,9 @@ def serve(args: argparse.Namespace) -> int:
     spec_path = args.spec
     while spec_path is not None:
         code = run_reporting_permanent(args, spec_path, source)
-        source.end(ok=code == 0)
         resident.job_end(spec_path, code, source.device)
+        # Cleaning up after a failed job happens once it is reported, while the worker reports and claims.
+        source.end(ok=code == 0)
         spec_path = resident.next_job()
     return 0
 

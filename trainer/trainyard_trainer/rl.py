@@ -206,7 +206,8 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
         if kl_on and reference is not None:
             model.delete_adapter("reference")
         saved_state = {"kind": "rl", "state": optimizer.state_dict()}
-        save_adapter(model, output_dir, base_model, saved_state)
+        with events.timed("save_seconds"):
+            save_adapter(model, output_dir, base_model, saved_state)
         source.saved(model, output_dir, saved_state)
     distributed.barrier()
     names = {"loss": "loss/train", "grad_norm": "loss/grad_norm", "learning_rate": "loss/learning_rate", "entropy": "loss/entropy",

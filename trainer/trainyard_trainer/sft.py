@@ -82,7 +82,8 @@ def run(spec: dict[str, Any], rows: list[Any], options: Options, device: torch.d
             totals[key] = totals.get(key, 0.0) + data[key]
     if events.is_main_process():
         saved_state = {"kind": "sft", "state": optimizer.state_dict()}
-        save_adapter(model, spec["output_dir"], base_model, saved_state)
+        with events.timed("save_seconds"):
+            save_adapter(model, spec["output_dir"], base_model, saved_state)
         source.saved(model, spec["output_dir"], saved_state)
     n = max(len(batches), 1)
     metrics = {"loss/train": totals.get("loss", 0.0) / n, "loss/grad_norm": totals.get("grad_norm", 0.0) / n,
