@@ -120,17 +120,32 @@ export class JobRun {
     });
     let checkpoint: { uri: string; metrics: Record<string, number> } | undefined;
     const trainerLog = this.log.child({ source: 'trainer' });
+    // A resident trainer ends a job with a job_end line on stderr, then on stdout. The two pipes are read
+    // independently, so the job ends once both copies are in: every stderr line before it belongs to this job
+    // (and to its failure message). A trainer that sends only the stdout copy is waited for 1 s at most.
     let endJob: (exit: TrainerExit) => void = () => {};
     const jobEnded = new Promise<TrainerExit>((resolve) => (endJob = resolve));
+    let endOnStdout: TrainerExit | undefined;
+    let endOnStderr = false;
+    let stderrWait: NodeJS.Timeout | undefined;
+    const isOurJobEnd = (line: string) => {
+      const parsed = line.trimStart().startsWith('{') ? parseTrainerLine(line) : undefined;
+      return parsed?.kind === 'job_end' && parsed.specPath === specPath ? parsed : undefined;
+    };
 
     const handlers: TrainerHandlers = {
       onStdoutLine: (line) => {
         const parsed = parseTrainerLine(line);
         if (parsed.kind === 'job_end') {
           // A resident trainer is done with this job and waits for the next: its exit code is the job's.
-          if (parsed.specPath === specPath) endJob({ code: parsed.exitCode, signal: null });
-          else trainerLog.warn({ line }, 'job_end for another job spec; ignored');
+          if (parsed.specPath !== specPath) {
+            trainerLog.warn({ line }, 'job_end for another job spec; ignored');
+            return;
+          }
           if (Object.keys(parsed.usage).length) trainerLog.info(parsed.usage, 'trainer job ended');
+          endOnStdout = { code: parsed.exitCode, signal: null };
+          if (endOnStderr) endJob(endOnStdout);
+          else stderrWait = setTimeout(() => endJob(endOnStdout!), 1000);
           return;
         }
         if (parsed.kind === 'other') {
@@ -147,7 +162,14 @@ export class JobRun {
         if (note) trainerLog.warn(note);
         if (events.length && !this.leaseLost) batcher.push(...events);
       },
-      onStderrLine: (line) => trainerLog.info({ stream: 'stderr' }, line),
+      onStderrLine: (line) => {
+        if (!isOurJobEnd(line)) return trainerLog.info({ stream: 'stderr' }, line);
+        endOnStderr = true;
+        if (endOnStdout) {
+          clearTimeout(stderrWait);
+          endJob(endOnStdout);
+        }
+      },
     };
     let trainer = this.resident?.take();
     if (trainer) {
@@ -165,6 +187,7 @@ export class JobRun {
     });
     const ended = jobEnded.then((exit) => ({ ...exit, resident: true }));
     let exit: (TrainerExit & { resident?: boolean }) | 'stopped' = await Promise.race([trainer.exited, ended, stopped]);
+    clearTimeout(stderrWait);
     if (exit === 'stopped') {
       // A resident trainer is stopped like any other: its next job starts a new process.
       this.log.info({ reason: this.stopReason, grace_ms: this.settings.cancelGraceMs }, 'stopping the trainer');

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import readline from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { parseTrainerLine } from './trainer-output.js';
 
 export interface TrainerExit {
   /** Exit status, or null when killed by a signal or never started. */
@@ -25,6 +26,10 @@ export interface StartTrainerOptions extends TrainerHandlers {
   resident?: boolean;
   /** Bytes of stderr kept for the failure message. */
   stderrTailBytes?: number;
+}
+
+function isJobEndLine(line: string): boolean {
+  return line.trimStart().startsWith('{') && parseTrainerLine(line).kind === 'job_end';
 }
 
 /** The environment variable that offers residency to a trainer command. */
@@ -66,7 +71,8 @@ export class TrainerProcess {
     const stderrDone = new Promise<void>((resolve) => {
       const lines = readline.createInterface({ input: this.child.stderr!, crlfDelay: Infinity });
       lines.on('line', (line) => {
-        this.tail = (this.tail + line + '\n').slice(-this.tailBytes);
+        // A resident trainer's job_end copy on stderr marks where its job's stderr ends; it is not the job's output.
+        if (!isJobEndLine(line)) this.tail = (this.tail + line + '\n').slice(-this.tailBytes);
         this.handlers.onStderrLine(line);
       });
       lines.on('close', resolve);

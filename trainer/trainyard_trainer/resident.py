@@ -175,4 +175,8 @@ def next_job(stream=None) -> str | None:
 
 
 def job_end(spec_path: str, exit_code: int, device: torch.device | None) -> None:
-    print(json.dumps({"type": "job_end", "spec_path": spec_path, "exit_code": exit_code, **peak_memory(device)}), flush=True)
+    """On stderr first, then stdout: the worker reads the two pipes apart and ends the job once it has both, so that
+    all of the job's stderr (a permanent failure's reason) is counted as the job's."""
+    line = json.dumps({"type": "job_end", "spec_path": spec_path, "exit_code": exit_code, **peak_memory(device)})
+    print(line, file=sys.stderr, flush=True)
+    print(line, flush=True)
