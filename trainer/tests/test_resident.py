@@ -178,11 +178,13 @@ def test_a_failed_job_leaves_no_adapter_behind(tmp_path, capsys, model_dir, toke
 class ResidentProcess:
     """`python -m trainyard_trainer` as trainyard-worker runs it when it offers residency."""
 
-    def __init__(self, first_spec):
+    def __init__(self, first_spec, stderr_path):
         env = {**os.environ, "TRAINYARD_RESIDENT": "1", "PYTHONPATH": TRAINER_DIR, "OMP_NUM_THREADS": "1"}
         env.pop("WORLD_SIZE", None)
+        self.stderr_path = stderr_path
+        # stderr to a file: a pipe nobody reads would fill up over 50 jobs and block the trainer.
         self.process = subprocess.Popen([sys.executable, "-m", "trainyard_trainer", "--device", "cpu", first_spec], env=env,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(stderr_path, "w"), text=True)
 
     def job_end(self):
         """The events of the current job, up to its job_end line."""
@@ -192,7 +194,7 @@ class ResidentProcess:
                 events.append(json.loads(line))
                 if events[-1]["type"] == "job_end":
                     return events
-        raise AssertionError(f"the trainer exited with {self.process.wait()}: {self.process.stderr.read()[-2000:]}")
+        raise AssertionError(f"the trainer exited with {self.process.wait()}: {open(self.stderr_path).read()[-2000:]}")
 
     def send(self, spec):
         self.process.stdin.write(json.dumps({"type": "job", "spec_path": spec}) + "\n")
@@ -204,7 +206,7 @@ def test_over_stdin_fifty_jobs_of_two_models_on_two_bases_keep_memory_flat(tmp_p
     groups = rl_groups(tokenizer)
     chains = [Chain(tmp_path, "a", model_dir), Chain(tmp_path, "b", other_base)]
     spec, _ = chains[0].job("rl", groups)
-    trainer = ResidentProcess(spec)
+    trainer = ResidentProcess(spec, tmp_path / "trainer.stderr")
     try:
         ends = []
         for n in range(50):
