@@ -185,6 +185,22 @@ describe('a resident trainer', () => {
     }
   });
 
+  it('that prints job_end on stdout only still has its jobs completed, after the worker waited for the stderr copy', async () => {
+    const tenant = await createTenant(app);
+    const jobs = [await createJob(app, tenant), await createJob(app, tenant)];
+    const { worker, done } = startResidentWorker(tenant, {
+      trainerEnv: { PATH: process.env.PATH, TRAINER_FIXTURE_LOG: tenant.fixtureLog, TRAINER_FIXTURE_RESIDENT: '1', TRAINER_FIXTURE_STDOUT_JOB_END: '1' },
+    });
+    try {
+      for (const { jobId } of jobs) expect(await completed(tenant, jobId)).toMatchObject({ status: 'COMPLETED', attempt: 1 });
+      const [one, two] = fixtureRuns(tenant);
+      expect(two.pid).toBe(one.pid);
+    } finally {
+      worker.drain();
+      await done;
+    }
+  });
+
   it('is not offered with --resident off: the same trainer then runs one process per job', async () => {
     const tenant = await createTenant(app);
     const jobs = [await createJob(app, tenant), await createJob(app, tenant)];
