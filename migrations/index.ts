@@ -8,6 +8,7 @@ import * as otelDumpJson from './0006_otel_dump_json.js';
 import * as uiSessions from './0007_ui_sessions.js';
 import * as objectTagsAliases from './0008_object_tags_aliases.js';
 import * as checkpointLifecycle from './0009_checkpoint_lifecycle.js';
+import * as workerResidentTrainers from './0010_worker_resident_trainers.js';
 
 /**
  * Every migration, in order. Listed here rather than read from the folder so that the same list runs
@@ -23,4 +24,5 @@ export const migrations: Record<string, Migration> = {
   '0007_ui_sessions': uiSessions,
   '0008_object_tags_aliases': objectTagsAliases,
   '0009_checkpoint_lifecycle': checkpointLifecycle,
+  '0010_worker_resident_trainers': workerResidentTrainers,
 };

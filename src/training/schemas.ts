@@ -451,11 +451,23 @@ export const TrainingJobEventPage = Page(TrainingJobEvent);
 // ---------------------------------------------------------------------------------------------------------
 // Trainer-worker protocol (docs/workers.md)
 
+/** A trainer process a worker keeps loaded between jobs (docs/worker-runtime.md#resident-trainers). */
+export const ResidentTrainer = z.object({
+  base_model: z.string().min(1).max(512).describe('The base model it keeps loaded.'),
+  model_id: Uuid.nullable().describe("The model whose adapter and optimizer state it holds from its last job (null: none)."),
+});
+export type ResidentTrainer = z.infer<typeof ResidentTrainer>;
+
 export const ClaimRequest = z.object({
   worker_id: z.string().min(1).max(200),
   kinds: z.array(JobKind).min(1).max(10).optional(),
   base_models: z.array(z.string().min(1).max(512)).min(1).max(100).optional(),
   wait_seconds: z.number().min(0).max(30).default(0),
+  resident_trainers: z
+    .array(ResidentTrainer)
+    .max(256)
+    .optional()
+    .describe("The worker's idle resident trainers at the time of the claim, shown by /v1/admin/workers."),
 });
 export type ClaimRequest = z.infer<typeof ClaimRequest>;
 

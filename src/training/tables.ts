@@ -1,6 +1,6 @@
 import type { ColumnType, Generated } from 'kysely';
 import type { Timestamp } from '../auth/tables.js';
-import type { EventType, JobKind, JobStatus } from './schemas.js';
+import type { EventType, JobKind, JobStatus, ResidentTrainer } from './schemas.js';
 
 export type BestMode = 'max' | 'min';
 export type CheckpointSource = 'trained' | 'imported';
@@ -134,6 +134,8 @@ export interface WorkerTable {
   api_key_id: string | null;
   last_seen_at: Timestamp;
   created_at: Generated<Date>;
+  /** As the worker last reported it with a claim; null from workers that do not report it. */
+  resident_trainers: ColumnType<ResidentTrainer[] | null, JsonbValue<ResidentTrainer[]> | null | undefined, JsonbValue<ResidentTrainer[]> | null>;
 }
 
 export interface TrainingTables {

@@ -13,6 +13,7 @@ import {
   HeartbeatResponse,
   PostEventsRequest,
   PostEventsResponse,
+  ResidentTrainer,
   WorkerJobParams,
 } from './schemas.js';
 import type { WorkerService } from './worker-service.js';
@@ -35,8 +36,11 @@ export const workerRoutes: FastifyPluginAsyncZod<{ workers: WorkerService }> = a
       schema: {
         tags: ['admin'],
         summary: 'List trainer workers seen recently',
-        description: 'Workers that called in within WORKER_SEEN_SECONDS, most recent first.',
-        response: { 200: z.object({ data: z.array(z.object({ worker_id: z.string(), last_seen_at: z.string() })) }) },
+        description:
+          'Workers that called in within WORKER_SEEN_SECONDS, most recent first, with the resident trainers each reported with its latest claim (what each keeps loaded).',
+        response: {
+          200: z.object({ data: z.array(z.object({ worker_id: z.string(), last_seen_at: z.string(), resident_trainers: z.array(ResidentTrainer) })) }),
+        },
       },
     },
     async () => ({ data: await workers.recentWorkers() }),

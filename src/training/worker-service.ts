@@ -14,6 +14,7 @@ import type {
   HeartbeatResponse,
   PostEventsRequest,
   PostEventsResponse,
+  ResidentTrainer,
 } from './schemas.js';
 import { jobJson } from './service.js';
 
@@ -64,7 +65,7 @@ export class WorkerService {
    */
   async claim(principal: Principal, body: ClaimRequest, abort?: AbortSignal): Promise<ClaimResponse | undefined> {
     const { signal, config } = this.deps;
-    await repo.touchWorker(this.db, { workerId: body.worker_id, apiKeyId: principal.keyId });
+    await repo.touchWorker(this.db, { workerId: body.worker_id, apiKeyId: principal.keyId, residentTrainers: body.resident_trainers });
     const claimArgs = {
       reach: reachOf(principal),
       workerId: body.worker_id,
@@ -215,7 +216,7 @@ export class WorkerService {
   }
 
   /** Workers that called in within WORKER_SEEN_SECONDS, most recent first (the admin view). */
-  recentWorkers(): Promise<{ worker_id: string; last_seen_at: string }[]> {
+  recentWorkers(): Promise<{ worker_id: string; last_seen_at: string; resident_trainers: ResidentTrainer[] }[]> {
     return repo.listActiveWorkers(this.db, { seenWithinSeconds: this.deps.config.workerSeenSeconds });
   }
 

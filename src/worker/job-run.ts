@@ -4,8 +4,9 @@ import type { ClaimResponse } from '../training/schemas.js';
 import { LeaseLostError, ProtocolError, type WorkerClient } from './client.js';
 import { EventBatcher } from './event-batcher.js';
 import { buildJobSpec, jobPaths, prepareJobDirs, removeJobFiles, writeJobSpec } from './job-files.js';
+import type { ResidentTrainerSlot } from './resident.js';
 import { EventOrder, parseTrainerLine } from './trainer-output.js';
-import { TrainerProcess, type TrainerExit } from './trainer-process.js';
+import { TrainerProcess, type TrainerExit, type TrainerHandlers } from './trainer-process.js';
 
 /** Exit status a trainer uses to say "retrying will not help" (bad config, unusable inputs). */
 export const PERMANENT_FAILURE_EXIT_CODE = 3;
@@ -26,6 +27,8 @@ export interface JobRunSettings {
   heartbeatMs: number | undefined;
   eventWindowMs: number;
   trainerEnv: Readonly<Record<string, string | undefined>>;
+  /** Offer the trainer residency: it may keep running and take the slot's next job on stdin. */
+  resident: boolean;
 }
 
 /** How an attempt ended, from this worker's side. */
@@ -62,6 +65,7 @@ export class JobRun {
     private readonly client: WorkerClient,
     private readonly settings: JobRunSettings,
     logger: Logger,
+    private readonly resident?: ResidentTrainerSlot,
   ) {
     this.jobId = claim.job.id;
     this.leaseToken = claim.lease.token;
@@ -116,13 +120,34 @@ export class JobRun {
     });
     let checkpoint: { uri: string; metrics: Record<string, number> } | undefined;
     const trainerLog = this.log.child({ source: 'trainer' });
+    // A resident trainer ends a job with a job_end line on stderr, then on stdout. The two pipes are read
+    // independently, so the job ends once both copies are in: every stderr line before it belongs to this job
+    // (and to its failure message). A trainer that sends only the stdout copy is waited for 1 s at most.
+    let endJob: (exit: TrainerExit) => void = () => {};
+    const jobEnded = new Promise<TrainerExit>((resolve) => (endJob = resolve));
+    let endOnStdout: TrainerExit | undefined;
+    let endOnStderr = false;
+    let stderrWait: NodeJS.Timeout | undefined;
+    const isOurJobEnd = (line: string) => {
+      const parsed = line.trimStart().startsWith('{') ? parseTrainerLine(line) : undefined;
+      return parsed?.kind === 'job_end' && parsed.specPath === specPath ? parsed : undefined;
+    };
 
-    const trainer = new TrainerProcess({
-      command: this.settings.command,
-      specPath,
-      env: this.settings.trainerEnv,
+    const handlers: TrainerHandlers = {
       onStdoutLine: (line) => {
         const parsed = parseTrainerLine(line);
+        if (parsed.kind === 'job_end') {
+          // A resident trainer is done with this job and waits for the next: its exit code is the job's.
+          if (parsed.specPath !== specPath) {
+            trainerLog.warn({ line }, 'job_end for another job spec; ignored');
+            return;
+          }
+          if (Object.keys(parsed.usage).length) trainerLog.info(parsed.usage, 'trainer job ended');
+          endOnStdout = { code: parsed.exitCode, signal: null };
+          if (endOnStderr) endJob(endOnStdout);
+          else stderrWait = setTimeout(() => endJob(endOnStdout!), 1000);
+          return;
+        }
         if (parsed.kind === 'other') {
           if (parsed.problem) trainerLog.warn({ line, problem: parsed.problem }, 'trainer line ignored');
           else trainerLog.info({ stream: 'stdout' }, line);
@@ -137,20 +162,49 @@ export class JobRun {
         if (note) trainerLog.warn(note);
         if (events.length && !this.leaseLost) batcher.push(...events);
       },
-      onStderrLine: (line) => trainerLog.info({ stream: 'stderr' }, line),
-    });
-    this.log.info({ pid: trainer.pid, command: this.settings.command }, 'trainer started');
+      onStderrLine: (line) => {
+        if (!isOurJobEnd(line)) return trainerLog.info({ stream: 'stderr' }, line);
+        endOnStderr = true;
+        if (endOnStdout) {
+          clearTimeout(stderrWait);
+          endJob(endOnStdout);
+        }
+      },
+    };
+    let trainer = this.resident?.take();
+    if (trainer) {
+      trainer.attach(handlers);
+      trainer.startJob(specPath);
+      this.log.info({ pid: trainer.pid }, 'job handed to the resident trainer');
+    } else {
+      trainer = new TrainerProcess({ command: this.settings.command, specPath, env: this.settings.trainerEnv, resident: this.settings.resident, ...handlers });
+      this.log.info({ pid: trainer.pid, command: this.settings.command }, 'trainer started');
+    }
 
     const stopped = new Promise<'stopped'>((resolve) => {
       if (this.stopping.signal.aborted) resolve('stopped');
       this.stopping.signal.addEventListener('abort', () => resolve('stopped'), { once: true });
     });
-    let exit = await Promise.race([trainer.exited, stopped]);
+    const ended = jobEnded.then((exit) => ({ ...exit, resident: true }));
+    let exit: (TrainerExit & { resident?: boolean }) | 'stopped' = await Promise.race([trainer.exited, ended, stopped]);
+    clearTimeout(stderrWait);
     if (exit === 'stopped') {
+      // A resident trainer is stopped like any other: its next job starts a new process.
       this.log.info({ reason: this.stopReason, grace_ms: this.settings.cancelGraceMs }, 'stopping the trainer');
       exit = await trainer.terminate(this.settings.cancelGraceMs);
     }
-    this.log.info({ code: exit.code, signal: exit.signal }, 'trainer exited');
+    if (exit.resident && !this.stopReason && (exit.code === 0 || exit.code === PERMANENT_FAILURE_EXIT_CODE) && this.resident) {
+      this.log.info({ code: exit.code }, 'trainer finished the job and stays resident');
+      const { model } = this.claim.job;
+      // A job that failed for good (3) leaves no adapter in a trainer that follows the contract.
+      this.resident.keep(trainer, { base_model: model.base_model, model_id: exit.code === 0 ? model.id : null });
+    } else if (exit.resident) {
+      // A job_end with another code, or one this worker cannot keep: the process is not trusted with another job.
+      this.log.info({ code: exit.code }, 'trainer finished the job; stopping it');
+      void trainer.release(this.settings.cancelGraceMs);
+    } else {
+      this.log.info({ code: exit.code, signal: exit.signal }, 'trainer exited');
+    }
 
     if (this.leaseLost) batcher.discard();
     else await batcher.flush();

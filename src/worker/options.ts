@@ -4,6 +4,7 @@ import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { JobKind } from '../training/schemas.js';
 import { splitCommandLine } from './command.js';
+import { RESIDENT_OFFER_ENV } from './trainer-process.js';
 
 /**
  * The worker CLI's options: flags, with a few environment fallbacks. This module is the worker's only
@@ -23,6 +24,7 @@ export const WORKER_USAGE = `Usage: trainyard-worker --server URL --command "TRA
   --output-dir DIR         where trainers write checkpoints (default WORK_DIR/checkpoints)
   --worker-id ID           (default HOSTNAME-PID)
   --cancel-grace-seconds N SIGTERM -> SIGKILL of a trainer (default 30)
+  --resident on|off        offer the trainer to stay loaded between jobs (default on)
   --drain-seconds N        on worker SIGTERM, how long running jobs may finish (default 300)
   --heartbeat-seconds N    (default: a third of the lease)
   --event-window-ms N      events are posted in batches at most this often (default 250)
@@ -48,16 +50,21 @@ export interface WorkerOptions {
   readonly eventWindowMs: number;
   readonly pollSeconds: number;
   readonly logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
-  /** The trainer's environment: the worker's own, less the worker key. */
+  /** The trainer's environment: the worker's own, less the worker key and the residency offer. */
   readonly trainerEnv: Readonly<Record<string, string | undefined>>;
+  /** Offer trainers residency (docs/worker-runtime.md#resident-trainers). */
+  readonly resident: boolean;
 }
 
 export class WorkerUsageError extends Error {
   override name = 'WorkerUsageError';
 }
 
-/** Variables the trainer must not inherit: it has no business calling the worker protocol. */
-const PRIVATE_VARIABLES = ['TRAINYARD_WORKER_KEY'];
+/**
+ * Variables the trainer must not inherit: it has no business calling the worker protocol, and the residency
+ * offer is the worker's to make (--resident), not something left over in its environment.
+ */
+const PRIVATE_VARIABLES = ['TRAINYARD_WORKER_KEY', RESIDENT_OFFER_ENV];
 
 const number = (name: string, min: number, max: number) =>
   z.coerce
@@ -82,6 +89,7 @@ const Flags = z.object({
   'output-dir': z.string().min(1).optional(),
   'worker-id': z.string().min(1).max(200).default(`${os.hostname()}-${process.pid}`),
   'cancel-grace-seconds': number('cancel-grace-seconds', 0, 86_400).default(30),
+  resident: z.enum(['on', 'off'], { error: '--resident must be on or off' }).default('on'),
   'drain-seconds': number('drain-seconds', 0, 7 * 86_400).default(300),
   'heartbeat-seconds': number('heartbeat-seconds', 0.1, 86_400).optional(),
   'event-window-ms': number('event-window-ms', 0, 60_000).default(250),
@@ -115,6 +123,7 @@ export function loadWorkerOptions(
         'output-dir': { type: 'string' },
         'worker-id': { type: 'string' },
         'cancel-grace-seconds': { type: 'string' },
+        resident: { type: 'string' },
         'drain-seconds': { type: 'string' },
         'heartbeat-seconds': { type: 'string' },
         'event-window-ms': { type: 'string' },
@@ -169,6 +178,7 @@ export function loadWorkerOptions(
       pollSeconds: f['poll-seconds'],
       logLevel: f['log-level'],
       trainerEnv: Object.freeze(trainerEnv),
+      resident: f.resident === 'on',
     }),
   };
 }

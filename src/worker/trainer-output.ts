@@ -6,6 +6,7 @@ import type { WorkerEvent } from '../training/schemas.js';
  *   {"type":"training_started","data":{"num_sequences":N, ...}}
  *   {"type":"gradient_step","data":{"loss":0.12, ...}}        numbers only
  *   {"type":"checkpoint","uri":"...","metrics":{...}}         the last one wins
+ *   {"type":"job_end","spec_path":"...","exit_code":0|3}      a resident trainer's job is over (numbers may follow)
  *
  * Anything else (progress bars, prints, JSON of other types) is `other`: logged by the worker, never
  * forwarded. Values the server would refuse are dropped here with a note, so that one sloppy metric does
@@ -14,6 +15,7 @@ import type { WorkerEvent } from '../training/schemas.js';
 export type TrainerLine =
   | { kind: 'event'; event: WorkerEvent; dropped: string[] }
   | { kind: 'checkpoint'; checkpoint: { uri: string; metrics: Record<string, number> }; dropped: string[] }
+  | { kind: 'job_end'; specPath: string; exitCode: number; usage: Record<string, number> }
   | { kind: 'other'; line: string; problem?: string };
 
 export function parseTrainerLine(raw: string): TrainerLine {
@@ -46,6 +48,13 @@ export function parseTrainerLine(raw: string): TrainerLine {
       if (typeof value.uri !== 'string' || value.uri === '') return other('checkpoint needs uri, a non-empty string');
       const { numbers, dropped } = isObject(value.metrics) ? finiteNumbers(value.metrics) : { numbers: {}, dropped: [] };
       return { kind: 'checkpoint', checkpoint: { uri: value.uri, metrics: numbers }, dropped };
+    }
+    case 'job_end': {
+      const { spec_path: specPath, exit_code: exitCode, type: _type, ...rest } = value;
+      if (typeof specPath !== 'string' || typeof exitCode !== 'number' || !Number.isInteger(exitCode)) {
+        return other('job_end needs spec_path, a string, and exit_code, an integer');
+      }
+      return { kind: 'job_end', specPath, exitCode, usage: finiteNumbers(rest).numbers };
     }
     default:
       return other();

@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { ProtocolError, WorkerClient } from './client.js';
 import { JobRun, type JobOutcome } from './job-run.js';
 import type { WorkerOptions } from './options.js';
+import { ResidentTrainerSlot } from './resident.js';
 
 export type WorkerSettings = Pick<
   WorkerOptions,
@@ -22,6 +23,7 @@ export type WorkerSettings = Pick<
   | 'eventWindowMs'
   | 'pollSeconds'
   | 'trainerEnv'
+  | 'resident'
 >;
 
 /**
@@ -33,6 +35,7 @@ export class Worker {
   private readonly client: WorkerClient;
   private readonly claims = new AbortController();
   private readonly running = new Set<JobRun>();
+  private readonly residents = new Set<ResidentTrainerSlot>();
   private draining = false;
   private drainTimer: NodeJS.Timeout | undefined;
   private fatal: Error | undefined;
@@ -88,6 +91,17 @@ export class Worker {
   }
 
   private async slot(): Promise<void> {
+    // One device set per slot: its resident trainer serves the slot's jobs one after another.
+    const resident = new ResidentTrainerSlot(this.logger);
+    this.residents.add(resident);
+    try {
+      await this.claimAndRun(resident);
+    } finally {
+      await resident.close(this.settings.cancelGraceMs);
+    }
+  }
+
+  private async claimAndRun(resident: ResidentTrainerSlot): Promise<void> {
     while (!this.draining) {
       let claim;
       try {
@@ -97,6 +111,7 @@ export class Worker {
             kinds: this.settings.kinds ? [...this.settings.kinds] : undefined,
             base_models: this.settings.baseModels ? [...this.settings.baseModels] : undefined,
             wait_seconds: this.settings.pollSeconds,
+            resident_trainers: [...this.residents].flatMap((slot) => (slot.holds ? [slot.holds] : [])),
           },
           this.claims.signal,
         );
@@ -112,7 +127,7 @@ export class Worker {
         if (this.settings.pollSeconds < 1) await sleep(1000, undefined, { signal: this.claims.signal }).catch(() => {});
         continue;
       }
-      const job = new JobRun(claim, this.client, this.settings, this.logger);
+      const job = new JobRun(claim, this.client, this.settings, this.logger, resident);
       // A claim answered just as draining began: start it only to hand it back at once.
       if (this.draining) job.interrupt();
       this.running.add(job);

@@ -50,7 +50,7 @@ describe('every request body is validated, answered in the 422 detail form, and 
     { name: 'log', request: asUser('POST', `/v1/preview/models/${model.id}/log`), schema: LogRequest, valid: { split: 'val', trajectory_groups: [groupGenerationA()] } },
     { name: 'RL job', request: asUser('POST', '/v1/preview/training-jobs'), schema: CreateTrainingJob, valid: { model_id: model.id, trajectory_groups: [groupGenerationA()], experimental_config: null } },
     { name: 'SFT job', request: asUser('POST', '/v1/preview/sft-training-jobs'), schema: CreateSFTTrainingJob, valid: { model_id: model.id, training_data_url: datasetRef, config: { batch_size: 2 } } },
-    { name: 'claim', request: asWorker('/v1/workers/claim'), schema: ClaimRequest, valid: { worker_id: 'w', kinds: ['rl'], base_models: ['none'], wait_seconds: 0 } },
+    { name: 'claim', request: asWorker('/v1/workers/claim'), schema: ClaimRequest, valid: { worker_id: 'w', kinds: ['rl'], base_models: ['none'], wait_seconds: 0, resident_trainers: [{ base_model: 'b', model_id: null }] } },
     { name: 'heartbeat', request: asWorker(`/v1/workers/jobs/${claimed.job.id}/heartbeat`), schema: HeartbeatRequest, valid: { lease_token: lease() } },
     {
       name: 'events',

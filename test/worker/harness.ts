@@ -145,6 +145,7 @@ export function startWorker(
     eventWindowMs: 50,
     pollSeconds: 1,
     trainerEnv: { PATH: process.env.PATH, TRAINER_FIXTURE_LOG: tenant.fixtureLog },
+    resident: true,
     ...overrides,
   };
   const outcomes = new Map<string, JobOutcome>();

@@ -28,6 +28,7 @@ describe('loadWorkerOptions', () => {
       eventWindowMs: 250,
       pollSeconds: 30,
       logLevel: 'info',
+      resident: true,
     });
   });
 
@@ -36,7 +37,7 @@ describe('loadWorkerOptions', () => {
       '--server', 'https://ty.example', '--key', 'k', '--kinds', 'rl, sft', '--base-models', 'A,B',
       '--concurrency', '2', '--work-dir', '/tmp/w', '--output-dir', '/mnt/adapters', '--worker-id', 'gpu-3',
       '--cancel-grace-seconds', '5', '--drain-seconds', '60', '--heartbeat-seconds', '2.5',
-      '--event-window-ms', '0', '--poll-seconds', '10', '--log-level', 'debug', '--', 'python', 'train.py', '--lr', '1e-5',
+      '--event-window-ms', '0', '--poll-seconds', '10', '--log-level', 'debug', '--resident', 'off', '--', 'python', 'train.py', '--lr', '1e-5',
     ]);
     expect(options).toMatchObject({
       serverUrl: 'https://ty.example',
@@ -52,12 +53,13 @@ describe('loadWorkerOptions', () => {
       eventWindowMs: 0,
       pollSeconds: 10,
       logLevel: 'debug',
+      resident: false,
       command: ['python', 'train.py', '--lr', '1e-5'],
     });
   });
 
-  it('takes the server and key from the environment and keeps the key out of the trainer environment', () => {
-    const options = load(['--command', 'train'], { TRAINYARD_URL: 'http://ty:1', TRAINYARD_WORKER_KEY: 'secret', HF_HOME: '/hf' });
+  it('takes the server and key from the environment and keeps the key and the residency offer out of the trainer environment', () => {
+    const options = load(['--command', 'train'], { TRAINYARD_URL: 'http://ty:1', TRAINYARD_WORKER_KEY: 'secret', HF_HOME: '/hf', TRAINYARD_RESIDENT: '1' });
     expect(options.serverUrl).toBe('http://ty:1');
     expect(options.key).toBe('secret');
     expect(options.trainerEnv).toEqual({ TRAINYARD_URL: 'http://ty:1', HF_HOME: '/hf' });
@@ -84,6 +86,7 @@ describe('loadWorkerOptions', () => {
     [['--server', 'http://x', '--key', 'k', '--command', 'x', '--concurrency', 'two'], /--concurrency must be a number/],
     [['--server', 'http://x', '--key', 'k', '--command', 'x', '--poll-seconds', '31'], /--poll-seconds must be at most 30/],
     [['--server', 'http://x', '--key', 'k', '--command', 'x', '--bogus'], /Unknown option '--bogus'/],
+    [['--server', 'http://x', '--key', 'k', '--command', 'x', '--resident', 'yes'], /--resident must be on or off/],
   ])('refuses %j', (argv, message) => {
     expect(() => loadWorkerOptions(argv, {})).toThrow(WorkerUsageError);
     expect(() => loadWorkerOptions(argv, {})).toThrow(message);

@@ -26,6 +26,15 @@ describe('parseTrainerLine', () => {
     });
   });
 
+  it("reads a resident trainer's job_end with its exit code and the numbers it reports", () => {
+    expect(parseTrainerLine('{"type":"job_end","spec_path":"/w/spec.json","exit_code":3,"max_rss_bytes":1024,"note":"x"}')).toEqual({
+      kind: 'job_end',
+      specPath: '/w/spec.json',
+      exitCode: 3,
+      usage: { max_rss_bytes: 1024 },
+    });
+  });
+
   it('reads a checkpoint line without metrics as empty metrics', () => {
     expect(parseTrainerLine('{"type":"checkpoint","uri":"/adapters/m/2"}')).toMatchObject({
       kind: 'checkpoint',
@@ -50,6 +59,8 @@ describe('parseTrainerLine', () => {
     ['{"type":"gradient_step","data":[1]}', 'data object'],
     ['{"type":"checkpoint","uri":""}', 'uri'],
     ['{"type":"checkpoint","metrics":{}}', 'uri'],
+    ['{"type":"job_end","exit_code":0}', 'spec_path'],
+    ['{"type":"job_end","spec_path":"/w/spec.json","exit_code":"0"}', 'exit_code'],
   ])('ignores the malformed event %s and says why', (line, why) => {
     const parsed = parseTrainerLine(line);
     expect(parsed.kind).toBe('other');

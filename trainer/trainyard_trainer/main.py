@@ -27,6 +27,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--lora-dtype", choices=("auto", "bf16", "fp32"), default="auto", help="compute dtype of the LoRA matmuls (fp32 weights either way); auto: bf16 on CUDA")
     parser.add_argument("--compile", choices=("auto", "off", "logprobs", "layers"), default="auto",
                         help="torch.compile the lm_head log-softmax chunks (logprobs), and each decoder layer too (layers); auto: layers with CUDA, off on a CPU")
+    parser.add_argument("--resident", choices=("auto", "off"), default="auto",
+                        help="auto: serve job after job in this process when trainyard-worker offers it; off: one job per process")
     parser.add_argument("spec", nargs="?", default=os.environ.get("TRAINYARD_JOB_SPEC"), help="the job spec (default: $TRAINYARD_JOB_SPEC)")
     return parser.parse_args(argv)
 
@@ -58,14 +60,15 @@ def _base_adapter(spec: dict[str, Any]) -> str | None:
     return path
 
 
-def run(args: argparse.Namespace) -> None:
+def run(args: argparse.Namespace, spec_path: str | None, resident: Any = None) -> None:
+    """One job. `resident`: the ResidentSource of a long-lived process, else everything is loaded for this job."""
     from . import distributed, rl, sft
     from .config import ConfigError
     from .model import Options, pick_device
 
-    if not args.spec:
+    if not spec_path:
         raise Permanent("no job spec: pass its path or set TRAINYARD_JOB_SPEC")
-    with open(args.spec, encoding="utf-8") as f:
+    with open(spec_path, encoding="utf-8") as f:
         spec = json.load(f)
     if spec.get("spec_version") != 1:
         raise Permanent(f"spec_version {spec.get('spec_version')!r} is not supported (this trainer reads 1)")
@@ -81,24 +84,54 @@ def run(args: argparse.Namespace) -> None:
         distributed.init(device)
         base_adapter = _base_adapter(spec)
         inputs = _read_jsonl(spec["inputs_path"])
-        if kind == "rl":
-            rl.run(spec, inputs, options, device, base_adapter)
-        elif kind == "sft":
-            sft.run(spec, inputs, options, device, base_adapter)
-        else:
+        if kind not in ("rl", "sft"):
             raise Permanent(f"job kind {kind!r} is not rl or sft")
+        if resident is not None:
+            resident.begin(spec["model"]["base_model"], device)
+        (rl if kind == "rl" else sft).run(spec, inputs, options, device, base_adapter, resident)
     except ConfigError as error:
         raise Permanent(str(error)) from error
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+def run_reporting_permanent(args: argparse.Namespace, spec_path: str | None, resident: Any = None) -> int:
+    """0, or 3 with the reason printed last on stderr; any other exception propagates."""
+    from . import events
+
+    events.timings.clear()
     try:
-        run(args)
+        with events.timed("job_seconds"):
+            run(args, spec_path, resident)
     except Permanent as error:
         print(f"trainyard_trainer: {error}", file=sys.stderr, flush=True)
         return PERMANENT_FAILURE
+    print(f"trainyard_trainer: timings {json.dumps(events.timings)}", file=sys.stderr, flush=True)
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Job after job in this process (resident.py). An unexpected error ends the process with 1 in the middle of its
+    job, as a process per job would: the worker fails that job as retryable and starts a new process for the next."""
+    from . import resident
+
+    source = resident.ResidentSource()
+    spec_path = args.spec
+    while spec_path is not None:
+        code = run_reporting_permanent(args, spec_path, source)
+        resident.job_end(spec_path, code, source.device)
+        # Cleaning up after a failed job happens once it is reported, while the worker reports and claims.
+        source.end(ok=code == 0)
+        spec_path = resident.next_job()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import resident
+
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        if args.resident == "auto" and resident.offered():
+            return serve(args)
+        return run_reporting_permanent(args, args.spec)
     except Exception:
         traceback.print_exc()
         return 1
-    return 0

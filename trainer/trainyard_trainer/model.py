@@ -57,7 +57,11 @@ def load_tokenizer(base_model: str) -> Any:
 def load_model(base_model: str, adapter_dir: str | None, options: Options, device: torch.device) -> Any:
     """The base model (bf16 on CUDA, fp32 on CPU) with a trainable LoRA: the adapter in `adapter_dir`, else a fresh
     zero-initialised one (B = 0, identical to the base: step 0)."""
-    from peft import LoraConfig, PeftModel, get_peft_model
+    return attach_lora(load_base(base_model, device), base_model, adapter_dir, options, device)
+
+
+def load_base(base_model: str, device: torch.device) -> Any:
+    """The base model alone, on `device` (bf16 on CUDA, fp32 on CPU), without a LoRA."""
     from transformers import AutoModelForCausalLM
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -66,6 +70,14 @@ def load_model(base_model: str, adapter_dir: str | None, options: Options, devic
     except (OSError, ValueError) as error:
         raise ConfigError(f"cannot load base model {base_model!r}: {error}") from error
     model.config.use_cache = False
+    return model.to(device)
+
+
+def attach_lora(model: Any, base_model: str, adapter_dir: str | None, options: Options, device: torch.device) -> Any:
+    """Wraps a base model from `load_base` in a trainable LoRA: the adapter in `adapter_dir`, else a fresh one whose
+    A matrices are drawn from the RNG seeded with `options.seed`."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
     torch.manual_seed(options.seed)
     if adapter_dir is not None:
         model = PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)

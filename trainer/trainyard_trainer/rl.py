@@ -15,18 +15,9 @@ from . import distributed, events
 from .batch import normalise, pack, row_length, tokenize_groups
 from .config import ConfigError, RLConfig, parse_rl_config
 from .loss import LossTerms, combine, metrics_from_sums, rl_loss
-from .model import (
-    Options,
-    as_tensor,
-    copy_checkpoint,
-    load_model,
-    load_optimizer_state,
-    load_tokenizer,
-    packed_logprobs,
-    save_adapter,
-    trainable_parameters,
-)
+from .model import Options, as_tensor, copy_checkpoint, packed_logprobs, save_adapter, trainable_parameters
 from .packing import Pack, plan
+from .source import ColdSource
 from .tokenize import TokenizedResult
 
 # ART's RL optimizer (art-trainer.md §1.8): AdamW betas (0.9, 0.99), eps 1e-8, weight decay 0.1, clip 0.1, constant LR.
@@ -119,12 +110,13 @@ def _adapter(model: Any, reference: str | None):
                 p.requires_grad_(True)
 
 
-def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch.device, base_adapter: str | None) -> None:
+def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch.device, base_adapter: str | None, source: Any = None) -> None:
+    source = source or ColdSource()
     config = parse_rl_config((spec.get("config") or {}).get("experimental_config"))
     base_model = spec["model"]["base_model"]
     output_dir = spec["output_dir"]
     kl_on, reference = reference_adapter(config, spec)
-    tokenizer = load_tokenizer(base_model)
+    tokenizer = source.tokenizer(base_model)
     rng = random.Random(options.seed)
     grouped, stats = tokenize_groups(tokenizer, groups, config, rng)
     seq_len = row_length(grouped, config, options.max_seq_length)
@@ -148,17 +140,17 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
             if base_adapter is not None:
                 copy_checkpoint(base_adapter, output_dir)
             else:
-                save_adapter(load_model(base_model, None, options, device), output_dir, base_model, None)
+                save_adapter(source.model(base_model, None, options, device), output_dir, base_model, None)
         events.checkpoint(output_dir, {**data_metrics, "data/step_num_gradient_steps": 0})
         return
 
-    model = load_model(base_model, base_adapter, options, device)
+    model = source.model(base_model, base_adapter, options, device)
     if kl_on and reference is not None:
         model.load_adapter(reference, adapter_name="reference", is_trainable=False)
         model.set_adapter("default")
     params = trainable_parameters(model)
     optimizer = make_optimizer(params, config.learning_rate, WEIGHT_DECAY)
-    state = load_optimizer_state(base_adapter, "rl")
+    state = source.optimizer_state(base_adapter, "rl")
     if state is not None:
         optimizer.load_state_dict(state)
     chunk = config.logprob_calculation_chunk_size
@@ -232,7 +224,10 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
     if events.is_main_process():
         if kl_on and reference is not None:
             model.delete_adapter("reference")
-        save_adapter(model, output_dir, base_model, {"kind": "rl", "state": optimizer.state_dict()})
+        saved_state = {"kind": "rl", "state": optimizer.state_dict()}
+        with events.timed("save_seconds"):
+            save_adapter(model, output_dir, base_model, saved_state)
+        source.saved(model, output_dir, saved_state)
     distributed.barrier()
     names = {"loss": "loss/train", "grad_norm": "loss/grad_norm", "learning_rate": "loss/learning_rate", "entropy": "loss/entropy",
              "kl_policy_ref": "loss/kl_policy_ref", "probs_corr": "loss/probs_corr", "tokens_per_second": "throughput/train_packed_tok_per_s"}

@@ -8,20 +8,22 @@ import torch
 
 from . import events
 from .config import ConfigError, parse_sft_config
-from .model import Options, as_tensor, load_model, load_optimizer_state, load_tokenizer, packed_logprobs, save_adapter, trainable_parameters
+from .model import Options, as_tensor, packed_logprobs, save_adapter, trainable_parameters
 from .packing import plan
 from .rl import make_optimizer
+from .source import ColdSource
 from .tokenize import sft_sequence
 
 MAX_GRAD_NORM = 1.0
 WEIGHT_DECAY = 0.0
 
 
-def run(spec: dict[str, Any], rows: list[Any], options: Options, device: torch.device, base_adapter: str | None) -> None:
+def run(spec: dict[str, Any], rows: list[Any], options: Options, device: torch.device, base_adapter: str | None, source: Any = None) -> None:
+    source = source or ColdSource()
     job_config = spec.get("config") or {}
     config = parse_sft_config(job_config.get("sft_config"), job_config.get("experimental_config"))
     base_model = spec["model"]["base_model"]
-    tokenizer = load_tokenizer(base_model)
+    tokenizer = source.tokenizer(base_model)
     sequences, dropped = [], 0
     for i, row in enumerate(rows):
         seq = sft_sequence(tokenizer, row, config.assistant_turns, where=f"inputs line {i + 1}")
@@ -35,11 +37,11 @@ def run(spec: dict[str, Any], rows: list[Any], options: Options, device: torch.d
     if isinstance(config.learning_rate, list) and len(config.learning_rate) < len(batches):
         raise ConfigError(f"sft_config.learning_rate has {len(config.learning_rate)} entries for {len(batches)} batches")
 
-    model = load_model(base_model, base_adapter, options, device)
+    model = source.model(base_model, base_adapter, options, device)
     params = trainable_parameters(model)
     first_lr = config.learning_rate[0] if isinstance(config.learning_rate, list) else config.learning_rate
     optimizer = make_optimizer(params, first_lr, WEIGHT_DECAY)
-    state = load_optimizer_state(base_adapter, "sft")
+    state = source.optimizer_state(base_adapter, "sft")
     if state is not None:
         optimizer.load_state_dict(state)
 
@@ -85,7 +87,10 @@ def run(spec: dict[str, Any], rows: list[Any], options: Options, device: torch.d
         for key in ("loss", "grad_norm", "learning_rate", "tokens_per_second"):
             totals[key] = totals.get(key, 0.0) + data[key]
     if events.is_main_process():
-        save_adapter(model, spec["output_dir"], base_model, {"kind": "sft", "state": optimizer.state_dict()})
+        saved_state = {"kind": "sft", "state": optimizer.state_dict()}
+        with events.timed("save_seconds"):
+            save_adapter(model, spec["output_dir"], base_model, saved_state)
+        source.saved(model, spec["output_dir"], saved_state)
     n = max(len(batches), 1)
     metrics = {"loss/train": totals.get("loss", 0.0) / n, "loss/grad_norm": totals.get("grad_norm", 0.0) / n,
                "loss/learning_rate": totals.get("learning_rate", 0.0) / n, "throughput/train_tok_per_s": totals.get("tokens_per_second", 0.0) / n,

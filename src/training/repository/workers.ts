@@ -1,13 +1,21 @@
 import { sql } from 'kysely';
-import { iso, type TrainingDb } from './db.js';
+import type { ResidentTrainer } from '../schemas.js';
+import { iso, jsonb, type TrainingDb } from './db.js';
 
-/** Records that a worker called in (claim, heartbeat), for the system check's `gpu_queue`. */
-export async function touchWorker(db: TrainingDb, args: { workerId: string; apiKeyId: string | null }): Promise<void> {
+/**
+ * Records that a worker called in with a claim, for the system check's `gpu_queue` and /v1/admin/workers,
+ * with its resident trainers (null when it does not report them).
+ */
+export async function touchWorker(
+  db: TrainingDb,
+  args: { workerId: string; apiKeyId: string | null; residentTrainers?: ResidentTrainer[] },
+): Promise<void> {
+  const residentTrainers = args.residentTrainers === undefined ? null : jsonb(args.residentTrainers);
   await db
     .insertInto('workers')
-    .values({ worker_id: args.workerId, api_key_id: args.apiKeyId, last_seen_at: sql<Date>`now()` })
+    .values({ worker_id: args.workerId, api_key_id: args.apiKeyId, last_seen_at: sql<Date>`now()`, resident_trainers: residentTrainers })
     .onConflict((oc) =>
-      oc.column('worker_id').doUpdateSet({ api_key_id: args.apiKeyId, last_seen_at: sql<Date>`now()` }),
+      oc.column('worker_id').doUpdateSet({ api_key_id: args.apiKeyId, last_seen_at: sql<Date>`now()`, resident_trainers: residentTrainers }),
     )
     .execute();
 }
@@ -25,14 +33,14 @@ export async function touchWorkerOfJob(db: TrainingDb, args: { jobId: string }):
 export async function listActiveWorkers(
   db: TrainingDb,
   args: { seenWithinSeconds: number },
-): Promise<{ worker_id: string; last_seen_at: string }[]> {
+): Promise<{ worker_id: string; last_seen_at: string; resident_trainers: ResidentTrainer[] }[]> {
   const rows = await db
     .selectFrom('workers')
-    .select(['worker_id', 'last_seen_at'])
+    .select(['worker_id', 'last_seen_at', 'resident_trainers'])
     .where('last_seen_at', '>', sql<Date>`now() - make_interval(secs => ${args.seenWithinSeconds})`)
     .orderBy('last_seen_at', 'desc')
     .execute();
-  return rows.map((row) => ({ worker_id: row.worker_id, last_seen_at: iso(row.last_seen_at) }));
+  return rows.map((row) => ({ worker_id: row.worker_id, last_seen_at: iso(row.last_seen_at), resident_trainers: row.resident_trainers ?? [] }));
 }
 
 /** Queue depth by status, for the system check. */
