@@ -44,7 +44,7 @@ def trainer_command(args: argparse.Namespace) -> list[str]:
 
 
 def trainer_env(args: argparse.Namespace) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": os.path.join(REPO, "trainer")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.join(REPO, "trainer"), os.environ.get("PYTHONPATH")]))}
     if args.threads:
         env["OMP_NUM_THREADS"] = str(args.threads)
     env.pop("TRAINYARD_RESIDENT", None)
