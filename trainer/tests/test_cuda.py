@@ -58,7 +58,9 @@ def check(captured, events, model_dir, out):
     lora_b = [t for name, t in load_file(f"{out}/adapter_model.safetensors").items() if "lora_B" in name]
     assert lora_b and any(bool(t.abs().sum() > 0) for t in lora_b)  # the step trained (B starts at 0)
     base, reloaded = reloaded_logits(model_dir, out)
-    assert torch.allclose(reloaded, captured["logits"], atol=2e-2, rtol=2e-2), (reloaded - captured["logits"]).abs().max()
+    # The trainer runs the LoRA in bf16 under autocast, peft's reload in fp32: the logits (about ±2 here) differ by a few
+    # bf16 steps (0.047 at most, measured on an H200).
+    assert torch.allclose(reloaded, captured["logits"], atol=8e-2, rtol=2e-2), (reloaded - captured["logits"]).abs().max()
     assert (captured["logits"] - base).abs().max() > 0
 
 

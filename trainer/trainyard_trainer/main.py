@@ -26,7 +26,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--pack-length", type=int, default=0, help="tokens per packed forward (default: the RL row length; SFT: the longest sequence rounded up to 2048)")
     parser.add_argument("--lora-dtype", choices=("auto", "bf16", "fp32"), default="auto", help="compute dtype of the LoRA matmuls (fp32 weights either way); auto: bf16 on CUDA")
     parser.add_argument("--compile", choices=("auto", "off", "logprobs", "layers"), default="auto",
-                        help="torch.compile the lm_head log-softmax chunks (logprobs), and each decoder layer too (layers); auto: layers with CUDA, off on a CPU")
+                        help="torch.compile the lm_head log-softmax chunks (logprobs), and each decoder layer too (layers); auto: layers with CUDA in a resident process, else off")
     parser.add_argument("--resident", choices=("auto", "off"), default="auto",
                         help="auto: serve job after job in this process when trainyard-worker offers it; off: one job per process")
     parser.add_argument("spec", nargs="?", default=os.environ.get("TRAINYARD_JOB_SPEC"), help="the job spec (default: $TRAINYARD_JOB_SPEC)")
@@ -73,11 +73,15 @@ def run(args: argparse.Namespace, spec_path: str | None, resident: Any = None) -
     if spec.get("spec_version") != 1:
         raise Permanent(f"spec_version {spec.get('spec_version')!r} is not supported (this trainer reads 1)")
     kind = (spec.get("job") or {}).get("kind")
+    # Compiling costs about a minute on a GPU (measured on an H200 for 0.5B and 1.5B shapes) and then runs a step 2.5-3
+    # times faster: `auto` compiles only in a resident process, which pays it once for job after job.
+    compiled = None if resident is not None else False
     options = Options(
         device=args.device, lora_rank=args.lora_rank, lora_alpha=args.lora_alpha,
         gradient_checkpointing={"auto": None, "on": True, "off": False}[args.gradient_checkpointing],
         max_seq_length=args.max_seq_length, seed=args.seed, packing=args.packing == "on", pack_length=args.pack_length or None,
-        lora_dtype=args.lora_dtype, compile_logprobs={"auto": None, "off": False}.get(args.compile, True), compile_layers={"auto": None, "layers": True}.get(args.compile, False),
+        lora_dtype=args.lora_dtype, compile_logprobs={"auto": compiled, "off": False}.get(args.compile, True),
+        compile_layers={"auto": compiled, "layers": True}.get(args.compile, False),
     )
     try:
         device = pick_device(options.device)
