@@ -186,8 +186,8 @@ class LocalStack:
         self.processes.append(self._spawn("worker", [
             "node", str(ROOT / "node_modules/tsx/dist/cli.mjs"), "src/worker/main.ts", "--server", self.url,
             "--base-models", self.model_dir, "--work-dir", str(self.work / "worker"), "--output-dir", str(self.adapters),
-            "--poll-seconds", "1", "--event-window-ms", "50", "--", self.trainer_python, "-m", "trainyard_trainer",
-        # This checkout's trainer, whichever checkout the trainer venv was installed from.
+            "--poll-seconds", "1", "--event-window-ms", "50", "--", *command,
+        # PYTHONPATH: this checkout's trainer, whichever checkout the trainer venv was installed from.
         ], {"TRAINYARD_WORKER_KEY": worker_key, "PYTHONPATH": str(ROOT / "trainer")}))
 
     def metrics(self) -> str:
