@@ -5,12 +5,14 @@
 #   test:clients  the real ART, weave and openai Python clients against a running trainyard (test/python/.venv)
 #   test:ui       the web UI in headless Chromium (needs Debian's `chromium` package)
 #   test:fuzz     schemathesis over openapi/openapi.json against a running trainyard (test/fuzz/.venv)
+#   test:realloop the RL loop with real parts: a vLLM engine (engine/.venv), the worker and reference trainer,
+#                 ART 0.5.23 on Python 3.12 (test/realloop/.venv-art)
 # Every suite runs even when an earlier one failed; the exit status is non-zero when any failed.
 # TRAINYARD_SUITES="ts ui" runs a subset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-suites=${TRAINYARD_SUITES:-"ts trainer clients ui fuzz"}
+suites=${TRAINYARD_SUITES:-"ts trainer clients ui fuzz realloop"}
 passed=0
 failed=0
 failures=""

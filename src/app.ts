@@ -135,7 +135,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   });
   await app.register(adminRoutes, { prefix: '/v1/admin' });
   await app.register(trainingPlugin);
-  await app.register(inferencePlugin);
+  await app.register(inferencePlugin, { metrics });
   await app.register(tracingPlugin, { prefix: '/traces' });
   await app.register(graphqlPlugin);
   await app.register(uiPlugin);

@@ -1,6 +1,8 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import type { Registry } from 'prom-client';
 import { principalOf } from '../auth/plugin.js';
 import type { DomainEventMap } from '../events.js';
+import { adapterLoadObserver } from './adapter-loads.js';
 import { loadBackendsFile } from './backends/config.js';
 import { BackendRegistry } from './backends/registry.js';
 import { ChatGateway } from './gateway.js';
@@ -15,13 +17,13 @@ import { UsageWriter } from './usage/writer.js';
 const DRAIN_TIMEOUT_MS = 5_000;
 
 /** The inference API's routes and background work; registered by src/app.ts. */
-export const inferencePlugin: FastifyPluginAsyncZod = async (app) => {
+export const inferencePlugin: FastifyPluginAsyncZod<{ metrics: Registry }> = async (app, { metrics }) => {
   const { config } = app;
   // A broken backends file stops the server at start, naming the file and field.
   const backends = config.backendsFile ? await loadBackendsFile(config.backendsFile, config.env) : [];
   if (backends.length === 0) app.log.info('no inference backend configured (BACKENDS_FILE): chat completions answer 404 until one is');
 
-  const registry = new BackendRegistry(backends, app.log);
+  const registry = new BackendRegistry(backends, app.log, { client: { onAdapterLoad: adapterLoadObserver(app.log, metrics) } });
   const router = new ModelRouter(app.db, registry, app.log, { trainableBaseModels: config.trainableBaseModels });
   const writer = new UsageWriter(app.db, app.log, { flushIntervalMs: config.usageFlushIntervalMs, embedded: app.database.embedded });
   const gateway = new ChatGateway(router, writer, { keepAliveMs: config.sseKeepAliveMs, log: app.log });

@@ -181,7 +181,7 @@ export class ModelRouter {
       backend,
       engineModel,
       baseModel: model.baseModel,
-      adapter: { name: engineModel, path: adapterPathFor(backend.backend, checkpoint.uri) },
+      adapter: { name: engineModel, path: adapterPathFor(backend.backend, checkpoint.uri), checkpoint: `${name}:step${checkpoint.step}` },
       trainable: true,
       trained: { name, step: checkpoint.step },
     };

@@ -109,7 +109,7 @@ describe('adapter load failures (review fixes)', () => {
     expect(error).toMatchObject({
       statusCode: 504,
       code: 'adapter_load_failed',
-      message: "The engine did not load the checkpoint's weights within the adapter load timeout of 100 ms.",
+      message: `The engine did not load the weights of checkpoint ${adapter.name} within the adapter load timeout of 100 ms.`,
       detail: `replica ${e.url} of backend test-backend did not load adapter ${adapter.name} from ${adapter.path} within the adapter load timeout of 100 ms`,
     });
     expect(c.adapters.isLoaded(c.replicas[0], adapter.name)).toBe(false);
@@ -124,7 +124,7 @@ describe('adapter load failures (review fixes)', () => {
     expect(error).toMatchObject({
       statusCode: 502,
       code: 'adapter_load_failed',
-      message: "The engine failed while loading the checkpoint's weights: other side closed",
+      message: `The engine failed while loading the weights of checkpoint ${adapter.name}: other side closed`,
       detail: `replica ${e.url} of backend test-backend failed while loading adapter ${adapter.name} from ${adapter.path}: other side closed`,
     });
     // Forgotten: the next request loads it.
@@ -139,7 +139,7 @@ describe('adapter load failures (review fixes)', () => {
     expect(error).toMatchObject({
       statusCode: 502,
       code: 'adapter_load_failed',
-      message: "The engine could not load the checkpoint's weights (it answered 400); the server log has the engine's message.",
+      message: `The engine could not load the weights of checkpoint ${adapter.name} (it answered 400); the server log has the engine's message.`,
       detail: `replica ${e.url} of backend test-backend could not load adapter ${adapter.name} from ${adapter.path} (engine answered 400): No adapter found for /ckpt/agent-001/3`,
     });
   });

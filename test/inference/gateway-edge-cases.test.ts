@@ -177,7 +177,7 @@ describe('adapter names', () => {
       expect(response.body).not.toContain('/mnt/ckpts');
       expect(response.json()).toEqual({
         error: {
-          message: "The engine did not load the checkpoint's weights within the adapter load timeout of 2000 ms.",
+          message: `The engine did not load the weights of checkpoint ${owner.entity}/proj/heavy:step4 within the adapter load timeout of 2000 ms.`,
           type: 'server_error',
           param: null,
           code: 'adapter_load_failed',

@@ -7,6 +7,21 @@ export interface AdapterSpec {
   name: string;
   /** Where the engine reads the adapter's weights. */
   path: string;
+  /** The checkpoint as its owner names it (`entity/project/model:stepN`), for error messages; default `name`. */
+  checkpoint?: string;
+}
+
+/** One load of an adapter into one replica, as the loader's observer hears of it. */
+export interface AdapterLoadRecord {
+  backend: string;
+  replica: string;
+  adapter: AdapterSpec;
+  /** The replica had this adapter loaded before and lost it (the engine restarted, or someone unloaded it). */
+  reload: boolean;
+  outcome: 'loaded' | 'failed';
+  ms: number;
+  /** Why a failed load failed, with the engine's message (it may name the path: for the log only). */
+  error?: Error;
 }
 
 /**
@@ -16,6 +31,8 @@ export interface AdapterSpec {
  */
 export class AdapterLoader {
   private readonly loads = new Map<string, Promise<void>>();
+  /** Replica and adapter pairs loaded successfully at least once and not unloaded since: a new load of one is a reload. */
+  private readonly loadedBefore = new Set<string>();
 
   private readonly backendName: string;
 
@@ -23,6 +40,7 @@ export class AdapterLoader {
     private readonly backend: { name: string; apiKeyEnv?: string },
     private readonly headers: Record<string, string>,
     private readonly timeoutMs: number,
+    private readonly observe: (record: AdapterLoadRecord) => void = () => undefined,
   ) {
     this.backendName = backend.name;
   }
@@ -32,7 +50,7 @@ export class AdapterLoader {
     const key = keyOf(replica, adapter.name);
     let load = this.loads.get(key);
     if (!load) {
-      load = this.load(replica, adapter);
+      load = this.timedLoad(replica, adapter, key);
       this.loads.set(key, load);
       load.catch(() => this.loads.delete(key));
     }
@@ -72,6 +90,7 @@ export class AdapterLoader {
       replicas.map(async (replica) => {
         await this.loads.get(keyOf(replica, name))?.catch(() => undefined);
         this.forget(replica, name);
+        this.loadedBefore.delete(keyOf(replica, name));
         const response = await replica.control({
           method: 'POST',
           path: '/v1/unload_lora_adapter',
@@ -87,8 +106,24 @@ export class AdapterLoader {
     );
   }
 
+  private async timedLoad(replica: Replica, adapter: AdapterSpec, key: string): Promise<void> {
+    const reload = this.loadedBefore.has(key);
+    const started = performance.now();
+    const record = (outcome: AdapterLoadRecord['outcome'], error?: Error) =>
+      this.observe({ backend: this.backendName, replica: replica.url, adapter, reload, outcome, ms: performance.now() - started, error });
+    try {
+      await this.load(replica, adapter);
+    } catch (error) {
+      record('failed', error as Error);
+      throw error;
+    }
+    this.loadedBefore.add(key);
+    record('loaded');
+  }
+
   private async load(replica: Replica, adapter: AdapterSpec): Promise<void> {
     const what = `replica ${replica.url} of backend ${this.backendName}`;
+    const checkpoint = adapter.checkpoint ?? adapter.name;
     let response;
     try {
       response = await replica.control({
@@ -105,7 +140,7 @@ export class AdapterLoader {
         throw new EngineFault(
           504,
           'adapter_load_failed',
-          `The engine did not load the checkpoint's weights within the adapter load timeout of ${this.timeoutMs} ms.`,
+          `The engine did not load the weights of checkpoint ${checkpoint} within the adapter load timeout of ${this.timeoutMs} ms.`,
           `${what} did not load adapter ${adapter.name} from ${adapter.path} within the adapter load timeout of ${this.timeoutMs} ms`,
         );
       }
@@ -113,7 +148,7 @@ export class AdapterLoader {
       throw new EngineFault(
         502,
         'adapter_load_failed',
-        `The engine failed while loading the checkpoint's weights: ${reason}`,
+        `The engine failed while loading the weights of checkpoint ${checkpoint}: ${reason}`,
         `${what} failed while loading adapter ${adapter.name} from ${adapter.path}: ${reason}`,
       );
     }
@@ -126,7 +161,7 @@ export class AdapterLoader {
     throw new EngineFault(
       502,
       'adapter_load_failed',
-      `The engine could not load the checkpoint's weights (it answered ${response.status}); the server log has the engine's message.`,
+      `The engine could not load the weights of checkpoint ${checkpoint} (it answered ${response.status}); the server log has the engine's message.`,
       `${what} could not load adapter ${adapter.name} from ${adapter.path} (engine answered ${response.status}): ${message}`,
     );
   }

@@ -2,7 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { util } from 'undici';
 import type { BackendConfig } from '../backends/config.js';
 import type { BodyFlow, BodySink, BodySource } from '../stream.js';
-import { AdapterLoader, type AdapterSpec } from './adapters.js';
+import { AdapterLoader, type AdapterLoadRecord, type AdapterSpec } from './adapters.js';
 import { sleep, type CancelSignal } from './cancel.js';
 import { DEFAULT_BREAKER, type BreakerOptions } from './breaker.js';
 import { EngineError, engineErrorDetails, EngineFault, RequestAbortedError, StreamInterruptedError, upstreamUnauthorized } from './errors.js';
@@ -59,6 +59,8 @@ export interface ClientOptions {
   /** The longest Retry-After the client waits out itself before a retry; longer ones go to the caller. */
   maxRetryWaitMs?: number;
   now?: () => number;
+  /** Hears of every adapter load, successful or not (logging and metrics). */
+  onAdapterLoad?: (record: AdapterLoadRecord) => void;
 }
 
 /** 429 and these 5xx mean "not now" from an engine or its load balancer: another replica may serve. */
@@ -98,7 +100,7 @@ export class BackendClient {
       (url) => new Replica(url, { connectMs: backend.timeouts.connectMs, breaker, now: this.now }),
     );
     this.baseHeaders = backend.apiKey ? { authorization: `Bearer ${backend.apiKey}` } : {};
-    this.adapters = new AdapterLoader(backend, this.baseHeaders, backend.timeouts.adapterLoadMs);
+    this.adapters = new AdapterLoader(backend, this.baseHeaders, backend.timeouts.adapterLoadMs, options.onAdapterLoad);
   }
 
   /**
