@@ -7,6 +7,7 @@ import * as tracingExtras from './0005_tracing_extras.js';
 import * as otelDumpJson from './0006_otel_dump_json.js';
 import * as uiSessions from './0007_ui_sessions.js';
 import * as objectTagsAliases from './0008_object_tags_aliases.js';
+import * as wandb from './0013_wandb.js';
 
 /**
  * Every migration, in order. Listed here rather than read from the folder so that the same list runs
@@ -21,4 +22,5 @@ export const migrations: Record<string, Migration> = {
   '0006_otel_dump_json': otelDumpJson,
   '0007_ui_sessions': uiSessions,
   '0008_object_tags_aliases': objectTagsAliases,
+  '0013_wandb': wandb,
 };
