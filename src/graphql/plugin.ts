@@ -3,6 +3,7 @@ import { execute, GraphQLError, parse, validate, type DocumentNode } from 'graph
 import { z } from 'zod';
 import { principalOf } from '../auth/plugin.js';
 import { AppError } from '../errors.js';
+import { registerJsonBodyParser } from '../http/json-body.js';
 import { WandbRequestError, type WandbService } from '../wandb/service.js';
 import { rootValue, type GraphQLContext } from './resolvers.js';
 import { schema } from './schema.js';
@@ -49,6 +50,8 @@ function formatError(error: GraphQLError): { message: string; path?: (string | n
  * a field outside the subset is a validation error that says so (HTTP 200, `errors`).
  */
 export const graphqlPlugin: FastifyPluginAsyncZod<{ wandb: WandbService }> = async (app, options) => {
+  // Run and artifact fields are stored as text, which cannot hold U+0000: a 422 naming the field instead.
+  registerJsonBodyParser(app, { rejectNul: true });
   app.post(
     '/graphql',
     {

@@ -86,6 +86,21 @@ export async function historyLines(db: Executor, args: { runId: number; fromLine
   return db.selectFrom('wandb_run_history').select(['line', 'content']).where('run_id', '=', args.runId).where('line', '>=', args.fromLine ?? 0).orderBy('line').execute();
 }
 
+/**
+ * History rows by `_step`, oldest first. A step written twice (two live runs sharing an id, or a resume
+ * that restarted) reads as its last line.
+ */
+export async function historyRows(db: Executor, args: { runId: number; afterStep: number; limit: number }): Promise<{ step: number; values: Record<string, unknown> }[]> {
+  const { rows } = await sql<{ step: number; content: string }>`
+    select distinct on (step) step, content from (
+      select (content::jsonb ->> '_step')::bigint as step, line, content from wandb_run_history where run_id = ${args.runId}
+    ) h
+    where step > ${args.afterStep}
+    order by step, line desc
+    limit ${args.limit}`.execute(db);
+  return rows.map((r) => ({ step: Number(r.step), values: JSON.parse(r.content) as Record<string, unknown> }));
+}
+
 export async function putRunFileTokens(db: Executor, args: { runId: number; files: { name: string; token: string }[] }): Promise<{ name: string; token: string }[]> {
   if (args.files.length === 0) return [];
   // A file asked for again keeps its token, so a retried upload URL still works.

@@ -3,6 +3,7 @@ import type { FastifyPluginAsyncZod, ZodTypeProvider } from 'fastify-type-provid
 import { z } from 'zod';
 import { principalOf } from '../auth/plugin.js';
 import { InvalidRequestError } from '../errors.js';
+import { registerJsonBodyParser } from '../http/json-body.js';
 import type { WandbService } from './service.js';
 
 const tags = ['wandb'];
@@ -23,6 +24,24 @@ const FileStreamBody = z.object({
 });
 const FileStreamResponse = z.object({ exitcode: z.null(), limits: z.object({}) });
 
+const RunParams = z.object({ entity: NAME, project: NAME, run: NAME });
+const HistoryQuery = z.object({
+  after_step: z.coerce.number().int().min(-1).default(-1).describe('Only steps after this one.'),
+  limit: z.coerce.number().int().min(1).max(10_000).default(1_000),
+});
+const WandbRunHistory = z
+  .object({
+    entity: z.string(),
+    project: z.string(),
+    name: z.string(),
+    display_name: z.string().nullable(),
+    state: z.enum(['running', 'finished', 'failed']),
+    summary: z.record(z.string(), z.unknown()),
+    history: z.array(z.object({ step: z.number().int(), values: z.record(z.string(), z.unknown()) })),
+    has_more: z.boolean(),
+  })
+  .describe('A W&B run as the wandb SDK wrote it: its summary and its history rows by `_step`.');
+
 const TokenParams = z.object({ token: z.string().min(1).max(64) });
 const Stored = z.object({ stored: z.literal(true) });
 const Bytes = z.unknown().describe('The file\'s bytes (application/octet-stream).');
@@ -34,6 +53,7 @@ const Bytes = z.unknown().describe('The file\'s bytes (application/octet-stream)
  * bytes have the MD5 announced for that file.
  */
 export const wandbRoutes: FastifyPluginAsyncZod<{ wandb: WandbService }> = async (app, { wandb }) => {
+  registerJsonBodyParser(app, { rejectNul: true });
   app.post(
     '/files/:entity/:project/:run/file_stream',
     {
@@ -51,6 +71,21 @@ export const wandbRoutes: FastifyPluginAsyncZod<{ wandb: WandbService }> = async
       await wandb.fileStream(principalOf(request), { entity, project, run, body: request.body });
       return { exitcode: null, limits: {} };
     },
+  );
+
+  app.get(
+    '/v1/preview/wandb-runs/:entity/:project/:run/history',
+    {
+      schema: {
+        tags,
+        summary: 'Read a W&B run\'s history and summary',
+        description: 'What `wandb.init` / `run.log` / `run.summary` wrote for this run (ART\'s `model.log` with W&B on writes to the run named after the model), one row per `_step`, oldest first.',
+        params: RunParams,
+        querystring: HistoryQuery,
+        response: { 200: WandbRunHistory },
+      },
+    },
+    async (request) => wandb.runHistory(principalOf(request), { ...request.params, afterStep: request.query.after_step, limit: request.query.limit }),
   );
 
   await app.register(async (scope) => {

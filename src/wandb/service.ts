@@ -100,6 +100,17 @@ export interface ArtifactFileUpload {
   token: string | null;
 }
 
+export interface RunHistory {
+  entity: string;
+  project: string;
+  name: string;
+  display_name: string | null;
+  state: 'running' | 'finished' | 'failed';
+  summary: Record<string, unknown>;
+  history: { step: number; values: Record<string, unknown> }[];
+  has_more: boolean;
+}
+
 export interface FileStreamBody {
   files?: Record<string, { offset: number; content: string[] }>;
   complete?: boolean;
@@ -158,9 +169,21 @@ export class WandbService {
     return (await repo.historyLines(this.db, { runId: run.id, last: HISTORY_TAIL })).map((l) => l.content);
   }
 
-  /** The run's history from a line on, each line parsed (the SDK writes one JSON object a line). */
-  async history(run: RunRow): Promise<Record<string, unknown>[]> {
-    return (await repo.historyLines(this.db, { runId: run.id })).map((l) => JSON.parse(l.content) as Record<string, unknown>);
+  /** A run's summary and its history rows after a step, for the training API (404 for runs the key does not reach). */
+  async runHistory(principal: Principal, args: repo.ProjectScope & { run: string; afterStep: number; limit: number }): Promise<RunHistory> {
+    const run = principal.entities.has(args.entity) ? await repo.findRun(this.db, { entity: args.entity, project: args.project, name: args.run }) : undefined;
+    if (!run) throw new NotFoundError('W&B run', `${args.entity}/${args.project}/${args.run}`);
+    const rows = await repo.historyRows(this.db, { runId: run.id, afterStep: args.afterStep, limit: args.limit + 1 });
+    return {
+      entity: run.entity,
+      project: run.project,
+      name: run.name,
+      display_name: run.display_name,
+      state: run.completed_at ? (run.exitcode === 0 || run.exitcode === null ? 'finished' : 'failed') : 'running',
+      summary: run.summary ? (JSON.parse(run.summary) as Record<string, unknown>) : {},
+      history: rows.slice(0, args.limit),
+      has_more: rows.length > args.limit,
+    };
   }
 
   async createRunFiles(principal: Principal, input: { entity: string; project: string; run: string; files: string[] }): Promise<{ run: RunRow; files: RunFileUpload[] }> {
@@ -186,7 +209,15 @@ export class WandbService {
     const history = files['wandb-history.jsonl'];
     if (history) {
       if (history.offset + history.content.length > MAX_HISTORY_LINE) throw new InvalidRequestError(`A run keeps at most ${MAX_HISTORY_LINE} history lines.`);
-      for (const [i, line] of history.content.entries()) checkJsonObject(`wandb-history.jsonl line ${history.offset + i}`, line, (m) => new InvalidRequestError(m));
+      for (const [i, line] of history.content.entries()) {
+        const what = `wandb-history.jsonl line ${history.offset + i}`;
+        checkJsonObject(what, line, (m) => new InvalidRequestError(m));
+        // Lines are read back as jsonb, which cannot hold U+0000.
+        if (line.includes('\\u0000')) throw new InvalidRequestError(`${what} holds U+0000, which cannot be stored.`);
+        // Rows are read back by step: the SDK numbers every line.
+        const step = (JSON.parse(line) as { _step?: unknown })._step;
+        if (!Number.isSafeInteger(step) || (step as number) < 0) throw new InvalidRequestError(`${what} has no "_step" (a non-negative integer).`);
+      }
     }
     const summary = files['wandb-summary.json']?.content.at(-1);
     if (summary !== undefined) checkJsonObject('wandb-summary.json', summary, (m) => new InvalidRequestError(m));

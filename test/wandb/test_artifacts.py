@@ -109,3 +109,29 @@ def test_an_sft_job_trains_on_a_dataset_artifact_named_by_version_or_alias(stack
         assert state["status"] == "COMPLETED", state
         _, inputs = stack.request("GET", f"{stack.control_url}/inputs/{job['id']}", key="")
         assert inputs["lines"] == ROWS
+
+
+def test_a_runs_logged_metrics_and_summary_are_readable_through_the_training_api_and_resume_at_the_next_step(stack):
+    project = _project()
+    name = f"model-{uuid.uuid4().hex[:6]}"
+    # What ART's Model._get_wandb_run and model.log do: a run named after the model, resume="allow", log without step=.
+    run = wandb.init(entity=stack.entity, project=project, name=name, id=name, resume="allow", config={"base_model": "m"})
+    for step in (1, 2):
+        run.log({"training_step": step, "train/reward": step / 10})
+    run.summary["final_reward"] = 0.2
+    run.finish()
+    status, answer = stack.request("GET", f"/v1/preview/wandb-runs/{stack.entity}/{project}/{name}/history")
+    assert status == 200, answer
+    assert answer["state"] == "finished"
+    assert answer["summary"]["final_reward"] == 0.2
+    assert [(row["step"], row["values"]["training_step"], row["values"]["train/reward"]) for row in answer["history"]] == [(0, 1, 0.1), (1, 2, 0.2)]
+
+    again = wandb.init(entity=stack.entity, project=project, name=name, id=name, resume="allow")
+    again.log({"training_step": 3, "train/reward": 0.3})
+    again.finish()
+    _, answer = stack.request("GET", f"/v1/preview/wandb-runs/{stack.entity}/{project}/{name}/history?after_step=1")
+    assert [(row["step"], row["values"]["training_step"]) for row in answer["history"]] == [(2, 3)]
+
+    other = stack.new_user(f"other{uuid.uuid4().hex[:6]}")
+    status, answer = stack.request("GET", f"/v1/preview/wandb-runs/{stack.entity}/{project}/{name}/history", key=other)
+    assert (status, answer) == (404, {"detail": f"W&B run {stack.entity}/{project}/{name} not found"})
