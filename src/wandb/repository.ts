@@ -271,9 +271,12 @@ export async function updateArtifactFields(db: Executor, args: { artifactId: num
     .execute();
 }
 
-export async function markCommitted(db: Executor, args: { artifactId: number; collectionId: number; size: number; fileCount: number }): Promise<void> {
+/** Makes a PENDING artifact the collection's next version; false when a concurrent commit already did. */
+export async function markCommitted(db: Executor, args: { artifactId: number; collectionId: number; size: number; fileCount: number }): Promise<boolean> {
   // Serialises commits within a collection, so version indexes are dense and never taken twice.
   await db.selectFrom('wandb_collections').select('id').where('id', '=', args.collectionId).forUpdate().execute();
+  const current = await db.selectFrom('wandb_artifacts').select('state').where('id', '=', args.artifactId).executeTakeFirstOrThrow();
+  if (current.state !== 'PENDING') return false;
   const { next } = await db
     .selectFrom('wandb_artifacts')
     .select(sql<number>`coalesce(max(version_index) + 1, 0)`.as('next'))
@@ -284,6 +287,7 @@ export async function markCommitted(db: Executor, args: { artifactId: number; co
     .set({ state: 'COMMITTED', version_index: Number(next), size: args.size, file_count: args.fileCount, pending_aliases: [], updated_at: new Date() })
     .where('id', '=', args.artifactId)
     .execute();
+  return true;
 }
 
 /** Points each alias at the artifact, moving it from whichever version of the collection held it. */

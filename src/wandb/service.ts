@@ -398,7 +398,7 @@ export class WandbService {
       await repo.deleteFilesNotIn(tx, { artifactId: artifact.id, names: Object.keys(contents) });
       const sizes = await Promise.all(Object.entries(contents).map(async ([name, entry]) => ({ name, size: (await repo.blobExists(tx, { entity: collection.entity, md5: b64ToHex(entry.digest) }))!.size })));
       await repo.setFileSizes(tx, { artifactId: artifact.id, files: sizes });
-      await repo.markCommitted(tx, { artifactId: artifact.id, collectionId: collection.id, size, fileCount: Object.keys(contents).length });
+      if (!(await repo.markCommitted(tx, { artifactId: artifact.id, collectionId: collection.id, size, fileCount: Object.keys(contents).length }))) return;
       await repo.setAliases(tx, { collectionId: collection.id, artifactId: artifact.id, aliases: [...new Set([...artifact.pending_aliases, 'latest'])] });
     });
     return (await repo.findArtifact(this.db, { id: artifact.id }))!;
