@@ -9,6 +9,7 @@ import * as uiSessions from './0007_ui_sessions.js';
 import * as objectTagsAliases from './0008_object_tags_aliases.js';
 import * as checkpointLifecycle from './0009_checkpoint_lifecycle.js';
 import * as workerResidentTrainers from './0010_worker_resident_trainers.js';
+import * as wandb from './0013_wandb.js';
 
 /**
  * Every migration, in order. Listed here rather than read from the folder so that the same list runs
@@ -25,4 +26,5 @@ export const migrations: Record<string, Migration> = {
   '0008_object_tags_aliases': objectTagsAliases,
   '0009_checkpoint_lifecycle': checkpointLifecycle,
   '0010_worker_resident_trainers': workerResidentTrainers,
+  '0013_wandb': wandb,
 };

@@ -3,6 +3,7 @@
 #   test:ts       the TypeScript suite (vitest; with TEST_DATABASE_URL set it runs against that server)
 #   test:trainer  the reference trainer (pytest; makes trainer/.venv from its lock on the first run)
 #   test:clients  the real ART, weave and openai Python clients against a running trainyard (test/python/.venv)
+#   test:wandb    the real wandb SDK (artifacts, SFT data, runs) against a running trainyard (test/wandb/.venv)
 #   test:ui       the web UI in headless Chromium (needs Debian's `chromium` package)
 #   test:fuzz     schemathesis over openapi/openapi.json against a running trainyard (test/fuzz/.venv)
 #   test:realloop the RL loop with real parts: a vLLM engine (engine/.venv), the worker and reference trainer,
@@ -12,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-suites=${TRAINYARD_SUITES:-"ts trainer clients ui fuzz realloop"}
+suites=${TRAINYARD_SUITES:-"ts trainer clients wandb ui fuzz realloop"}
 passed=0
 failed=0
 failures=""

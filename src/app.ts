@@ -22,6 +22,8 @@ import { inferencePlugin } from './inference/plugin.js';
 import { tracingPlugin } from './tracing/plugin.js';
 import { trainingPlugin } from './training/plugin.js';
 import { uiPlugin } from './ui/plugin.js';
+import { wandbRoutes } from './wandb/routes.js';
+import { WandbService } from './wandb/service.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -31,6 +33,7 @@ declare module 'fastify' {
     auth: AuthService;
     systemChecks: SystemChecks;
     events: DomainEvents;
+    wandb: WandbService;
   }
 }
 
@@ -71,6 +74,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   app.decorate('auth', new AuthService(database.db, config.authCacheTtlMs));
   app.decorate('systemChecks', new SystemChecks(5_000));
   app.decorate('events', new DomainEvents());
+  app.decorate('wandb', new WandbService(database.db, { maxFileBytes: config.bodyLimitBytes }));
   app.addHook('onClose', async () => database.close());
 
   app.setValidatorCompiler(validatorCompiler);
@@ -113,6 +117,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
         { name: 'inference', description: 'OpenAI-compatible chat completions, models and usage (docs/inference.md).' },
         { name: 'tracing', description: 'The weave trace-server protocol under /traces (docs/tracing.md).' },
         { name: 'admin', description: 'Users, teams and API keys; admin keys only.' },
+        { name: 'wandb', description: 'The W&B API subset the wandb SDK uses for runs and artifacts, beside POST /graphql (docs/training.md, "W&B API").' },
         { name: 'ui', description: 'The web UI\'s session: an API key exchanged for a cookie (docs/ui.md).' },
       ],
     },
@@ -137,7 +142,8 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   await app.register(trainingPlugin);
   await app.register(inferencePlugin, { metrics });
   await app.register(tracingPlugin, { prefix: '/traces' });
-  await app.register(graphqlPlugin);
+  await app.register(graphqlPlugin, { wandb: app.wandb });
+  await app.register(wandbRoutes, { wandb: app.wandb });
   await app.register(uiPlugin);
 
   return app;

@@ -2,6 +2,7 @@ import { request } from 'undici';
 import type { Principal } from '../auth/principal.js';
 import { AppError, ForbiddenError, UnprocessableError } from '../errors.js';
 import { boundedDepth } from '../http/json-depth.js';
+import { WandbRequestError } from '../wandb/service.js';
 import { SFTRow } from './schemas.js';
 
 /** Rows are stored as job inputs, so they keep the storage nesting bound too. */
@@ -10,12 +11,14 @@ const StoredRow = boundedDepth(SFTRow);
 /**
  * Resolves an SFT job's `training_data_url` into its rows at job creation: a tracing-API ref of a
  * dataset object or table, or the digest of a JSONL file stored through the tracing API, read by the
- * tracing area's resolver; or, only when SFT_ALLOW_HTTP_URLS is on, an http(s) URL fetched here (off by
+ * tracing area's resolver; a `wandb-artifact:///entity/project/name:alias` dataset artifact's train.jsonl; or, only when SFT_ALLOW_HTTP_URLS is on, an http(s) URL fetched here (off by
  * default: a server that fetches URLs its users name can be pointed at its own network).
  * Every failure is the caller's 422 on `training_data_url`, except a project the key cannot reach (403).
  */
 
 export type ResolveTracingRows = (args: { entities: ReadonlySet<string>; url: string }) => Promise<unknown[]>;
+/** The JSONL text of a `wandb-artifact:///` URL's `train.jsonl`; throws WandbRequestError when it names nothing usable. */
+export type ReadWandbArtifact = (principal: Principal, url: string) => Promise<string>;
 
 const LOC = ['body', 'training_data_url'];
 const HTTP_TIMEOUT_MS = 30_000;
@@ -49,6 +52,7 @@ export class SftDataResolver {
   constructor(
     private readonly options: {
       resolveTracingRows: ResolveTracingRows;
+      readWandbArtifact?: ReadWandbArtifact;
       allowHttpUrls: boolean;
       /** The most an http(s) download may be, in bytes (the request body limit). */
       maxHttpBytes: number;
@@ -57,7 +61,11 @@ export class SftDataResolver {
 
   /** The rows to train on, each checked to be a chat transcript (`messages`, optionally `tools`). */
   async resolve(principal: Principal, url: string): Promise<unknown[]> {
-    const rows = /^https?:\/\//i.test(url) ? await this.fetchHttp(url) : await this.fromTracing(principal, url);
+    const rows = /^https?:\/\//i.test(url)
+      ? await this.fetchHttp(url)
+      : url.startsWith('wandb-artifact:///')
+        ? await this.fromWandbArtifact(principal, url)
+        : await this.fromTracing(principal, url);
     if (rows.length === 0) throw unresolvable(url, 'it has no rows');
     for (const [index, row] of rows.entries()) {
       const parsed = StoredRow.safeParse(row);
@@ -80,6 +88,23 @@ export class SftDataResolver {
       if (isDataException(error)) throw unresolvable(url, 'it names nothing that can exist (a part of it is out of range)');
       throw error;
     }
+  }
+
+  /** A dataset artifact's train.jsonl, as ART's train_sft uploads it (docs/training.md, "W&B API"). */
+  private async fromWandbArtifact(principal: Principal, url: string): Promise<unknown[]> {
+    const read = this.options.readWandbArtifact;
+    if (!read) throw unresolvable(url, 'this server does not serve W&B artifacts');
+    let text: string;
+    try {
+      text = await read(principal, url);
+    } catch (error) {
+      if (error instanceof WandbRequestError) {
+        if (error.message.startsWith('This API key cannot reach entity')) throw new ForbiddenError(error.message, { param: 'training_data_url' });
+        throw unresolvable(url, error.message);
+      }
+      throw error;
+    }
+    return parseJsonLines(text, url);
   }
 
   private async fetchHttp(url: string): Promise<unknown[]> {

@@ -31,22 +31,22 @@ describe('POST /graphql', () => {
     expect(response.json()).toEqual({ data: { me: { __typename: 'User', name: user.username, defaultEntity: { name: user.entity } } } });
   });
 
-  it('answers any other query with a GraphQL error body', async () => {
-    const cases: [string, string][] = [
-      ['{ project(name: "p", entityName: "someone-else") { name } }', 'This API key cannot reach entity "someone-else".'],
-      ['{ project(name: "p", entityName: "x") { id } }', 'This API key cannot reach entity "x".'],
-      ['{ models { name } }', 'Cannot query field "models" on type "Query". Only viewer and project are supported.'],
-      ['{ viewer { email } }', 'Cannot query field "email" on type "User".'],
-      ['{ viewer(id: 1) { username } }', 'Unknown argument "id" on field "viewer".'],
-      ['mutation { deleteModel(id: "x") { success } }', 'Cannot query field "deleteModel" on type "Mutation". Only upsertModel is supported.'],
-      ['subscription { viewer { username } }', 'Only queries and the upsertModel mutation are supported, not a subscription.'],
-      ['{ viewer { username }', 'Syntax Error: Expected Name, found <EOF>.'],
-      ['{ viewer }', 'Field "viewer" of type "User" must have a selection of subfields.'],
+  it('answers a field outside the served subset, a bad document or an unreachable entity with a GraphQL error body', async () => {
+    const hint = " trainyard serves only the part of W&B's GraphQL API that the weave and wandb SDKs use (docs/training.md, \"W&B API\").";
+    const cases: [string, unknown][] = [
+      ['{ project(name: "p", entityName: "someone-else") { name } }', { data: { project: null }, errors: [{ message: 'This API key cannot reach entity "someone-else".', path: ['project'] }] }],
+      ['{ models { name } }', { errors: [{ message: `Cannot query field "models" on type "Query". Did you mean "model"?${hint}` }] }],
+      ['{ viewer { photo } }', { errors: [{ message: `Cannot query field "photo" on type "User". Did you mean "photoUrl"?${hint}` }] }],
+      ['{ viewer(id: 1) { username } }', { errors: [{ message: `Unknown argument "id" on field "Query.viewer".${hint}` }] }],
+      ['mutation { deleteModel(id: "x") { success } }', { errors: [{ message: `Cannot query field "deleteModel" on type "Mutation". Did you mean "upsertModel"?${hint}` }] }],
+      ['subscription { viewer { username } }', { data: null, errors: [{ message: 'Schema is not configured to execute subscription operation.' }] }],
+      ['{ viewer { username }', { errors: [{ message: 'Syntax Error: Expected Name, found <EOF>.' }] }],
+      ['{ viewer }', { errors: [{ message: 'Field "viewer" of type "User" must have a selection of subfields. Did you mean "viewer { ... }"?' }] }],
     ];
-    for (const [query, message] of cases) {
+    for (const [query, body] of cases) {
       const response = await ask(query);
       expect(response.statusCode, query).toBe(200);
-      expect(response.json(), query).toEqual({ data: null, errors: [{ message }] });
+      expect(response.json(), query).toEqual(body);
     }
   });
 
@@ -70,7 +70,7 @@ describe('POST /graphql', () => {
       name: 'p',
       entityName: 'not-mine',
     });
-    expect(other.json()).toEqual({ data: null, errors: [{ message: 'This API key cannot reach entity "not-mine".' }] });
+    expect(other.json()).toEqual({ data: { project: null }, errors: [{ message: 'This API key cannot reach entity "not-mine".', path: ['project'] }] });
   });
 
   it('needs a key, and rejects bad bodies', async () => {

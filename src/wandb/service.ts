@@ -1,0 +1,551 @@
+import { createHash, randomBytes } from 'node:crypto';
+import type { Kysely } from 'kysely';
+import type { Principal } from '../auth/principal.js';
+import type { Database } from '../db/schema.js';
+import { ConflictError, InvalidRequestError, NotFoundError, PayloadTooLargeError } from '../errors.js';
+import * as repo from './repository.js';
+import type { ArtifactRow, ArtifactWithCollection, CollectionRow, RunRow } from './repository.js';
+
+/**
+ * The W&B objects the wandb SDK creates and reads (docs/training.md, "W&B API"): runs with their history,
+ * and artifacts (collections of versions `vN` with moving aliases) whose files are blobs stored per
+ * entity. Every method is scoped to the entities the caller's key reaches; other entities' objects do
+ * not exist for it.
+ */
+
+/** A failure the GraphQL layer reports as a GraphQL error (HTTP 200, `errors`), as W&B does. */
+export class WandbRequestError extends Error {}
+
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+const ALIAS = /^[A-Za-z0-9_.-]{1,128}$/;
+const VERSION_ALIAS = /^v(\d{1,9})$/;
+const MD5_B64 = /^[A-Za-z0-9+/]{22}==$/;
+const MANIFEST_DIGEST = /^[0-9a-f]{32}$/;
+/** The longest artifact path kept: W&B's own limit on a file path. */
+const MAX_PATH = 512;
+/** Files one artifact may hold; ART's LoRA checkpoints hold a handful. */
+export const MAX_ARTIFACT_FILES = 10_000;
+export const MAX_ALIASES = 32;
+export const MAX_RUN_FILES = 100;
+/** History lines kept per run. */
+const MAX_HISTORY_LINE = 1_000_000;
+/** The history lines a resume sends back: the SDK reads only the last `_step`. */
+const HISTORY_TAIL = 10;
+export const FEATURES = [
+  // These steer wandb 0.25 and 0.28 to the membership queries 0.31 always uses (reference §5).
+  'PROJECT_ARTIFACT_COLLECTION_MEMBERSHIP',
+  'ARTIFACT_COLLECTION_MEMBERSHIP_FILES',
+  'ARTIFACT_COLLECTION_MEMBERSHIP_FILE_DOWNLOAD_HANDLER',
+];
+
+export function encodeId(type: string, id: number): string {
+  return Buffer.from(`${type}:${id}`).toString('base64');
+}
+
+/** The number in an id `encodeId` made for this type, or undefined for anything else. */
+export function decodeId(type: string, value: string): number | undefined {
+  if (value.length > 64) return undefined;
+  const match = /^([A-Za-z]+):(\d{1,15})$/.exec(Buffer.from(value, 'base64').toString('utf8'));
+  return match && match[1] === type ? Number(match[2]) : undefined;
+}
+
+function newToken(): string {
+  return randomBytes(24).toString('base64url');
+}
+
+function md5(data: Buffer): { hex: string; b64: string } {
+  const digest = createHash('md5').update(data).digest();
+  return { hex: digest.toString('hex'), b64: digest.toString('base64') };
+}
+
+function b64ToHex(b64: string): string {
+  return Buffer.from(b64, 'base64').toString('hex');
+}
+
+function checkName(what: string, value: string): string {
+  if (!NAME.test(value)) throw new WandbRequestError(`Invalid ${what} ${JSON.stringify(value.slice(0, 200))}: use 1 to 128 letters, digits, '.', '_' and '-'.`);
+  return value;
+}
+
+/** A relative path inside an artifact: no absolute paths, no `.`/`..` segments, nothing a file system reads as special. */
+export function checkArtifactPath(path: string): string {
+  const segments = path.split('/');
+  if (path.length === 0 || path.length > MAX_PATH || /[\\\0]/.test(path) || segments.some((s) => s === '' || s === '.' || s === '..')) {
+    throw new WandbRequestError(`Invalid artifact file path ${JSON.stringify(path.slice(0, 200))}: a relative path of at most ${MAX_PATH} characters without '.' or '..' segments.`);
+  }
+  return path;
+}
+
+/** The manifest digest of W&B's storage policy: the dedup key and what the client sends as `digest`. */
+export function manifestDigest(contents: Record<string, { digest: string }>): string {
+  const hash = createHash('md5').update('wandb-artifact-manifest-v1\n');
+  for (const path of Object.keys(contents).sort()) hash.update(`${path}:${contents[path].digest}\n`);
+  return hash.digest('hex');
+}
+
+export interface Membership {
+  artifact: ArtifactRow;
+  collection: CollectionRow;
+}
+
+export interface RunFileUpload {
+  name: string;
+  token: string;
+}
+
+export interface ArtifactFileUpload {
+  name: string;
+  artifact: ArtifactWithCollection;
+  /** Null when the entity already holds these bytes: nothing to upload. */
+  token: string | null;
+}
+
+export interface RunHistory {
+  entity: string;
+  project: string;
+  name: string;
+  display_name: string | null;
+  state: 'running' | 'finished' | 'failed';
+  summary: Record<string, unknown>;
+  history: { step: number; values: Record<string, unknown> }[];
+  has_more: boolean;
+}
+
+export interface FileStreamBody {
+  files?: Record<string, { offset: number; content: string[] }>;
+  complete?: boolean;
+  exitcode?: number | null;
+}
+
+export class WandbService {
+  constructor(
+    private readonly db: Kysely<Database>,
+    private readonly options: { maxFileBytes: number },
+  ) {}
+
+  /** The entity a request names, or the key's own when it names none; the key must reach it. */
+  reachableEntity(principal: Principal, entity: string | null | undefined): string {
+    const name = entity ?? principal.entity;
+    if (!principal.entities.has(name)) throw new WandbRequestError(`This API key cannot reach entity ${JSON.stringify(name)}.`);
+    return name;
+  }
+
+  scope(principal: Principal, entity: string | null | undefined, project: string | null | undefined): repo.ProjectScope {
+    if (project === null || project === undefined) throw new WandbRequestError('A project name is needed.');
+    return { entity: this.reachableEntity(principal, entity), project: checkName('project name', project) };
+  }
+
+  // -------------------------------------------------------------------------------------------------
+  // Runs
+
+  async findRun(principal: Principal, scope: repo.ProjectScope, name: string): Promise<RunRow | undefined> {
+    if (!principal.entities.has(scope.entity)) return undefined;
+    return repo.findRun(this.db, { ...scope, name });
+  }
+
+  async upsertRun(
+    principal: Principal,
+    input: { id?: string | null; name?: string | null; entity?: string | null; project?: string | null; displayName?: string | null; jobType?: string | null; config?: string | null; summaryMetrics?: string | null },
+  ): Promise<{ run: RunRow; inserted: boolean }> {
+    const scope = this.scope(principal, input.entity, input.project ?? 'uncategorized');
+    if (input.config != null) checkJsonObject('config', input.config);
+    if (input.summaryMetrics != null) checkJsonObject('summaryMetrics', input.summaryMetrics);
+    const name = checkName('run name', input.name ?? randomBytes(4).toString('hex'));
+    return this.db.transaction().execute(async (tx) => {
+      const { row, inserted } = await repo.insertRun(tx, { ...scope, name, displayName: input.displayName ?? name, jobType: input.jobType ?? null, config: input.config ?? null });
+      if (inserted && input.summaryMetrics == null) return { run: row, inserted };
+      const run = await repo.updateRun(tx, {
+        id: row.id,
+        displayName: input.displayName ?? undefined,
+        jobType: input.jobType ?? undefined,
+        config: input.config ?? undefined,
+        summary: input.summaryMetrics ?? undefined,
+      });
+      return { run, inserted };
+    });
+  }
+
+  async historyTail(run: RunRow): Promise<string[]> {
+    return (await repo.historyLines(this.db, { runId: run.id, last: HISTORY_TAIL })).map((l) => l.content);
+  }
+
+  /** A run's summary and its history rows after a step, for the training API (404 for runs the key does not reach). */
+  async runHistory(principal: Principal, args: repo.ProjectScope & { run: string; afterStep: number; limit: number }): Promise<RunHistory> {
+    const run = principal.entities.has(args.entity) ? await repo.findRun(this.db, { entity: args.entity, project: args.project, name: args.run }) : undefined;
+    if (!run) throw new NotFoundError('W&B run', `${args.entity}/${args.project}/${args.run}`);
+    const rows = await repo.historyRows(this.db, { runId: run.id, afterStep: args.afterStep, limit: args.limit + 1 });
+    return {
+      entity: run.entity,
+      project: run.project,
+      name: run.name,
+      display_name: run.display_name,
+      state: run.completed_at ? (run.exitcode === 0 || run.exitcode === null ? 'finished' : 'failed') : 'running',
+      summary: run.summary ? (JSON.parse(run.summary) as Record<string, unknown>) : {},
+      history: rows.slice(0, args.limit),
+      has_more: rows.length > args.limit,
+    };
+  }
+
+  async createRunFiles(principal: Principal, input: { entity: string; project: string; run: string; files: string[] }): Promise<{ run: RunRow; files: RunFileUpload[] }> {
+    const scope = this.scope(principal, input.entity, input.project);
+    if (input.files.length > MAX_RUN_FILES) throw new WandbRequestError(`At most ${MAX_RUN_FILES} run files per request.`);
+    const run = await repo.findRun(this.db, { ...scope, name: input.run });
+    if (!run) throw new WandbRequestError(`Run ${scope.entity}/${scope.project}/${input.run} not found.`);
+    const names = [...new Set(input.files.map(checkArtifactPath))];
+    const stored = await repo.putRunFileTokens(this.db, { runId: run.id, files: names.map((name) => ({ name, token: newToken() })) });
+    const byName = new Map(stored.map((f) => [f.name, f.token]));
+    return { run, files: input.files.map((name) => ({ name, token: byName.get(name)! })) };
+  }
+
+  /**
+   * One file_stream request: history lines land at their offsets, the summary replaces the last one,
+   * `complete` ends the run. System events and console output are acknowledged and not kept.
+   */
+  async fileStream(principal: Principal, args: repo.ProjectScope & { run: string; body: FileStreamBody }): Promise<void> {
+    if (!principal.entities.has(args.entity)) throw new NotFoundError('run', `${args.entity}/${args.project}/${args.run}`);
+    const run = await repo.findRun(this.db, { entity: args.entity, project: args.project, name: args.run });
+    if (!run) throw new NotFoundError('run', `${args.entity}/${args.project}/${args.run}`);
+    const files = args.body.files ?? {};
+    const history = files['wandb-history.jsonl'];
+    if (history) {
+      if (history.offset + history.content.length > MAX_HISTORY_LINE) throw new InvalidRequestError(`A run keeps at most ${MAX_HISTORY_LINE} history lines.`);
+      for (const [i, line] of history.content.entries()) {
+        const what = `wandb-history.jsonl line ${history.offset + i}`;
+        checkJsonObject(what, line, (m) => new InvalidRequestError(m));
+        // Lines are read back as jsonb, which cannot hold U+0000.
+        if (line.includes('\\u0000')) throw new InvalidRequestError(`${what} holds U+0000, which cannot be stored.`);
+        // Rows are read back by step: the SDK numbers every line.
+        const step = (JSON.parse(line) as { _step?: unknown })._step;
+        if (!Number.isSafeInteger(step) || (step as number) < 0) throw new InvalidRequestError(`${what} has no "_step" (a non-negative integer).`);
+      }
+    }
+    const summary = files['wandb-summary.json']?.content.at(-1);
+    if (summary !== undefined) checkJsonObject('wandb-summary.json', summary, (m) => new InvalidRequestError(m));
+    await this.db.transaction().execute(async (tx) => {
+      if (history) await repo.putHistoryLines(tx, { runId: run.id, offset: history.offset, lines: history.content });
+      if (summary !== undefined) await repo.updateRun(tx, { id: run.id, summary });
+      if (args.body.complete) await repo.finishRun(tx, { runId: run.id, exitcode: args.body.exitcode ?? null });
+    });
+  }
+
+  // -------------------------------------------------------------------------------------------------
+  // Artifacts: lookups
+
+  /** An artifact by its GraphQL id, or undefined when it is not one the key reaches. */
+  async artifactById(principal: Principal, id: string): Promise<ArtifactWithCollection | undefined> {
+    const n = decodeId('Artifact', id);
+    if (n === undefined) return undefined;
+    const found = await repo.findArtifact(this.db, { id: n });
+    return found && principal.entities.has(found.collection.entity) ? found : undefined;
+  }
+
+  async collection(principal: Principal, scope: repo.ProjectScope, name: string): Promise<CollectionRow | undefined> {
+    if (!principal.entities.has(scope.entity)) return undefined;
+    return repo.findCollection(this.db, { ...scope, name });
+  }
+
+  /** The committed version a `vN` or an alias names in a collection. */
+  async version(collection: CollectionRow, alias: string): Promise<ArtifactRow | undefined> {
+    const version = VERSION_ALIAS.exec(alias);
+    if (version) return repo.findVersion(this.db, { collectionId: collection.id, versionIndex: Number(version[1]) });
+    return repo.findVersion(this.db, { collectionId: collection.id, alias });
+  }
+
+  /** `name:alias` (or `name`, meaning `latest`) in a project. */
+  async membership(principal: Principal, scope: repo.ProjectScope, nameWithAlias: string): Promise<Membership | undefined> {
+    const colon = nameWithAlias.lastIndexOf(':');
+    const name = colon < 0 ? nameWithAlias : nameWithAlias.slice(0, colon);
+    const alias = colon < 0 ? 'latest' : nameWithAlias.slice(colon + 1);
+    const collection = await this.collection(principal, scope, name);
+    if (!collection) return undefined;
+    const artifact = await this.version(collection, alias);
+    return artifact ? { artifact, collection } : undefined;
+  }
+
+  async latest(collection: CollectionRow): Promise<ArtifactRow | undefined> {
+    return repo.latestCommitted(this.db, { collectionId: collection.id });
+  }
+
+  async versions(collection: CollectionRow, page: { offset: number; limit: number }): Promise<{ rows: ArtifactRow[]; total: number }> {
+    return repo.listCommitted(this.db, { collectionId: collection.id, ...page });
+  }
+
+  /** Each artifact's aliases, `vN` first (the SDK reads the version from it), then the named ones. */
+  async aliases(artifacts: ArtifactRow[]): Promise<Map<number, string[]>> {
+    const rows = await repo.aliasesOf(this.db, { artifactIds: artifacts.map((a) => a.id) });
+    const out = new Map<number, string[]>();
+    for (const artifact of artifacts) out.set(artifact.id, artifact.version_index === null ? [] : [`v${artifact.version_index}`]);
+    for (const row of rows) out.get(row.artifact_id)?.push(row.alias);
+    return out;
+  }
+
+  async files(artifact: ArtifactRow): Promise<{ name: string; md5: string; size: number | null; token: string; birth_artifact_id: number }[]> {
+    return repo.artifactFiles(this.db, { artifactId: artifact.id });
+  }
+
+  // -------------------------------------------------------------------------------------------------
+  // Artifacts: creation
+
+  async createArtifact(
+    principal: Principal,
+    input: {
+      entityName: string;
+      projectName: string;
+      artifactCollectionName: string;
+      artifactTypeName: string;
+      digest: string;
+      description?: string | null;
+      metadata?: string | null;
+      runName?: string | null;
+      storageRegion?: string | null;
+      aliases?: { alias: string; artifactCollectionName: string }[] | null;
+    },
+  ): Promise<{ artifact: ArtifactRow; collection: CollectionRow; latest: ArtifactRow | undefined }> {
+    const scope = this.scope(principal, input.entityName, input.projectName);
+    const name = checkName('artifact name', input.artifactCollectionName);
+    const type = checkName('artifact type', input.artifactTypeName);
+    if (!MANIFEST_DIGEST.test(input.digest)) throw new WandbRequestError('Invalid artifact digest: 32 hexadecimal characters (MANIFEST_MD5).');
+    if (input.metadata != null) checkJsonObject('metadata', input.metadata);
+    const aliases = checkAliases(input.aliases ?? [], name);
+    return this.db.transaction().execute(async (tx) => {
+      const collection = await repo.ensureCollection(tx, { ...scope, name, type });
+      if (collection.type !== type) {
+        throw new WandbRequestError(`Artifact ${scope.entity}/${scope.project}/${name} is of type ${JSON.stringify(collection.type)}, not ${JSON.stringify(type)}.`);
+      }
+      const latest = await repo.latestCommitted(tx, { collectionId: collection.id });
+      // Same content as a committed version: that version is the answer, with the new aliases.
+      const existing = await repo.findCommittedByDigest(tx, { collectionId: collection.id, digest: input.digest });
+      if (existing) {
+        await repo.setAliases(tx, { collectionId: collection.id, artifactId: existing.id, aliases });
+        return { artifact: existing, collection, latest };
+      }
+      const artifact = await repo.insertArtifact(tx, {
+        collectionId: collection.id,
+        digest: input.digest,
+        description: input.description ?? null,
+        metadata: input.metadata ?? null,
+        runName: input.runName ?? null,
+        storageRegion: input.storageRegion ?? null,
+        aliases,
+        manifestToken: newToken(),
+      });
+      return { artifact, collection, latest };
+    });
+  }
+
+  /** A PENDING artifact of the key's entities, for the mutations that build one. */
+  private async pending(principal: Principal, id: string): Promise<ArtifactWithCollection> {
+    const found = await this.artifactById(principal, id);
+    if (!found) throw new WandbRequestError(`Artifact ${JSON.stringify(id.slice(0, 100))} not found.`);
+    return found;
+  }
+
+  async createManifest(principal: Principal, input: { artifactID: string; digest: string }): Promise<ArtifactWithCollection> {
+    const found = await this.pending(principal, input.artifactID);
+    if (input.digest !== '') {
+      if (!MD5_B64.test(input.digest)) throw new WandbRequestError('Invalid manifest digest: the base64 MD5 of the manifest.');
+      if (found.artifact.state === 'PENDING') await repo.setManifestExpected(this.db, { artifactId: found.artifact.id, md5: input.digest });
+    }
+    return found;
+  }
+
+  async createArtifactFiles(principal: Principal, files: { artifactID: string; name: string; md5: string }[]): Promise<ArtifactFileUpload[]> {
+    if (files.length > MAX_ARTIFACT_FILES) throw new WandbRequestError(`At most ${MAX_ARTIFACT_FILES} artifact files per request.`);
+    for (const file of files) {
+      checkArtifactPath(file.name);
+      if (!MD5_B64.test(file.md5)) throw new WandbRequestError(`Invalid md5 for ${JSON.stringify(file.name)}: the base64 MD5 of the file.`);
+    }
+    const out: ArtifactFileUpload[] = [];
+    const artifacts = new Map<string, ArtifactWithCollection>();
+    for (const file of files) {
+      let found = artifacts.get(file.artifactID);
+      if (!found) {
+        found = await this.pending(principal, file.artifactID);
+        if (found.artifact.state !== 'PENDING') throw new WandbRequestError(`Artifact ${file.artifactID} is committed: its files cannot change.`);
+        artifacts.set(file.artifactID, found);
+      }
+      const token = newToken();
+      await repo.putArtifactFiles(this.db, { artifactId: found.artifact.id, files: [{ name: file.name, md5: file.md5, token }] });
+      const stored = await repo.blobExists(this.db, { entity: found.collection.entity, md5: b64ToHex(file.md5) });
+      const current = (await repo.artifactFiles(this.db, { artifactId: found.artifact.id })).find((f) => f.name === file.name)!;
+      out.push({ name: file.name, artifact: found, token: stored ? null : current.token });
+    }
+    return out;
+  }
+
+  /**
+   * Checks the uploaded manifest against the uploaded blobs and the digest given at creation, then
+   * makes the artifact the collection's next version and applies its aliases (with `latest`).
+   */
+  async commitArtifact(principal: Principal, artifactID: string): Promise<ArtifactWithCollection> {
+    const { artifact, collection } = await this.pending(principal, artifactID);
+    if (artifact.state === 'COMMITTED') return { artifact, collection };
+    if (!artifact.manifest_md5) throw new WandbRequestError(`Artifact ${artifactID} has no manifest yet: upload it before committing.`);
+    const manifestBytes = (await repo.readBlob(this.db, { entity: collection.entity, md5: artifact.manifest_md5 }))!;
+    const contents = parseManifest(manifestBytes);
+    if (manifestDigest(contents) !== artifact.digest) throw new WandbRequestError(`Artifact ${artifactID}: the manifest does not match the digest given at creation.`);
+    let size = 0;
+    for (const [path, entry] of Object.entries(contents)) {
+      const blob = await repo.blobExists(this.db, { entity: collection.entity, md5: b64ToHex(entry.digest) });
+      if (!blob) throw new WandbRequestError(`Artifact ${artifactID}: file ${JSON.stringify(path)} was never uploaded.`);
+      if (entry.size !== undefined && entry.size !== blob.size) throw new WandbRequestError(`Artifact ${artifactID}: file ${JSON.stringify(path)} has ${blob.size} bytes, not ${entry.size}.`);
+      size += blob.size;
+    }
+    await this.db.transaction().execute(async (tx) => {
+      const known = new Map((await repo.artifactFiles(tx, { artifactId: artifact.id })).map((f) => [f.name, f]));
+      const missing = Object.entries(contents).filter(([path, entry]) => known.get(path)?.md5 !== entry.digest);
+      await repo.putArtifactFiles(tx, { artifactId: artifact.id, files: missing.map(([name, entry]) => ({ name, md5: entry.digest, token: newToken() })) });
+      await repo.deleteFilesNotIn(tx, { artifactId: artifact.id, names: Object.keys(contents) });
+      const sizes = await Promise.all(Object.entries(contents).map(async ([name, entry]) => ({ name, size: (await repo.blobExists(tx, { entity: collection.entity, md5: b64ToHex(entry.digest) }))!.size })));
+      await repo.setFileSizes(tx, { artifactId: artifact.id, files: sizes });
+      if (!(await repo.markCommitted(tx, { artifactId: artifact.id, collectionId: collection.id, size, fileCount: Object.keys(contents).length }))) return;
+      await repo.setAliases(tx, { collectionId: collection.id, artifactId: artifact.id, aliases: [...new Set([...artifact.pending_aliases, 'latest'])] });
+    });
+    return (await repo.findArtifact(this.db, { id: artifact.id }))!;
+  }
+
+  async updateArtifact(
+    principal: Principal,
+    input: { artifactID: string; description?: string | null; metadata?: string | null; aliases?: { alias: string; artifactCollectionName: string }[] | null },
+  ): Promise<ArtifactWithCollection> {
+    const found = await this.pending(principal, input.artifactID);
+    if (input.metadata != null) checkJsonObject('metadata', input.metadata);
+    const aliases = input.aliases ? checkAliases(input.aliases, found.collection.name) : [];
+    await this.db.transaction().execute(async (tx) => {
+      await repo.updateArtifactFields(tx, {
+        artifactId: found.artifact.id,
+        description: input.description === undefined ? undefined : input.description,
+        metadata: input.metadata === undefined ? undefined : input.metadata,
+      });
+      if (found.artifact.state === 'COMMITTED') await repo.setAliases(tx, { collectionId: found.collection.id, artifactId: found.artifact.id, aliases });
+    });
+    return (await repo.findArtifact(this.db, { id: found.artifact.id }))!;
+  }
+
+  // -------------------------------------------------------------------------------------------------
+  // Bytes: uploads and downloads by the capability tokens in server-minted URLs (the SDK sends no key)
+
+  async uploadArtifactFile(token: string, data: Buffer, contentMd5: string | undefined): Promise<void> {
+    const file = await repo.findFileByToken(this.db, { token });
+    if (!file) throw new NotFoundError('upload URL');
+    if (file.state !== 'PENDING') throw new ConflictError('This artifact is committed: its files cannot change.');
+    await this.storeChecked(file.entity, data, file.md5, contentMd5);
+  }
+
+  async uploadManifest(token: string, data: Buffer, contentMd5: string | undefined): Promise<void> {
+    const found = await repo.findArtifactByManifestToken(this.db, { token });
+    if (!found) throw new NotFoundError('upload URL');
+    if (found.artifact.state !== 'PENDING') throw new ConflictError('This artifact is committed: its manifest cannot change.');
+    parseManifest(data, (m) => new InvalidRequestError(m));
+    const { hex } = await this.storeChecked(found.collection.entity, data, found.artifact.manifest_expected_md5 ?? undefined, contentMd5);
+    await repo.setManifestUploaded(this.db, { artifactId: found.artifact.id, md5: hex });
+  }
+
+  async uploadRunFile(token: string, data: Buffer, contentMd5: string | undefined): Promise<void> {
+    const file = await repo.findRunFileByToken(this.db, { token });
+    if (!file) throw new NotFoundError('upload URL');
+    const { hex } = await this.storeChecked(file.entity, data, undefined, contentMd5);
+    await repo.setRunFileMd5(this.db, { runId: file.run_id, name: file.name, md5: hex });
+  }
+
+  private async storeChecked(entity: string, data: Buffer, expected: string | undefined, contentMd5: string | undefined): Promise<{ hex: string }> {
+    if (data.length > this.options.maxFileBytes) throw new PayloadTooLargeError(`The file is larger than the limit of ${this.options.maxFileBytes} bytes.`);
+    const digest = md5(data);
+    if (expected !== undefined && digest.b64 !== expected) throw new InvalidRequestError(`The uploaded bytes have MD5 ${digest.b64}, not the ${expected} announced for this file.`);
+    if (contentMd5 !== undefined && digest.b64 !== contentMd5) throw new InvalidRequestError(`The uploaded bytes have MD5 ${digest.b64}, not the Content-MD5 ${contentMd5}.`);
+    await repo.putBlob(this.db, { entity, md5: digest.hex, data });
+    return { hex: digest.hex };
+  }
+
+  async downloadArtifactFile(token: string): Promise<Buffer> {
+    const file = await repo.findFileByToken(this.db, { token });
+    const data = file && file.state === 'COMMITTED' ? await repo.readBlob(this.db, { entity: file.entity, md5: b64ToHex(file.md5) }) : undefined;
+    if (!data) throw new NotFoundError('file');
+    return data;
+  }
+
+  /** The manifest as the SDK reads it, rebuilt from what is stored (no client paths of the uploader). */
+  async downloadManifest(token: string): Promise<Record<string, unknown>> {
+    const found = await repo.findArtifactByManifestToken(this.db, { token });
+    if (!found || found.artifact.state !== 'COMMITTED') throw new NotFoundError('manifest');
+    const contents: Record<string, unknown> = {};
+    for (const file of await this.files(found.artifact)) {
+      contents[file.name] = { digest: file.md5, size: file.size, birthArtifactID: encodeId('Artifact', file.birth_artifact_id) };
+    }
+    const storagePolicyConfig: Record<string, string> = { storageLayout: 'V2' };
+    if (found.artifact.storage_region) storagePolicyConfig.storageRegion = found.artifact.storage_region;
+    return { version: 1, storagePolicy: 'wandb-storage-policy-v1', storagePolicyConfig, contents };
+  }
+
+  // -------------------------------------------------------------------------------------------------
+  // SFT data
+
+  /**
+   * The `train.jsonl` text of the dataset artifact a `wandb-artifact:///entity/project/name:alias` URL
+   * names. Throws WandbRequestError for a URL that names nothing usable and for an entity the key
+   * cannot reach (the SFT resolver turns those into its 422 and 403).
+   */
+  async datasetText(principal: Principal, url: string): Promise<string> {
+    const match = /^wandb-artifact:\/\/\/([^/]+)\/([^/]+)\/([^/:]+)(?::([^/:]+))?$/.exec(url);
+    if (!match) throw new WandbRequestError('expected wandb-artifact:///<entity>/<project>/<artifact>:<version or alias>');
+    const [, entity, project, name, alias = 'latest'] = match;
+    this.reachableEntity(principal, entity);
+    const found = await this.membership(principal, { entity, project }, `${name}:${alias}`);
+    if (!found) throw new WandbRequestError(`artifact ${entity}/${project}/${name}:${alias} not found`);
+    if (found.collection.type !== 'dataset') throw new WandbRequestError(`artifact ${entity}/${project}/${name} is of type ${JSON.stringify(found.collection.type)}, not "dataset"`);
+    const file = (await this.files(found.artifact)).find((f) => f.name === 'train.jsonl');
+    if (!file) throw new WandbRequestError(`artifact ${entity}/${project}/${name}:${alias} has no train.jsonl`);
+    const data = await repo.readBlob(this.db, { entity, md5: b64ToHex(file.md5) });
+    return data!.toString('utf8');
+  }
+}
+
+function checkJsonObject(what: string, text: string, error: (message: string) => Error = (m) => new WandbRequestError(m)): void {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw error(`${what} is not valid JSON.`);
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw error(`${what} must be a JSON object.`);
+}
+
+function checkAliases(aliases: { alias: string; artifactCollectionName: string }[], collection: string): string[] {
+  if (aliases.length > MAX_ALIASES) throw new WandbRequestError(`At most ${MAX_ALIASES} aliases.`);
+  const out: string[] = [];
+  for (const { alias, artifactCollectionName } of aliases) {
+    if (artifactCollectionName !== collection) throw new WandbRequestError(`Alias ${JSON.stringify(alias)} names collection ${JSON.stringify(artifactCollectionName)}, not ${JSON.stringify(collection)}.`);
+    if (!ALIAS.test(alias) || VERSION_ALIAS.test(alias)) throw new WandbRequestError(`Invalid alias ${JSON.stringify(alias.slice(0, 200))}: 1 to 128 letters, digits, '.', '_' and '-', and not a version (vN).`);
+    out.push(alias);
+  }
+  return [...new Set(out)];
+}
+
+/** The `contents` of a wandb-storage-policy-v1 manifest, each path checked. */
+function parseManifest(data: Buffer, error: (message: string) => Error = (m) => new WandbRequestError(m)): Record<string, { digest: string; size?: number }> {
+  let manifest: unknown;
+  try {
+    manifest = JSON.parse(data.toString('utf8'));
+  } catch {
+    throw error('The manifest is not valid JSON.');
+  }
+  const contents = (manifest as { contents?: unknown } | null)?.contents;
+  if ((manifest as { storagePolicy?: unknown } | null)?.storagePolicy !== 'wandb-storage-policy-v1' || contents === null || typeof contents !== 'object' || Array.isArray(contents)) {
+    throw error('The manifest is not a wandb-storage-policy-v1 manifest with "contents".');
+  }
+  const entries = Object.entries(contents as Record<string, unknown>);
+  if (entries.length > MAX_ARTIFACT_FILES) throw error(`A manifest lists at most ${MAX_ARTIFACT_FILES} files.`);
+  const out: Record<string, { digest: string; size?: number }> = {};
+  for (const [path, entry] of entries) {
+    try {
+      checkArtifactPath(path);
+    } catch (e) {
+      throw error((e as Error).message);
+    }
+    const { digest, size, ref } = (entry ?? {}) as { digest?: unknown; size?: unknown; ref?: unknown };
+    if (ref !== undefined && ref !== null) throw error(`Manifest entry ${JSON.stringify(path)} is a reference: only files stored here are supported.`);
+    if (typeof digest !== 'string' || !MD5_B64.test(digest)) throw error(`Manifest entry ${JSON.stringify(path)} has no base64 MD5 digest.`);
+    out[path] = { digest, size: typeof size === 'number' ? size : undefined };
+  }
+  return out;
+}

@@ -1,0 +1,267 @@
+import { createHash } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
+import { manifestDigest } from '../../src/wandb/service.js';
+import { createTestApp, uniqueName, type TestUser } from '../helpers/app.js';
+import { createTenants, databaseFingerprint, expectOtherTenantRefused, jsonRequest } from '../helpers/tenants.js';
+
+let app: App;
+let owner: TestUser;
+let other: TestUser;
+
+beforeAll(async () => {
+  // A 1 MiB body limit: the largest file an upload URL takes.
+  app = await createTestApp({ BODY_LIMIT_MB: '1' });
+  ({ owner, other } = await createTenants(app));
+});
+afterAll(async () => {
+  await app.close();
+});
+
+const b64md5 = (data: Buffer | string) => createHash('md5').update(data).digest('base64');
+
+async function gql(as: TestUser, query: string, variables: Record<string, unknown> = {}) {
+  const response = await app.inject(jsonRequest('POST', '/graphql', as, { query, variables }));
+  expect(response.statusCode).toBe(200);
+  return response.json() as { data?: Record<string, any> | null; errors?: { message: string; path?: unknown[] }[] };
+}
+
+/** The part of a URL the server minted that the test injects (app.inject takes a path). */
+const pathOf = (url: string) => new URL(url).pathname;
+
+interface Draft {
+  id: string;
+  project: string;
+  manifestUrl: string;
+  uploadUrls: (string | null)[];
+}
+
+/** Steps 5 to 9 of the SDK's upload (reference §4.2), up to the point where bytes are PUT. */
+async function draft(files: Record<string, Buffer>, options: { type?: string; project?: string; name?: string; aliases?: string[] } = {}): Promise<Draft> {
+  const project = options.project ?? uniqueName('p');
+  const name = options.name ?? 'data';
+  const contents = Object.fromEntries(Object.entries(files).map(([path, data]) => [path, { digest: b64md5(data), size: data.length }]));
+  const created = await gql(owner, 'mutation($input: CreateArtifactInput!) { createArtifact(input: $input) { artifact { id state } } }', {
+    input: {
+      entityName: owner.entity,
+      projectName: project,
+      artifactCollectionName: name,
+      artifactTypeName: options.type ?? 'dataset',
+      digest: manifestDigest(contents),
+      aliases: (options.aliases ?? []).map((alias) => ({ alias, artifactCollectionName: name })),
+    },
+  });
+  expect(created.errors).toBeUndefined();
+  const id = created.data!.createArtifact.artifact.id as string;
+  const manifest = await gql(
+    owner,
+    'mutation($id: ID!, $digest: String!) { createArtifactManifest(input: {artifactID: $id, name: "wandb_manifest.json", digest: $digest, entityName: "e", projectName: "p", runName: "r", type: FULL}) { artifactManifest { file { uploadUrl } } } }',
+    { id, digest: b64md5(JSON.stringify(manifestOf(contents))) },
+  );
+  const uploads = await gql(owner, 'mutation($input: CreateArtifactFilesInput!) { createArtifactFiles(input: $input) { files { edges { node { uploadUrl } } } } }', {
+    input: { storageLayout: 'V2', artifactFiles: Object.entries(contents).map(([path, c]) => ({ artifactID: id, name: path, md5: c.digest })) },
+  });
+  expect(uploads.errors).toBeUndefined();
+  return {
+    id,
+    project,
+    manifestUrl: manifest.data!.createArtifactManifest.artifactManifest.file.uploadUrl,
+    uploadUrls: uploads.data!.createArtifactFiles.files.edges.map((e: any) => e.node.uploadUrl),
+  };
+}
+
+function manifestOf(contents: Record<string, { digest: string; size: number }>) {
+  return { version: 1, storagePolicy: 'wandb-storage-policy-v1', storagePolicyConfig: { storageLayout: 'V2' }, contents };
+}
+
+const put = (url: string, data: Buffer | string, headers: Record<string, string> = {}) => app.inject({ method: 'PUT', url: pathOf(url), payload: data, headers });
+
+async function commit(id: string) {
+  return gql(owner, 'mutation($id: ID!) { commitArtifact(input: {artifactID: $id}) { artifact { state versionIndex } } }', { id });
+}
+
+async function upload(files: Record<string, Buffer>, options: { type?: string; project?: string; name?: string; aliases?: string[] } = {}): Promise<Draft> {
+  const d = await draft(files, options);
+  const datas = Object.values(files);
+  for (const [i, url] of d.uploadUrls.entries()) if (url) expect((await put(url, datas[i])).statusCode).toBe(200);
+  const contents = Object.fromEntries(Object.entries(files).map(([path, data]) => [path, { digest: b64md5(data), size: data.length }]));
+  expect((await put(d.manifestUrl, JSON.stringify(manifestOf(contents)))).statusCode).toBe(200);
+  expect((await commit(d.id)).errors).toBeUndefined();
+  return d;
+}
+
+describe('artifact uploads', () => {
+  it('refuses a forged upload URL with 404 and stores nothing', async () => {
+    const before = await databaseFingerprint(app);
+    const response = await app.inject({ method: 'PUT', url: '/wandb/artifact-files/forged-token', payload: Buffer.from('x') });
+    expect(response.statusCode).toBe(404);
+    expect(response.json()).toEqual({ detail: 'upload URL not found' });
+    expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
+  it('refuses bytes whose MD5 is not the one announced for the file, storing nothing', async () => {
+    const d = await draft({ 'train.jsonl': Buffer.from('{"messages": []}\n') });
+    const before = await databaseFingerprint(app);
+    const wrong = Buffer.from('{"messages": [1]}\n');
+    const response = await put(d.uploadUrls[0]!, wrong);
+    expect(response.statusCode).toBe(400);
+    expect(response.json()).toEqual({ detail: `The uploaded bytes have MD5 ${b64md5(wrong)}, not the ${b64md5('{"messages": []}\n')} announced for this file.` });
+    expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
+  it('refuses a Content-MD5 header that does not match the bytes', async () => {
+    const data = Buffer.from('abc');
+    const d = await draft({ 'a.txt': data });
+    const response = await put(d.uploadUrls[0]!, data, { 'content-md5': b64md5('abd') });
+    expect(response.statusCode).toBe(400);
+    expect(response.json()).toEqual({ detail: `The uploaded bytes have MD5 ${b64md5(data)}, not the Content-MD5 ${b64md5('abd')}.` });
+  });
+
+  it('refuses a file over the body limit with 413, storing nothing', async () => {
+    const big = Buffer.alloc(1024 * 1024 + 1, 7);
+    const d = await draft({ 'big.bin': big });
+    const before = await databaseFingerprint(app);
+    const response = await put(d.uploadUrls[0]!, big);
+    expect(response.statusCode).toBe(413);
+    expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
+  it('refuses path-traversing file names in createArtifactFiles and in the manifest', async () => {
+    const d = await draft({ 'ok.txt': Buffer.from('ok') });
+    const before = await databaseFingerprint(app);
+    for (const name of ['../escape.txt', '/etc/passwd', 'a/./b', 'a\\b']) {
+      const answer = await gql(owner, 'mutation($input: CreateArtifactFilesInput!) { createArtifactFiles(input: $input) { files { edges { node { uploadUrl } } } } }', {
+        input: { storageLayout: 'V2', artifactFiles: [{ artifactID: d.id, name, md5: b64md5('x') }] },
+      });
+      expect(answer.errors![0].message).toBe(`Invalid artifact file path ${JSON.stringify(name)}: a relative path of at most 512 characters without '.' or '..' segments.`);
+    }
+    const manifest = JSON.stringify(manifestOf({ '../escape.txt': { digest: b64md5('ok'), size: 2 } }));
+    const response = await put(d.manifestUrl, manifest);
+    expect(response.statusCode).toBe(400);
+    expect(response.json()).toEqual({ detail: 'Invalid artifact file path "../escape.txt": a relative path of at most 512 characters without \'.\' or \'..\' segments.' });
+    expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
+  it('does not commit an artifact whose files were not all uploaded', async () => {
+    const data = Buffer.from('never sent');
+    const d = await draft({ 'missing.txt': data });
+    await put(d.manifestUrl, JSON.stringify(manifestOf({ 'missing.txt': { digest: b64md5(data), size: data.length } })));
+    const answer = await commit(d.id);
+    expect(answer.errors![0].message).toBe(`Artifact ${d.id}: file "missing.txt" was never uploaded.`);
+  });
+
+  it('does not commit an artifact whose manifest is not the one its digest names', async () => {
+    const data = Buffer.from('one');
+    const d = await draft({ 'one.txt': data });
+    await put(d.uploadUrls[0]!, data);
+    const extra = Buffer.from('two');
+    expect((await put(d.manifestUrl, JSON.stringify(manifestOf({ 'one.txt': { digest: b64md5(data), size: 3 }, 'two.txt': { digest: b64md5(extra), size: 3 } })))).statusCode).toBe(400);
+    const answer = await commit(d.id);
+    expect(answer.errors![0].message).toBe(`Artifact ${d.id} has no manifest yet: upload it before committing.`);
+  });
+
+  it('skips the upload of bytes the entity already holds (uploadUrl null) and dedups an identical version', async () => {
+    const files = { 'w.bin': Buffer.from('weights') };
+    const first = await upload(files, { aliases: ['step1'] });
+    const contents = { 'w.bin': { digest: b64md5('weights') } };
+    const again = await gql(owner, 'mutation($input: CreateArtifactInput!) { createArtifact(input: $input) { artifact { id state aliases { alias } } } }', {
+      input: { entityName: owner.entity, projectName: first.project, artifactCollectionName: 'data', artifactTypeName: 'dataset', digest: manifestDigest(contents), aliases: [{ alias: 'step2', artifactCollectionName: 'data' }] },
+    });
+    expect(again.data!.createArtifact.artifact).toEqual({ id: first.id, state: 'COMMITTED', aliases: [{ alias: 'v0' }, { alias: 'latest' }, { alias: 'step1' }, { alias: 'step2' }] });
+    const second = await draft({ 'w.bin': Buffer.from('weights'), 'x.txt': Buffer.from('new') }, { project: first.project });
+    expect(second.uploadUrls[0]).toBeNull();
+    expect(second.uploadUrls[1]).toMatch(/\/wandb\/artifact-files\//);
+  });
+});
+
+describe('artifact lookups', () => {
+  const membership = `query($entity: String!, $project: String!, $name: String!) { project(name: $project, entityName: $entity) { artifactCollectionMembership(name: $name) {
+    versionIndex aliases { alias } artifact { id state artifactType { name } } files { edges { node { name directUrl } } } } } }`;
+
+  it('resolves vN, aliases and latest, and serves the files without a key at their directUrl', async () => {
+    const data = Buffer.from('{"messages": []}\n');
+    const d = await upload({ 'train.jsonl': data }, { aliases: ['step3'] });
+    for (const name of ['data:v0', 'data:step3', 'data:latest', 'data']) {
+      const answer = await gql(owner, membership, { entity: owner.entity, project: d.project, name });
+      const m = answer.data!.project.artifactCollectionMembership;
+      expect(m.versionIndex, name).toBe(0);
+      expect(m.aliases.map((a: { alias: string }) => a.alias)).toEqual(['v0', 'latest', 'step3']);
+      const file = m.files.edges[0].node;
+      expect(file.name).toBe('train.jsonl');
+      const download = await app.inject({ method: 'GET', url: pathOf(file.directUrl) });
+      expect(download.statusCode).toBe(200);
+      expect(download.rawPayload.equals(data)).toBe(true);
+    }
+    const missing = await gql(owner, membership, { entity: owner.entity, project: d.project, name: 'data:v1' });
+    expect(missing).toEqual({ data: { project: { artifactCollectionMembership: null } } });
+  });
+
+  it('shows another tenant nothing: no artifact by id, no project, no run stream', async () => {
+    const d = await upload({ 'secret.txt': Buffer.from('secret') });
+    const byId = await gql(other, 'query($id: ID!) { artifact(id: $id) { id } }', { id: d.id });
+    expect(byId).toEqual({ data: { artifact: null } });
+    const byName = await gql(other, membership, { entity: owner.entity, project: d.project, name: 'data:v0' });
+    expect(byName).toEqual({ data: { project: null }, errors: [{ message: `This API key cannot reach entity "${owner.entity}".`, path: ['project'] }] });
+    const commitOther = await gql(other, 'mutation($id: ID!) { updateArtifact(input: {artifactID: $id, metadata: "{}"}) { artifact { id } } }', { id: d.id });
+    expect(commitOther.errors![0].message).toBe(`Artifact ${JSON.stringify(d.id)} not found.`);
+    await expectOtherTenantRefused(app, jsonRequest('POST', `/files/${owner.entity}/${d.project}/run-1/file_stream`, other, { files: {} }), {
+      status: 404,
+      body: { detail: `run ${owner.entity}/${d.project}/run-1 not found` },
+    });
+  });
+});
+
+describe('the rest of W&B', () => {
+  it('advertises only the features that keep the SDK on the membership queries', async () => {
+    const answer = await gql(owner, '{ serverInfo { features { name isEnabled } } }');
+    expect(answer.data!.serverInfo.features).toEqual([
+      { name: 'PROJECT_ARTIFACT_COLLECTION_MEMBERSHIP', isEnabled: true },
+      { name: 'ARTIFACT_COLLECTION_MEMBERSHIP_FILES', isEnabled: true },
+      { name: 'ARTIFACT_COLLECTION_MEMBERSHIP_FILE_DOWNLOAD_HANDLER', isEnabled: true },
+    ]);
+  });
+
+  it('answers no CoreWeave organization, so wandb-core never asks CoreWeave\'s metadata host', async () => {
+    const answer = await gql(owner, 'query($e: String!) { entity(name: $e) { organization { coreWeaveOrganizationId } } }', { e: owner.entity });
+    expect(answer).toEqual({ data: { entity: { organization: null } } });
+  });
+
+  it('names an operation outside the subset in its GraphQL error', async () => {
+    const answer = await gql(owner, 'mutation { linkArtifact(input: {}) { versionIndex } }');
+    expect(answer).toEqual({
+      errors: [{ message: 'Cannot query field "linkArtifact" on type "Mutation". trainyard serves only the part of W&B\'s GraphQL API that the weave and wandb SDKs use (docs/training.md, "W&B API").' }],
+    });
+  });
+});
+
+describe('SFT jobs from wandb-artifact URLs', () => {
+  async function sftJob(as: TestUser, url: string) {
+    const model = await app.inject(jsonRequest('POST', '/v1/preview/models', owner, { project: 'sft', name: uniqueName('m'), base_model: 'Qwen/Qwen2.5-0.5B-Instruct' }));
+    return app.inject(jsonRequest('POST', '/v1/preview/sft-training-jobs', as, { model_id: model.json().id, training_data_url: url }));
+  }
+
+  it('refuses a URL naming no artifact, a non-dataset artifact, or one without train.jsonl, with 422', async () => {
+    const lora = await upload({ 'adapter_model.safetensors': Buffer.from('w') }, { type: 'lora', name: 'ckpt' });
+    const nojsonl = await upload({ 'other.jsonl': Buffer.from('{}\n') }, { name: 'nojsonl' });
+    const cases: [string, string][] = [
+      [`wandb-artifact:///${owner.entity}/${lora.project}/nothing:v0`, `artifact ${owner.entity}/${lora.project}/nothing:v0 not found`],
+      [`wandb-artifact:///${owner.entity}/${lora.project}/ckpt:v0`, `artifact ${owner.entity}/${lora.project}/ckpt is of type "lora", not "dataset"`],
+      [`wandb-artifact:///${owner.entity}/${nojsonl.project}/nojsonl:latest`, `artifact ${owner.entity}/${nojsonl.project}/nojsonl:latest has no train.jsonl`],
+    ];
+    for (const [url, why] of cases) {
+      const response = await sftJob(owner, url);
+      expect(response.statusCode, url).toBe(422);
+      expect(response.json().detail[0].msg).toBe(`Value error, training_data_url ${url} cannot be used: ${why}`);
+    }
+  });
+
+  it('refuses another entity\'s artifact with 403', async () => {
+    const d = await upload({ 'train.jsonl': Buffer.from('{"messages": [{"role": "user", "content": "hi"}]}\n') });
+    const model = await app.inject(jsonRequest('POST', '/v1/preview/models', other, { project: 'sft', name: uniqueName('m'), base_model: 'Qwen/Qwen2.5-0.5B-Instruct' }));
+    const response = await app.inject(
+      jsonRequest('POST', '/v1/preview/sft-training-jobs', other, { model_id: model.json().id, training_data_url: `wandb-artifact:///${owner.entity}/${d.project}/data:v0` }),
+    );
+    expect(response.statusCode).toBe(403);
+    expect(response.json()).toEqual({ detail: `This API key cannot reach entity "${owner.entity}".` });
+  });
+});

@@ -1,0 +1,153 @@
+"""The wandb SDK suite's setup: a real trainyard (with a worker and the recording trainer) on loopback,
+the SDK pointed at it by WANDB_BASE_URL and a trainyard key as WANDB_API_KEY.
+
+run.sh starts pytest in a network namespace that has only loopback, so neither Python nor wandb-core
+(the SDK's Go process) can reach anything else; the socket guard below also fails a test whose Python
+side tried to.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+SCRATCH = Path(tempfile.mkdtemp(prefix="trainyard-wandb-"))
+HOME = SCRATCH / "home"
+HOME.mkdir()
+os.environ.update(
+    {
+        "HOME": str(HOME),
+        "WANDB_MODE": "online",
+        "WANDB_SILENT": "true",
+        "WANDB_DISABLE_CODE": "true",
+        "WANDB_DISABLE_GIT": "true",
+        "WANDB_ERROR_REPORTING": "false",
+        "WANDB_DIR": str(SCRATCH / "wandb"),
+        "WANDB_CACHE_DIR": str(SCRATCH / "wandb-cache"),
+        "WANDB_CONFIG_DIR": str(SCRATCH / "wandb-config"),
+        "WANDB_DATA_DIR": str(SCRATCH / "wandb-data"),
+        "WANDB_ARTIFACT_DIR": str(SCRATCH / "wandb-artifacts"),
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+)
+for name in ("WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_ENTITY", "WANDB_PROJECT", "HTTP_PROXY", "HTTPS_PROXY"):
+    os.environ.pop(name, None)
+
+REFUSED: list[str] = []
+_connect = socket.socket.connect
+_getaddrinfo = socket.getaddrinfo
+
+
+def _loopback(host: Any) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return isinstance(host, str) and ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _guarded_connect(self: socket.socket, address: Any) -> None:
+    if self.family in (socket.AF_INET, socket.AF_INET6) and not _loopback(address[0]):
+        REFUSED.append(f"connect {address!r}")
+        raise ConnectionRefusedError(f"non-loopback connection refused in the wandb tests: {address!r}")
+    return _connect(self, address)
+
+
+def _guarded_getaddrinfo(host: Any, *args: Any, **kwargs: Any):
+    name = host.decode() if isinstance(host, bytes) else host
+    if name is not None and not _loopback(name):
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            REFUSED.append(f"resolve {name!r}")
+            raise ConnectionRefusedError(f"name lookup refused in the wandb tests: {name!r}")
+    return _getaddrinfo(host, *args, **kwargs)
+
+
+socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
+socket.getaddrinfo = _guarded_getaddrinfo  # type: ignore[assignment]
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only():
+    REFUSED.clear()
+    yield
+    assert REFUSED == [], f"non-loopback network access: {REFUSED}"
+
+
+_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class Stack:
+    def __init__(self, ready: dict[str, Any]) -> None:
+        self.url: str = ready["url"]
+        self.key: str = ready["key"]
+        self.admin_key: str = ready["admin_key"]
+        self.entity: str = ready["entity"]
+        self.base_model: str = ready["base_model"]
+        self.control_url: str = ready["control_url"]
+
+    def request(self, method: str, path: str, body: Any = None, *, key: str | None = None, raw: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        request = urllib.request.Request(path if path.startswith("http") else self.url + path, data=data, method=method)
+        if key != "":
+            request.add_header("Authorization", f"Bearer {key or self.key}")
+        if body is not None:
+            request.add_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
+        try:
+            with _opener.open(request, timeout=60) as response:
+                status, payload = response.status, response.read()
+        except urllib.error.HTTPError as error:
+            status, payload = error.code, error.read()
+        try:
+            return status, json.loads(payload)
+        except ValueError:
+            return status, payload
+
+    def new_user(self, name: str) -> str:
+        """A second tenant: a user of its own and its key."""
+        self.request("POST", "/v1/admin/users", {"username": name}, key=self.admin_key)
+        status, answer = self.request("POST", "/v1/admin/keys", {"username": name}, key=self.admin_key)
+        assert status == 201, answer
+        return answer["key"]
+
+
+@pytest.fixture(scope="session")
+def stack():
+    work_dir = SCRATCH / "stack"
+    work_dir.mkdir()
+    process = subprocess.Popen(
+        ["node", "--import", "tsx", str(ROOT / "test/python/stack.ts"), str(work_dir)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=(work_dir / "stack.log").open("wb"),
+        env={"PATH": os.environ["PATH"], "HOME": str(HOME)},
+    )
+    assert process.stdout is not None and process.stdin is not None
+    line = process.stdout.readline().decode()
+    if not line.startswith('{"ready"'):
+        process.wait(timeout=30)
+        logs = "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(work_dir.glob("*.log")))
+        pytest.fail(f"the stack did not start (exit {process.returncode}): {line}\n{logs}")
+    stack = Stack(json.loads(line)["ready"])
+    os.environ["WANDB_BASE_URL"] = stack.url
+    os.environ["WANDB_API_KEY"] = stack.key
+    yield stack
+    process.stdin.close()
+    process.wait(timeout=60)

@@ -1,0 +1,89 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
+import { createTestApp, uniqueName, type TestUser } from '../helpers/app.js';
+import { createTenants, databaseFingerprint, expectOtherTenantRefused, jsonRequest } from '../helpers/tenants.js';
+
+let app: App;
+let owner: TestUser;
+let other: TestUser;
+
+beforeAll(async () => {
+  app = await createTestApp();
+  ({ owner, other } = await createTenants(app));
+});
+afterAll(async () => {
+  await app.close();
+});
+
+async function newRun(): Promise<{ project: string; run: string }> {
+  const project = uniqueName('p');
+  const run = uniqueName('r');
+  const response = await app.inject(
+    jsonRequest('POST', '/graphql', owner, {
+      query: 'mutation($name: String, $project: String, $entity: String, $config: JSONString) { upsertBucket(input: {name: $name, modelName: $project, entityName: $entity, config: $config}) { bucket { name project { name entity { name } } } inserted } }',
+      variables: { name: run, project, entity: null, config: '{"lr": {"value": 0.1}}' },
+    }),
+  );
+  // No entity: the key's own, as ART 0.5.17 relies on.
+  expect(response.json()).toEqual({ data: { upsertBucket: { bucket: { name: run, project: { name: project, entity: { name: owner.entity } } }, inserted: true } } });
+  return { project, run };
+}
+
+const stream = (as: TestUser, project: string, run: string, body: unknown) => jsonRequest('POST', `/files/${owner.entity}/${project}/${run}/file_stream`, as, body);
+
+describe('W&B runs', () => {
+  it('stores history lines at their offsets, so a retried request rewrites rather than appends', async () => {
+    const { project, run } = await newRun();
+    const line = (step: number, reward: number) => JSON.stringify({ _step: step, training_step: step + 1, 'train/reward': reward });
+    for (const body of [
+      { files: { 'wandb-history.jsonl': { offset: 0, content: [line(0, 0.1), line(1, 0.2)] } } },
+      { files: { 'wandb-history.jsonl': { offset: 1, content: [line(1, 0.25), line(2, 0.3)] } } },
+      { files: { 'wandb-summary.json': { offset: 0, content: ['{"final": 1}'] } }, complete: true, exitcode: 0 },
+    ]) {
+      const response = await app.inject(stream(owner, project, run, body));
+      expect(response.json()).toEqual({ exitcode: null, limits: {} });
+    }
+    const history = await app.inject(jsonRequest('GET', `/v1/preview/wandb-runs/${owner.entity}/${project}/${run}/history?limit=2`, owner));
+    expect(history.json()).toEqual({
+      entity: owner.entity,
+      project,
+      name: run,
+      display_name: run,
+      state: 'finished',
+      summary: { final: 1 },
+      history: [
+        { step: 0, values: { _step: 0, training_step: 1, 'train/reward': 0.1 } },
+        { step: 1, values: { _step: 1, training_step: 2, 'train/reward': 0.25 } },
+      ],
+      has_more: true,
+    });
+  });
+
+  it('refuses history lines that are not JSON objects with a _step, or that hold U+0000, changing nothing', async () => {
+    const { project, run } = await newRun();
+    const cases: [string, string][] = [
+      ['not json', 'wandb-history.jsonl line 0 is not valid JSON.'],
+      ['[1]', 'wandb-history.jsonl line 0 must be a JSON object.'],
+      ['{"loss": 1}', 'wandb-history.jsonl line 0 has no "_step" (a non-negative integer).'],
+      ['{"_step": 0, "x": "\\u0000"}', 'wandb-history.jsonl line 0 holds U+0000, which cannot be stored.'],
+    ];
+    for (const [content, detail] of cases) {
+      const before = await databaseFingerprint(app);
+      const response = await app.inject(stream(owner, project, run, { files: { 'wandb-history.jsonl': { offset: 0, content: [content] } } }));
+      expect(response.statusCode, content).toBe(400);
+      expect(response.json()).toEqual({ detail });
+      expect(await databaseFingerprint(app)).toEqual(before);
+    }
+  });
+
+  it('answers another tenant 404 for the run\'s stream and history', async () => {
+    const { project, run } = await newRun();
+    // A key's first use is recorded on the key: that write is not the refused request's.
+    await app.inject(jsonRequest('POST', '/graphql', other, { query: '{ viewer { id } }' }));
+    await expectOtherTenantRefused(app, stream(other, project, run, { files: {} }), { status: 404, body: { detail: `run ${owner.entity}/${project}/${run} not found` } });
+    await expectOtherTenantRefused(app, jsonRequest('GET', `/v1/preview/wandb-runs/${owner.entity}/${project}/${run}/history`, other), {
+      status: 404,
+      body: { detail: `W&B run ${owner.entity}/${project}/${run} not found` },
+    });
+  });
+});
