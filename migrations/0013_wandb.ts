@@ -100,3 +100,9 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .addPrimaryKeyConstraint('wandb_aliases_pk', ['collection_id', 'alias'])
     .execute();
 }
+
+export async function down(db: Kysely<unknown>): Promise<void> {
+  for (const table of ['wandb_aliases', 'wandb_artifact_files', 'wandb_artifacts', 'wandb_collections', 'wandb_blobs', 'wandb_run_files', 'wandb_run_history', 'wandb_runs']) {
+    await db.schema.dropTable(table).execute();
+  }
+}

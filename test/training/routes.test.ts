@@ -314,8 +314,8 @@ describe('SFT training data', () => {
         ],
       },
     });
-    expect((await create(model.id, 'wandb-artifact:///e/p/data:v0')).body.detail[0].msg).toBe(
-      'Value error, training_data_url wandb-artifact:///e/p/data:v0 cannot be used: Training data "wandb-artifact:///e/p/data:v0" is not a weave:/// URL (dataset object, table or file).',
+    expect((await create(model.id, 'hf://datasets/e/data')).body.detail[0].msg).toBe(
+      'Value error, training_data_url hf://datasets/e/data cannot be used: Training data "hf://datasets/e/data" is not a weave:/// URL (dataset object, table or file).',
     );
     expect(await databaseFingerprint(app)).toEqual(before);
   });
