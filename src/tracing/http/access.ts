@@ -5,7 +5,7 @@ import type { TracingDeps } from '../services/deps.js';
 
 /**
  * The project a request names, once the key is known to reach it: 403 otherwise, before anything is
- * read or written (issue 3, "Mount, auth, errors").
+ * read or written, so that a refused request never touches another tenant's data.
  */
 export function projectFor(request: FastifyRequest, projectId: string, param = 'project_id'): string {
   requireProject(principalOf(request), projectId, param);
