@@ -131,6 +131,35 @@ def baseline(directory: str, data: list[dict], device: str) -> dict:
     return {"tokens": sum(map(len, sequences)), "seconds": time.perf_counter() - started}
 
 
+KERNEL_KINDS = (("attention", ("flash", "fmha", "attn", "cudnn")), ("matmul", ("gemm", "xmma", "cutlass", "nvjet", "wgmma")),
+                ("compiled (triton)", ("triton",)))
+
+
+def profile(directory: str, data: list[dict], device: str, work: str, flags: list[str], top: int) -> dict:
+    """One more RL step of a variant under torch.profiler: the GPU's kernel time against the step's wall time (how busy
+    the host keeps the GPU) and where the kernel time goes. Copies and fills (loading the model) are left out."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    with profiler(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run = rl_step(directory, data, device, work, flags)
+    totals: dict[str, float] = {}
+    for event in prof.events():
+        # "#" marks a range annotated on the GPU's timeline (Optimizer.step#AdamW.step), which spans kernels counted already.
+        if event.device_type == DeviceType.CUDA and "#" not in event.name and not any(word in event.name.lower() for word in ("memcpy", "memset")):
+            totals[event.name] = totals.get(event.name, 0.0) + event.device_time / 1e6
+    busy = sum(totals.values())
+    kinds = {kind: 0.0 for kind, _ in KERNEL_KINDS} | {"other": 0.0}
+    for name, seconds in totals.items():
+        kind = next((k for k, words in KERNEL_KINDS if any(w in name.lower() for w in words)), "other")
+        kinds[kind] += seconds
+    return {"step_seconds_profiled": round(run["seconds"], 4), "kernel_seconds": round(busy, 4),
+            "kernel_share_of_step": round(busy / run["seconds"], 3) if run["seconds"] else None,
+            "by_kind": {k: round(v / busy, 3) for k, v in kinds.items()} if busy else {},
+            "top_kernels": [[name[:90], round(sec / busy, 3)] for name, sec in sorted(totals.items(), key=lambda item: -item[1])[:top]]}
+
+
 def parse_variants(text: str) -> list[tuple[str, list[str]]]:
     variants = []
     for item in filter(None, (part.strip() for part in text.split(";"))):
@@ -152,6 +181,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measure; the fastest is reported (the first pays for warm-up and compiling)")
     parser.add_argument("--model-dir", help="build the random model here, or reuse it when already built")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak (H100 SXM 989, H200 989)")
+    parser.add_argument("--profile", action="store_true", help="CUDA: profile one more step of the first variant (kernel time and where it goes)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = parser.parse_args()
     if args.threads:
@@ -170,10 +200,23 @@ def main() -> None:
                 gc.collect()
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
-            tries = [measure() for _ in range(max(args.repeat, 1))]
+            try:
+                tries = [measure() for _ in range(max(args.repeat, 1))]
+            except (RuntimeError, SystemExit) as error:  # a variant that fails on this machine is reported, the others still run
+                print(json.dumps({"bench": "trainer", "failed": name, "error": f"{type(error).__name__}: {error}"[:400]}), flush=True)
+                continue
             runs[name] = dict(min(tries, key=lambda r: r["seconds"]), first_seconds=tries[0]["seconds"])
             if cuda:
                 runs[name]["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            # As each measure ends, so that a run cut short still reports what it measured.
+            print(json.dumps({"bench": "trainer", "done": name, "tokens_per_second": round(runs[name]["tokens"] / runs[name]["seconds"], 1),
+                              "first_run_tokens_per_second": round(runs[name]["tokens"] / runs[name]["first_seconds"], 1)}), file=sys.stderr, flush=True)
+        if cuda and args.profile:
+            name, flags = parse_variants(args.variants)[0]
+            try:
+                print(json.dumps({"bench": "trainer", "profile": name, "shape": args.shape, **profile(directory, data, args.device, work, flags, 15)}), flush=True)
+            except (RuntimeError, SystemExit) as error:
+                print(json.dumps({"bench": "trainer", "failed": f"profile {name}", "error": f"{type(error).__name__}: {error}"[:400]}), flush=True)
     first = next(iter(runs.values()))
     base = runs.get("baseline_forward_backward")
     for name, run in runs.items():

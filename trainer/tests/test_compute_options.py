@@ -29,6 +29,17 @@ def test_compiled_logprob_chunks_equal_eager_ones_with_their_gradients(model_dir
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+def test_the_lm_head_gradient_kept_from_the_forward_pass_equals_the_recomputed_one(model_dir):
+    recomputed = logprobs_and_grads(load_model(model_dir, None, Options(device="cpu", fused_logprobs=False), CPU))
+    fused = logprobs_and_grads(load_model(model_dir, None, Options(device="cpu", fused_logprobs=True), CPU))
+    torch.testing.assert_close(fused[0], recomputed[0], rtol=0, atol=0)
+    torch.testing.assert_close(fused[1], recomputed[1], rtol=0, atol=1e-6)  # exp(z - log Σ) against softmax: float rounding
+    # W_y - Σ p·W against Σ (onehot - p)·W: the same sum in another order, so equal to float rounding.
+    for a, b in zip(fused[2], recomputed[2]):
+        assert (a - b).norm() <= 1e-4 * b.norm()
+    assert all(g.norm() > 0 for g in fused[2])
+
+
 def test_bf16_lora_compute_keeps_fp32_weights_and_gradients_within_bf16_rounding(model_dir):
     fp32_model = load_model(model_dir, None, Options(device="cpu", lora_dtype="fp32"), CPU)
     bf16_model = load_model(model_dir, None, Options(device="cpu", lora_dtype="bf16"), CPU)

@@ -27,6 +27,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--lora-dtype", choices=("auto", "bf16", "fp32"), default="auto", help="compute dtype of the LoRA matmuls (fp32 weights either way); auto: bf16 on CUDA")
     parser.add_argument("--compile", choices=("auto", "off", "logprobs", "layers"), default="auto",
                         help="torch.compile the lm_head log-softmax chunks (logprobs), and each decoder layer too (layers); auto: layers with CUDA in a resident process, else off")
+    parser.add_argument("--logprobs", choices=("fused", "recompute"), default="fused",
+                        help="gradient of the log-probabilities through the lm_head: fused (kept from the forward pass) or recompute (each chunk's logits again in the backward pass)")
+    parser.add_argument("--attention", choices=("sdpa", "varlen"), default="sdpa",
+                        help="on CUDA, how a row of one sequence attends: varlen flash attention, or sdpa (cuDNN's kernel first); packed rows always use varlen")
     parser.add_argument("--resident", choices=("auto", "off"), default="auto",
                         help="auto: serve job after job in this process when trainyard-worker offers it; off: one job per process")
     parser.add_argument("spec", nargs="?", default=os.environ.get("TRAINYARD_JOB_SPEC"), help="the job spec (default: $TRAINYARD_JOB_SPEC)")
@@ -82,6 +86,7 @@ def run(args: argparse.Namespace, spec_path: str | None, resident: Any = None) -
         max_seq_length=args.max_seq_length, seed=args.seed, packing=args.packing == "on", pack_length=args.pack_length or None,
         lora_dtype=args.lora_dtype, compile_logprobs={"auto": compiled, "off": False}.get(args.compile, True),
         compile_layers={"auto": compiled, "layers": True}.get(args.compile, False),
+        fused_logprobs=args.logprobs == "fused", attention=args.attention,
     )
     try:
         device = pick_device(options.device)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from . import packing
@@ -33,6 +34,8 @@ class Options:
     lora_dtype: str = "auto"  # the LoRA matmuls' compute dtype: bf16 (autocast, fp32 master weights), fp32, or auto (bf16 on CUDA)
     compile_logprobs: bool | None = None  # torch.compile the lm_head + log-softmax chunks; None: on with CUDA
     compile_layers: bool | None = None  # torch.compile each decoder layer (fewer kernel launches); None: on with CUDA
+    attention: str = "sdpa"  # CUDA rows of one sequence: sdpa (cuDNN first) or varlen flash attention; packed rows: varlen
+    fused_logprobs: bool = True  # the lm_head's backward folded into its forward (_HeadLogprobs); off: logits recomputed in the backward
 
 
 def pick_device(name: str) -> torch.device:
@@ -112,8 +115,10 @@ def attach_lora(model: Any, base_model: str, adapter_dir: str | None, options: O
         if hasattr(module, "cast_input_dtype_enabled"):
             module.cast_input_dtype_enabled = model.trainyard_autocast is None
     compile_chunks = options.compile_logprobs if options.compile_logprobs is not None else device.type == "cuda"
-    model.trainyard_chunk_logprobs = _compiled_chunk_logprobs() if compile_chunks else _chunk_logprobs
+    model.trainyard_chunk_functions = _chunk_functions(compile_chunks)
+    model.trainyard_fused_logprobs = options.fused_logprobs
     packing.probe(device)
+    packing.single_sequence = options.attention
     model.trainyard_compiled_layers = []
     if options.compile_layers if options.compile_layers is not None else device.type == "cuda":
         # Each new LoRA (a new job's adapter on a base model kept loaded) recompiles the layer once; the default limit
@@ -199,11 +204,14 @@ def hidden_states(model: Any, input_ids: torch.Tensor, lengths: list[int] | None
             offsets.append(offsets[-1] + n)
         cu = as_tensor(offsets, torch.int32, device)
         kwargs = {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": max(lengths), "max_length_k": max(lengths)}
-    return decoder(input_ids=input_ids, position_ids=positions, use_cache=False, **kwargs).last_hidden_state
+    sdpa = device.type == "cuda" and len(lengths) == 1 and packing.single_sequence == "sdpa"
+    with packing.sdpa_backends() if sdpa else contextlib.nullcontext():
+        return decoder(input_ids=input_ids, position_ids=positions, use_cache=False, **kwargs).last_hidden_state
 
 
-def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = head(hidden).float()
+def _chunk_logprobs(weight: torch.Tensor, bias: torch.Tensor | None, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(target) and the entropy at each position of a chunk, through the lm_head's `weight` and `bias`."""
+    logits = F.linear(hidden, weight, bias).float()
     log_norm = torch.logsumexp(logits, dim=-1)
     chosen = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_norm
     with torch.no_grad():
@@ -212,25 +220,65 @@ def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.
     return chosen, entropy
 
 
-def _compiled_chunk_logprobs():
-    """The chunk function compiled: the lm_head's bf16 logits are read once into fused fp32 reductions instead of
-    being written out as fp32 and read again by each of the log-softmax, gather and entropy passes. Falls back to
-    eager when compiling fails (only compile errors are caught: checkpointing stops its recompute by raising)."""
+def _chunk_logprobs_and_expected(weight: torch.Tensor, bias: torch.Tensor | None, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`_chunk_logprobs` (without gradient) and Σ_v p_v · W_v at each position: what the backward pass of log p(target)
+    needs besides W_target, so that it never recomputes the logits."""
+    logits = F.linear(hidden, weight, bias).float()
+    log_norm = torch.logsumexp(logits, dim=-1)
+    chosen = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_norm
+    probs = torch.exp(logits - log_norm.unsqueeze(-1))
+    entropy = log_norm - (probs * logits).sum(-1)
+    expected = torch.matmul(probs.to(weight.dtype), weight)
+    return chosen, entropy, expected
+
+
+class _HeadLogprobs(torch.autograd.Function):
+    """log p(target) through a frozen lm_head with its backward folded into the forward pass. With z = h·Wᵀ,
+    ∂ log softmax(z)_y / ∂h = W_y − Σ_v p_v W_v: the forward keeps that sum (one [positions, hidden] tensor), so the
+    backward pass is an elementwise product instead of two more [positions, vocab] matmuls (recompute and gradient)
+    and no [positions, vocab] logits are kept. The entropy carries no gradient, as in ART."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, chunk_fn):
+        with torch.no_grad():
+            chosen, entropy, expected = chunk_fn(weight, bias, hidden, targets)
+        ctx.save_for_backward(weight, targets, expected)
+        ctx.hidden_dtype = hidden.dtype
+        ctx.mark_non_differentiable(entropy)
+        return chosen, entropy
+
+    @staticmethod
+    def backward(ctx, grad_chosen, grad_entropy):
+        weight, targets, expected = ctx.saved_tensors
+        grad = grad_chosen.unsqueeze(-1) * (weight.index_select(0, targets).float() - expected.float())
+        return grad.to(ctx.hidden_dtype), None, None, None, None
+
+
+def _compiled(fn):
+    """`fn` compiled: the lm_head's bf16 logits are read once into fused fp32 reductions instead of being written out as
+    fp32 and read again by each of the log-softmax, gather and entropy passes. Falls back to eager when compiling fails
+    (only compile errors are caught: checkpointing stops its recompute by raising)."""
     from torch._dynamo.exc import TorchDynamoException
 
-    state = {"fn": torch.compile(_chunk_logprobs, dynamic=True)}
+    state = {"fn": torch.compile(fn, dynamic=True)}
 
-    def run(head, hidden, targets):
+    def run(*args):
         try:
-            return state["fn"](head, hidden, targets)
+            return state["fn"](*args)
         except TorchDynamoException as error:
-            if state["fn"] is _chunk_logprobs:
+            if state["fn"] is fn:
                 raise
             print(f"trainyard_trainer: compiled log-probabilities unavailable ({type(error).__name__}); running eager", file=sys.stderr)
-            state["fn"] = _chunk_logprobs
-            return _chunk_logprobs(head, hidden, targets)
+            state["fn"] = fn
+            return fn(*args)
 
     return run
+
+
+def _chunk_functions(compiled: bool) -> tuple[Any, Any]:
+    if not compiled:
+        return _chunk_logprobs, _chunk_logprobs_and_expected
+    return _compiled(_chunk_logprobs), _compiled(_chunk_logprobs_and_expected)
 
 
 def packed_logprobs(model: Any, sequences: list[list[int]], device: torch.device, chunk_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -238,14 +286,16 @@ def packed_logprobs(model: Any, sequences: list[list[int]], device: torch.device
     each sequence, and the full-vocabulary entropy at those positions, concatenated in order ([Σ (n_i - 1)]), with the
     per-sequence counts (n_i - 1).
 
-    The lm_head and the log-softmax (fp32) run over chunks of `chunk_size` positions; under gradient checkpointing
-    each chunk's logits are recomputed in the backward pass instead of being kept, so a long row never holds
-    T x vocab logits."""
+    The lm_head and the log-softmax (fp32) run over chunks of `chunk_size` positions, so a long row never holds
+    T x vocab logits: with gradient, each chunk keeps only what its backward pass needs (`_HeadLogprobs`), or, with
+    `fused_logprobs` off or a trainable lm_head, recomputes its logits in the backward pass."""
     lengths = [len(s) for s in sequences]
     ids = as_tensor([[t for s in sequences for t in s]], torch.long, device)
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
     head = causal_lm.get_output_embeddings()
-    chunk_fn = getattr(model, "trainyard_chunk_logprobs", _chunk_logprobs)
+    plain, with_expected = getattr(model, "trainyard_chunk_functions", (_chunk_logprobs, _chunk_logprobs_and_expected))
+    weight, bias = head.weight, getattr(head, "bias", None)
+    fused = getattr(model, "trainyard_fused_logprobs", True) and not weight.requires_grad and (bias is None or not bias.requires_grad)
     from torch._dynamo.exc import TorchDynamoException
 
     if torch.is_grad_enabled():
@@ -262,10 +312,12 @@ def packed_logprobs(model: Any, sequences: list[list[int]], device: torch.device
         logprobs, entropies = [], []
         for start in range(0, hidden.shape[0], chunk_size):
             h, t = hidden[start : start + chunk_size], targets[start : start + chunk_size]
-            if torch.is_grad_enabled() and hidden.requires_grad:
-                lp, ent = checkpoint(chunk_fn, head, h, t, use_reentrant=False)
+            if not (torch.is_grad_enabled() and hidden.requires_grad):
+                lp, ent = plain(weight, bias, h, t)
+            elif fused:
+                lp, ent = _HeadLogprobs.apply(h, weight, bias, t, with_expected)
             else:
-                lp, ent = chunk_fn(head, h, t)
+                lp, ent = checkpoint(plain, weight, bias, h, t, use_reentrant=False)
             logprobs.append(lp)
             entropies.append(ent)
     if not logprobs:  # a single one-token sequence: nothing is predicted

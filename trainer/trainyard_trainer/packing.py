@@ -22,6 +22,16 @@ ATTENTION = "trainyard_packed"
 
 _registered = False
 _varlen = None  # torch.nn.attention.varlen.varlen_attn with the keyword arguments this torch release takes, or False
+# How a CUDA row holding one sequence attends: "varlen" (the packed rows' kernel) or "sdpa" (scaled_dot_product_attention,
+# cuDNN's kernel first: see sdpa_backends).
+single_sequence = "varlen"
+
+
+def sdpa_backends():
+    """The context a forward runs in when single sequences go through SDPA: cuDNN's fused attention first, then flash."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION], set_priority=True)
 
 
 def register() -> str:
@@ -84,8 +94,11 @@ def _flash_varlen(query, key, value, cu, max_len, scaling):
     return out.unsqueeze(0)  # [1, T, H, D]
 
 
-def _per_sequence(query, key, value, bounds, scaling):
+def _per_sequence(query, key, value, bounds, scaling, repeat_kv=False):
     gqa = key.shape[1] != query.shape[1]
+    if gqa and repeat_kv:  # not every SDPA backend (cuDNN) takes grouped key and value heads
+        repeat = query.shape[1] // key.shape[1]
+        key, value, gqa = key.repeat_interleave(repeat, dim=1), value.repeat_interleave(repeat, dim=1), False
     outs = [
         F.scaled_dot_product_attention(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=True, scale=scaling, enable_gqa=gqa)
         for a, b in bounds
@@ -101,6 +114,8 @@ def packed_attention(module, query, key, value, attention_mask, scaling=None, dr
         raise ValueError("packed attention takes no attention mask: pass cu_seq_lens_q/k for packed rows")
     cu = kwargs.get("cu_seq_lens_q")
     total = query.shape[2]
+    if cu is None and query.is_cuda and single_sequence == "sdpa":
+        return _per_sequence(query, key, value, [(0, total)], scaling, repeat_kv=True), None
     if cu is None:
         cu = torch.tensor([0, total], dtype=torch.int32, device=query.device)
         max_len = total
