@@ -9,6 +9,7 @@ import { NotFoundError } from '../errors.js';
 import { adapterBaseModel, ArchiveProblem, checkAdapterFiles, type AdapterFile } from '../training/adapter-archive.js';
 import { listAdapterFiles, localAdapterPath, writeAdapterDirectory } from '../training/adapter-files.js';
 import { registerImportedCheckpoint } from '../training/repository/checkpoints.js';
+import { findCheckpoint, findTrainedModel } from '../inference/checkpoints.js';
 import * as cr from './checkpoint-repository.js';
 import type { CheckpointModel, CheckpointRef } from './checkpoint-repository.js';
 import { b64ToHex, manifestDigest, newToken, WandbRequestError } from './common.js';
@@ -49,7 +50,7 @@ export class CheckpointArtifacts {
   /** The live model a `lora` collection is named after: its checkpoints are the collection's versions. */
   async modelOf(collection: CollectionRow): Promise<CheckpointModel | undefined> {
     if (collection.type !== LORA) return undefined;
-    return cr.findLiveModel(this.db, collection);
+    return findTrainedModel(this.db, collection);
   }
 
   /**
@@ -60,7 +61,7 @@ export class CheckpointArtifacts {
   async collection(scope: repo.ProjectScope, name: string): Promise<CollectionRow | undefined> {
     const stored = await repo.findCollection(this.db, { ...scope, name });
     if (stored && stored.type !== LORA) return stored;
-    if (!(await cr.findLiveModel(this.db, { ...scope, name }))) return undefined;
+    if (!(await findTrainedModel(this.db, { ...scope, name }))) return undefined;
     return stored ?? repo.ensureCollection(this.db, { ...scope, name, type: LORA });
   }
 
@@ -71,7 +72,7 @@ export class CheckpointArtifacts {
   async version(collection: CollectionRow, model: CheckpointModel, alias: string): Promise<ArtifactRow | undefined> {
     const step = VERSION_OR_STEP.exec(alias);
     if (!step && alias !== 'latest') return undefined;
-    const checkpoint = await cr.findCheckpointAt(this.db, { modelId: model.id, step: step ? Number(step[1]) : undefined });
+    const checkpoint = await findCheckpoint(this.db, { modelId: model.id, step: step ? Number(step[1]) : 'latest' });
     return checkpoint && this.sync(collection, model, checkpoint, step !== null);
   }
 
@@ -158,7 +159,7 @@ export class CheckpointArtifacts {
   ): Promise<{ model: CheckpointModel; step?: number; existing?: ArtifactWithCollection } | undefined> {
     const stored = await repo.findCollection(this.db, { ...scope, name: input.name });
     if (stored && stored.type !== LORA) return undefined;
-    const model = await cr.findLiveModel(this.db, { ...scope, name: input.name });
+    const model = await findTrainedModel(this.db, { ...scope, name: input.name });
     const what = `${scope.entity}/${scope.project}/${input.name}`;
     if (input.type !== LORA) {
       if (!model) return undefined;
@@ -168,14 +169,14 @@ export class CheckpointArtifacts {
       throw new WandbRequestError(`No trainyard model ${what}: a "lora" artifact becomes a checkpoint of the model it is named after; register the model first (POST /v1/preview/models).`);
     }
     const base = (JSON.parse(input.metadata ?? '{}') as Record<string, unknown>)['wandb.base_model'];
-    if (typeof base === 'string' && base !== model.base_model) {
-      throw new WandbRequestError(`The artifact's metadata names base model ${base}, but model ${what} is based on ${model.base_model}.`);
+    if (typeof base === 'string' && base !== model.baseModel) {
+      throw new WandbRequestError(`The artifact's metadata names base model ${base}, but model ${what} is based on ${model.baseModel}.`);
     }
     const steps = input.aliases.map((alias) => STEP_ALIAS.exec(alias)).filter((m) => m !== null);
     if (steps.length > 1) throw new WandbRequestError('Give at most one step<N> alias: it names the step of the checkpoint the artifact becomes.');
     if (steps.length === 0) return { model };
     const step = Number(steps[0][1]);
-    const checkpoint = await cr.findCheckpointAt(this.db, { modelId: model.id, step });
+    const checkpoint = await findCheckpoint(this.db, { modelId: model.id, step });
     if (!checkpoint) return { model, step };
     const collection = (await this.collection(scope, input.name))!;
     const row = await this.sync(collection, model, checkpoint, false);
@@ -199,7 +200,7 @@ export class CheckpointArtifacts {
       });
       throw error;
     };
-    const model = await cr.findLiveModel(this.db, collection);
+    const model = await findTrainedModel(this.db, collection);
     if (!model) return discard(new WandbRequestError(`No trainyard model ${collection.entity}/${collection.project}/${collection.name}: it was deleted during the upload.`));
     const files: AdapterFile[] = [];
     let total = 0;
@@ -212,7 +213,7 @@ export class CheckpointArtifacts {
       if (total > this.options.archiveLimitBytes) throw new ArchiveProblem(`its files hold more than ADAPTER_ARCHIVE_LIMIT_MB (${this.options.archiveLimitBytes} bytes)`);
       checkAdapterFiles(files);
       const base = adapterBaseModel(files);
-      if (base !== model.base_model) throw new ArchiveProblem(`the adapter was trained on ${base}, but model ${ref(model)} is based on ${model.base_model}`);
+      if (base !== model.baseModel) throw new ArchiveProblem(`the adapter was trained on ${base}, but model ${ref(model)} is based on ${model.baseModel}`);
     } catch (error) {
       if (error instanceof ArchiveProblem) return discard(new WandbRequestError(`The artifact cannot become a checkpoint of ${ref(model)}: ${error.message}.`));
       throw error;

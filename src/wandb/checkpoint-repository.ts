@@ -1,43 +1,14 @@
 import { sql } from 'kysely';
-import type { ArtifactRow, Executor, ProjectScope } from './repository.js';
+import type { StoredCheckpoint as CheckpointRef } from '../inference/checkpoints.js';
+import type { ArtifactRow, Executor } from './repository.js';
 
 /**
- * Queries behind checkpoints as `lora` artifacts: the live model a collection is named after, its
- * checkpoints by step, and the W&B rows kept per checkpoint. Callers check that the key reaches the entity.
+ * Queries behind checkpoints as `lora` artifacts: a model's checkpoints page by page, and the W&B rows kept
+ * per checkpoint (models and single checkpoints are found with the router's queries, src/inference/checkpoints.ts).
+ * Callers check that the key reaches the entity.
  */
 
-export interface CheckpointModel {
-  id: string;
-  entity: string;
-  project: string;
-  name: string;
-  base_model: string;
-}
-
-export interface CheckpointRef {
-  id: string;
-  step: number;
-  uri: string;
-}
-
-export async function findLiveModel(db: Executor, args: ProjectScope & { name: string }): Promise<CheckpointModel | undefined> {
-  return db
-    .selectFrom('models as m')
-    .innerJoin('entities as e', 'e.id', 'm.entity_id')
-    .select(['m.id', 'e.name as entity', 'm.project', 'm.name', 'm.base_model'])
-    .where('e.name', '=', args.entity)
-    .where('m.project', '=', args.project)
-    .where('m.name', '=', args.name)
-    .where('m.deleted_at', 'is', null)
-    .executeTakeFirst();
-}
-
-/** The checkpoint at a step, or the newest one when no step is given. */
-export async function findCheckpointAt(db: Executor, args: { modelId: string; step?: number }): Promise<CheckpointRef | undefined> {
-  let query = db.selectFrom('checkpoints').select(['id', 'step', 'uri']).where('model_id', '=', args.modelId);
-  query = args.step === undefined ? query.orderBy('step', 'desc').limit(1) : query.where('step', '=', args.step);
-  return query.executeTakeFirst();
-}
+export type { StoredCheckpoint as CheckpointRef, TrainedModel as CheckpointModel } from '../inference/checkpoints.js';
 
 /** A page of the model's checkpoints, newest first, and how many it has. */
 export async function listCheckpointsOf(db: Executor, args: { modelId: string; offset: number; limit: number }): Promise<{ rows: CheckpointRef[]; total: number }> {
@@ -156,14 +127,16 @@ export async function checkpointIsLive(db: Executor, args: { checkpointId: strin
   return row !== undefined;
 }
 
-/** A checkpoint file by the token of its download URL, with where it is read from. */
+/** A file of a live model's checkpoint by the token of its download URL, with where it is read from. */
 export async function findCheckpointFileByToken(db: Executor, args: { token: string }): Promise<{ name: string; stat: string | null; uri: string } | undefined> {
   return db
     .selectFrom('wandb_artifact_files as f')
     .innerJoin('wandb_artifacts as a', 'a.id', 'f.artifact_id')
     .innerJoin('checkpoints as c', 'c.id', 'a.checkpoint_id')
+    .innerJoin('models as m', 'm.id', 'c.model_id')
     .select(['f.name', 'f.stat', 'c.uri'])
     .where('f.token', '=', args.token)
+    .where('m.deleted_at', 'is', null)
     .executeTakeFirst();
 }
 
@@ -173,46 +146,16 @@ export async function findCheckpointFileByToken(db: Executor, args: { token: str
  */
 export async function deleteUnreferencedBlobs(db: Executor, args: { entity: string; md5s: string[] }): Promise<void> {
   if (args.md5s.length === 0) return;
-  await db
-    .deleteFrom('wandb_blobs as b')
-    .where('b.entity', '=', args.entity)
-    .where('b.md5', 'in', args.md5s)
-    .where(({ not, exists, selectFrom }) =>
-      not(
-        exists(
-          selectFrom('wandb_artifact_files as f')
-            .innerJoin('wandb_artifacts as a', 'a.id', 'f.artifact_id')
-            .innerJoin('wandb_collections as k', 'k.id', 'a.collection_id')
-            .select(sql`1`.as('one'))
-            .where('k.entity', '=', args.entity)
-            .where('a.checkpoint_id', 'is', null)
-            .whereRef(sql`encode(decode(f.md5, 'base64'), 'hex')`, '=', 'b.md5'),
-        ),
-      ),
-    )
-    .where(({ not, exists, selectFrom }) =>
-      not(
-        exists(
-          selectFrom('wandb_artifacts as a')
-            .innerJoin('wandb_collections as k', 'k.id', 'a.collection_id')
-            .select(sql`1`.as('one'))
-            .where('k.entity', '=', args.entity)
-            .whereRef('a.manifest_md5', '=', 'b.md5'),
-        ),
-      ),
-    )
-    .where(({ not, exists, selectFrom }) =>
-      not(
-        exists(
-          selectFrom('wandb_run_files as r')
-            .innerJoin('wandb_runs as u', 'u.id', 'r.run_id')
-            .select(sql`1`.as('one'))
-            .where('u.entity', '=', args.entity)
-            .whereRef('r.md5', '=', 'b.md5'),
-        ),
-      ),
-    )
-    .execute();
+  // Artifact files hold base64 MD5s, blobs hex ones.
+  await sql`
+    delete from wandb_blobs b where b.entity = ${args.entity} and b.md5 in (${sql.join(args.md5s)})
+    and not exists (
+      select 1 from wandb_artifact_files f join wandb_artifacts a on a.id = f.artifact_id join wandb_collections k on k.id = a.collection_id
+      where k.entity = b.entity and a.checkpoint_id is null and encode(decode(f.md5, 'base64'), 'hex') = b.md5)
+    and not exists (
+      select 1 from wandb_artifacts a join wandb_collections k on k.id = a.collection_id where k.entity = b.entity and a.manifest_md5 = b.md5)
+    and not exists (
+      select 1 from wandb_run_files r join wandb_runs u on u.id = r.run_id where u.entity = b.entity and r.md5 = b.md5)`.execute(db);
 }
 
 export async function deleteArtifact(db: Executor, args: { artifactId: number }): Promise<void> {
