@@ -147,6 +147,29 @@ def test_a_pushed_lora_artifact_becomes_the_checkpoint_its_step_alias_names_and_
     assert any(adapter.startswith(f"{stack.entity}/{project}/{name}:step7@") for adapter in recorded["loads"]), recorded["loads"]
 
 
+def test_the_fork_helpers_calls_copy_the_newest_checkpoint_of_one_model_into_another(stack, tmp_path):
+    project, source, source_id = _model(stack)
+    for payload in (b"first", b"second"):
+        _import(stack, source_id, _adapter(stack.base_model, payload))
+    status, answer = stack.request("POST", "/v1/preview/models", {"entity": stack.entity, "project": project, "name": f"{source}-fork", "base_model": stack.base_model})
+    assert status in (200, 201), answer
+    # ART's _experimental_fork_checkpoint: the highest stepN alias, download, then a push with no wait().
+    api = wandb.Api(api_key=stack.key)
+    versions = api.artifacts("lora", f"{stack.entity}/{project}/{source}")
+    step, newest = max(((int(alias[4:]), a) for a in versions for alias in a.aliases if alias.startswith("step")), key=lambda pair: pair[0])
+    newest.download(root=str(tmp_path / "source"))
+    wandb.login(key=stack.key)
+    run = wandb.init(entity=stack.entity, project=project, job_type="checkpoint-fork", name=f"fork-{uuid.uuid4().hex[:6]}", settings=wandb.Settings(silent=True))
+    artifact = wandb.Artifact(f"{source}-fork", type="lora")
+    artifact.add_dir(str(tmp_path / "source"))
+    run.log_artifact(artifact, aliases=[f"step{step}", "latest"])
+    run.finish()
+    assert step == 2
+    assert _steps(stack, answer["id"]) == [2]
+    api.artifact(f"{stack.entity}/{project}/{source}-fork:step2", type="lora").download(root=str(tmp_path / "fork"))
+    assert _read(tmp_path / "fork") == _adapter(stack.base_model, b"second")
+
+
 def test_a_push_that_cannot_become_a_checkpoint_fails_with_the_reason_and_stores_nothing(stack, tmp_path):
     project, name, model_id = _model(stack)
     other_base = _write(tmp_path / "other-base", _adapter("Qwen/Qwen3-14B", b"w"))
