@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
+import type { Readable } from 'node:stream';
 import type { Kysely } from 'kysely';
 import type { Principal } from '../auth/principal.js';
 import type { Database } from '../db/schema.js';
 import { ConflictError, InvalidRequestError, NotFoundError, PayloadTooLargeError } from '../errors.js';
-import type { Readable } from 'node:stream';
 import { CheckpointArtifacts, LORA } from './checkpoint-artifacts.js';
 import { b64ToHex, manifestDigest, md5, newToken, WandbRequestError } from './common.js';
 import * as repo from './repository.js';
@@ -14,7 +14,8 @@ export { manifestDigest, WandbRequestError } from './common.js';
 /**
  * The W&B objects the wandb SDK creates and reads (docs/training.md, "W&B API"): runs with their history,
  * and artifacts (collections of versions `vN` with moving aliases) whose files are blobs stored per
- * entity. Every method is scoped to the entities the caller's key reaches; other entities' objects do
+ * entity; a trainable model's checkpoints are the versions of its `lora` artifact (checkpoint-artifacts.ts),
+ * whose files stay in the checkpoints' directories. Every method is scoped to the entities the caller's key reaches; other entities' objects do
  * not exist for it.
  */
 
