@@ -130,7 +130,7 @@ export class CheckpointArtifacts {
     const size = files.reduce((sum, f) => sum + f.size, 0);
     return this.db
       .transaction()
-      .execute((tx) => cr.putCheckpointArtifact(tx, { collectionId: collection.id, modelId: model.id, checkpoint, digest, size, manifestToken: row?.manifest_token ?? newToken(), files }));
+      .execute((tx) => cr.putCheckpointArtifact(tx, { collectionId: collection.id, checkpoint, digest, size, manifestToken: row?.manifest_token ?? newToken(), files }));
   }
 
   /** A checkpoint file's bytes by its download token; undefined when the token names no checkpoint file. */

@@ -46,19 +46,20 @@ export async function checkpointFiles(db: Executor, args: { artifactId: number }
 }
 
 /**
- * Makes or refreshes the W&B row of a checkpoint: version `v<step>`, COMMITTED, with these files. Rows of
- * an earlier model of the same name (deleted, then registered again) leave the collection first, so that
- * version numbers stay unique in it. Several statements: run it in a transaction.
+ * Makes or refreshes the W&B row of a checkpoint: version `v<step>`, COMMITTED, with these files. A row
+ * that holds that version number otherwise leaves the collection first: one of an earlier model of the same
+ * name (deleted, then registered again), or a `lora` artifact stored before checkpoints were served as
+ * artifacts; lookups in a model's collection never reached either. Several statements: run it in a transaction.
  */
 export async function putCheckpointArtifact(
   db: Executor,
-  args: { collectionId: number; modelId: string; checkpoint: CheckpointRef; digest: string; size: number; manifestToken: string; files: CheckpointFileRow[] },
+  args: { collectionId: number; checkpoint: CheckpointRef; digest: string; size: number; manifestToken: string; files: CheckpointFileRow[] },
 ): Promise<ArtifactRow> {
   await db
     .deleteFrom('wandb_artifacts')
     .where('collection_id', '=', args.collectionId)
-    .where('checkpoint_id', 'is not', null)
-    .where('checkpoint_id', 'not in', db.selectFrom('checkpoints').select('id').where('model_id', '=', args.modelId))
+    .where('version_index', '=', args.checkpoint.step)
+    .where(sql<boolean>`checkpoint_id is distinct from ${args.checkpoint.id}`)
     .execute();
   const values = { digest: args.digest, size: args.size, file_count: args.files.length, updated_at: new Date() };
   const row = await db

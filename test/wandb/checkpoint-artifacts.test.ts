@@ -144,6 +144,19 @@ describe('pulling checkpoints', () => {
     expect([node.md5, node.sizeBytes]).toEqual([b64md5(changed), changed.length]);
     expect((await app.inject({ method: 'GET', url: pathOf(node.directUrl) })).rawPayload.equals(changed)).toBe(true);
   });
+  it('serves a model registered again under a deleted one\'s name with its own checkpoints only', async () => {
+    const first = await trainedModel({ 1: adapterFiles({ payload: 'old' }) });
+    const old = (await membership(owner, first.project, `${first.name}:step1`)).data!.project.artifactCollectionMembership.artifact.id;
+    expect((await app.inject(jsonRequest('DELETE', `/v1/preview/models/${first.id}`, owner))).statusCode).toBeLessThan(300);
+    expect(await membership(owner, first.project, `${first.name}:step1`)).toEqual({ data: { project: { artifactCollectionMembership: null } } });
+    const again = await createTrainedModel(app, { entity: owner.entity, project: first.project, name: first.name });
+    const files = adapterFiles({ payload: 'new' });
+    await addCheckpoint(app, again.id, 1, outputDir(files));
+    const m = (await membership(owner, first.project, `${first.name}:step1`)).data!.project.artifactCollectionMembership;
+    expect(m.artifact.id).not.toBe(old);
+    expect(m.artifact.digest).toBe(manifestDigest(contentsOf(files)));
+    expect(await gql(app, owner, 'query($id: ID!) { artifact(id: $id) { id } }', { id: old })).toEqual({ data: { artifact: null } });
+  });
 });
 
 describe('record_provenance', () => {
