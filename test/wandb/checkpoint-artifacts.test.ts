@@ -8,6 +8,7 @@ import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
 import { uniqueName, type TestUser } from '../helpers/app.js';
 import { createTenants, databaseFingerprint, jsonRequest } from '../helpers/tenants.js';
 import { addCheckpoint, backendEntry, chat, createGatewayApp, createTrainedModel } from '../inference/gateway-helpers.js';
+import { call, groupGenerationA, ScriptedWorker } from '../training/fixtures.js';
 import { b64md5, commit, contentsOf, createArtifact, draft, gql, manifestOf, pathOf, put, uploadAndCommit } from './helpers.js';
 
 /**
@@ -247,6 +248,8 @@ describe('pushing a lora artifact', () => {
     });
 
     async function refusedAtCommit(files: Record<string, Buffer>, model: { project: string; name: string }, step: number, message: string) {
+      // The model's collection row, which any lookup makes, is there before: the push leaves nothing besides.
+      await membership(owner, model.project, `${model.name}:latest`);
       const before = await databaseFingerprint(app);
       const pushed = await uploadAndCommit(app, owner, files, { project: model.project, name: model.name, type: 'lora', aliases: pushAliases(step) });
       expect(pushed.committed.errors![0].message).toBe(message);
@@ -255,7 +258,6 @@ describe('pushing a lora artifact', () => {
 
     it('refuses at commit, dropping what was uploaded: another base model, pickle weights, files that are not an adapter\'s', async () => {
       const model = await trainedModel({});
-      await membership(owner, model.project, `${model.name}:latest`);
       const dirs = fs.readdirSync(app.config.adaptersDir);
       const cannot = `The artifact cannot become a checkpoint of ${owner.entity}/${model.project}/${model.name}`;
       await refusedAtCommit(adapterFiles({ base: 'Qwen/Qwen3-14B' }), model, 1, `${cannot}: the adapter was trained on Qwen/Qwen3-14B, but model ${owner.entity}/${model.project}/${model.name} is based on ${BASE}.`);
@@ -263,6 +265,16 @@ describe('pushing a lora artifact', () => {
       await refusedAtCommit(pickle, model, 1, `${cannot}: adapter_model.bin: pickle files are refused (loading one can run code); save the adapter with safetensors (save_pretrained(..., safe_serialization=True)).`);
       await refusedAtCommit({ ...adapterFiles(), 'run.sh': Buffer.from('echo hi') }, model, 1, `${cannot}: run.sh: not a file of a PEFT adapter; allowed: adapter_config.json, adapter_model.safetensors, README.md, tokenizer.json, tokenizer_config.json, special_tokens_map.json, added_tokens.json, chat_template.jinja, vocab.json, merges.txt.`);
       expect(fs.readdirSync(app.config.adaptersDir)).toEqual(dirs);
+    });
+
+    it('refuses at commit while a training job of the model runs, since its worker will register the next step', async () => {
+      const model = await trainedModel({ 1: adapterFiles() });
+      const worker = await ScriptedWorker.create(app, owner, [BASE]);
+      await call(app, owner.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()] });
+      const running = await worker.claim(5);
+      await refusedAtCommit(adapterFiles({ payload: 'during' }), model, 5, `Model ${owner.entity}/${model.project}/${model.name} has a training job running, which will register the next step: push when it has ended.`);
+      expect((await worker.complete(running!)).status).toBe(200);
+      expect(await checkpointSteps(model.id)).toEqual([1, 2]);
     });
 
     it('refuses at commit a step registered meanwhile', async () => {
