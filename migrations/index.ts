@@ -10,6 +10,7 @@ import * as objectTagsAliases from './0008_object_tags_aliases.js';
 import * as checkpointLifecycle from './0009_checkpoint_lifecycle.js';
 import * as workerResidentTrainers from './0010_worker_resident_trainers.js';
 import * as wandb from './0013_wandb.js';
+import * as checkpointArtifacts from './0014_checkpoint_artifacts.js';
 
 /**
  * Every migration, in order. Listed here rather than read from the folder so that the same list runs
@@ -27,4 +28,5 @@ export const migrations: Record<string, Migration> = {
   '0009_checkpoint_lifecycle': checkpointLifecycle,
   '0010_worker_resident_trainers': workerResidentTrainers,
   '0013_wandb': wandb,
+  '0014_checkpoint_artifacts': checkpointArtifacts,
 };

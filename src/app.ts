@@ -74,7 +74,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   app.decorate('auth', new AuthService(database.db, config.authCacheTtlMs));
   app.decorate('systemChecks', new SystemChecks(5_000));
   app.decorate('events', new DomainEvents());
-  app.decorate('wandb', new WandbService(database.db, { maxFileBytes: config.bodyLimitBytes }));
+  app.decorate('wandb', new WandbService(database.db, { maxFileBytes: config.bodyLimitBytes, adaptersDir: config.adaptersDir, archiveLimitBytes: config.adapterArchiveLimitBytes }));
   app.addHook('onClose', async () => database.close());
 
   app.setValidatorCompiler(validatorCompiler);

@@ -116,7 +116,8 @@ function stripTopDirectory(entries: AdapterFile[]): AdapterFile[] {
   return entries.map((entry) => ({ ...entry, name: entry.name.slice(top.length + 1) }));
 }
 
-function checkAdapterFiles(files: AdapterFile[]): AdapterFile[] {
+/** Throws ArchiveProblem unless the files are a PEFT adapter: allowed names only, once each, safetensors weights. */
+export function checkAdapterFiles(files: AdapterFile[]): AdapterFile[] {
   const seen = new Set<string>();
   for (const file of files) {
     if (PICKLE_EXTENSIONS.some((ext) => file.name.endsWith(ext))) {

@@ -1,8 +1,8 @@
 import fs from 'node:fs/promises';
-import path from 'node:path';
 import type { Principal } from '../auth/principal.js';
 import { ConflictError, NotFoundError, UnprocessableError } from '../errors.js';
-import { adapterBaseModel, ALLOWED_FILES, ArchiveProblem, readAdapterArchive, writeAdapterArchive, type AdapterFile } from './adapter-archive.js';
+import { adapterBaseModel, ArchiveProblem, readAdapterArchive, writeAdapterArchive, type AdapterFile } from './adapter-archive.js';
+import { listAdapterFiles, writeAdapterDirectory } from './adapter-files.js';
 import type { CheckpointState } from './lifecycle-schemas.js';
 import * as repo from './repository.js';
 import type { TrainingService } from './service.js';
@@ -13,12 +13,6 @@ export interface AdapterServiceDeps {
   /** Where imported adapters are stored, one directory per checkpoint id. */
   adaptersDir: string;
   archiveLimitBytes: number;
-}
-
-/** A local directory path from a checkpoint URI, or undefined when the URI names other storage. */
-function localPath(uri: string): string | undefined {
-  if (uri.startsWith('file://')) return decodeURIComponent(new URL(uri).pathname);
-  return path.isAbsolute(uri) ? uri : undefined;
 }
 
 /**
@@ -42,21 +36,11 @@ export class AdapterService {
     const model = await this.model(principal, modelId);
     const checkpoint = await repo.findCheckpointByStep(this.deps.db, { model, step });
     if (!checkpoint) throw new NotFoundError('checkpoint', undefined, { message: `model ${model.id} has no checkpoint at step ${step}` });
-    const dir = localPath(checkpoint.uri);
-    const unreadable = (why: string) =>
-      new ConflictError(`The adapter of step ${step} is stored at ${checkpoint.uri}, ${why}: download it from that storage directly.`, { code: 'adapter_unreadable' });
-    if (dir === undefined) throw unreadable('which is not a path on this server');
-    const files: AdapterFile[] = [];
-    let total = 0;
-    for (const name of ALLOWED_FILES) {
-      const file = path.join(dir, name);
-      const stat = await fs.lstat(file).catch(() => undefined);
-      if (!stat?.isFile()) continue;
-      total += stat.size;
-      if (total > this.deps.archiveLimitBytes) throw unreadable(`whose files exceed ADAPTER_ARCHIVE_LIMIT_MB`);
-      files.push({ name, content: await fs.readFile(file) });
+    const listed = await listAdapterFiles(checkpoint.uri, this.deps.archiveLimitBytes);
+    if (typeof listed === 'string') {
+      throw new ConflictError(`The adapter of step ${step} is stored at ${checkpoint.uri}, ${listed}: download it from that storage directly.`, { code: 'adapter_unreadable' });
     }
-    if (!files.some((file) => file.name === 'adapter_config.json')) throw unreadable('where this server finds no adapter_config.json');
+    const files: AdapterFile[] = await Promise.all(listed.map(async (file) => ({ name: file.name, content: await fs.readFile(file.path) })));
     return { filename: `${model.name}-step${step}.tar.gz`, archive: writeAdapterArchive(files) };
   }
 
@@ -82,17 +66,10 @@ export class AdapterService {
       throw error;
     }
 
-    const id = crypto.randomUUID();
-    const dir = path.join(this.deps.adaptersDir, id);
-    let checkpoint: repo.StoredCheckpoint | undefined;
-    try {
-      await fs.mkdir(dir, { recursive: true });
-      for (const file of files) await fs.writeFile(path.join(dir, file.name), file.content, { flag: 'wx' });
-      checkpoint = await this.deps.db.transaction().execute((trx) => repo.registerImportedCheckpoint(trx, { model, id, uri: dir }));
-    } finally {
-      if (!checkpoint) await fs.rm(dir, { recursive: true, force: true });
-    }
-    if (!checkpoint) {
+    const checkpoint = await writeAdapterDirectory(this.deps.adaptersDir, files, (id, dir) =>
+      this.deps.db.transaction().execute((trx) => repo.registerImportedCheckpoint(trx, { model, id, uri: dir })),
+    );
+    if (checkpoint === 'job_running' || checkpoint === 'step_taken') {
       throw new ConflictError(`A training job of model ${model.id} is running and will register the next step; import when it has ended.`, {
         code: 'job_running',
       });

@@ -1,20 +1,23 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
+import type { Readable } from 'node:stream';
 import type { Kysely } from 'kysely';
 import type { Principal } from '../auth/principal.js';
 import type { Database } from '../db/schema.js';
 import { ConflictError, InvalidRequestError, NotFoundError, PayloadTooLargeError } from '../errors.js';
+import { CheckpointArtifacts, LORA } from './checkpoint-artifacts.js';
+import { b64ToHex, manifestDigest, md5, newToken, WandbRequestError } from './common.js';
 import * as repo from './repository.js';
 import type { ArtifactRow, ArtifactWithCollection, CollectionRow, RunRow } from './repository.js';
+
+export { manifestDigest, WandbRequestError } from './common.js';
 
 /**
  * The W&B objects the wandb SDK creates and reads (docs/training.md, "W&B API"): runs with their history,
  * and artifacts (collections of versions `vN` with moving aliases) whose files are blobs stored per
- * entity. Every method is scoped to the entities the caller's key reaches; other entities' objects do
+ * entity; a trainable model's checkpoints are the versions of its `lora` artifact (checkpoint-artifacts.ts),
+ * whose files stay in the checkpoints' directories. Every method is scoped to the entities the caller's key reaches; other entities' objects do
  * not exist for it.
  */
-
-/** A failure the GraphQL layer reports as a GraphQL error (HTTP 200, `errors`), as W&B does. */
-export class WandbRequestError extends Error {}
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 const ALIAS = /^[A-Za-z0-9_.-]{1,128}$/;
@@ -49,19 +52,6 @@ export function decodeId(type: string, value: string): number | undefined {
   return match && match[1] === type ? Number(match[2]) : undefined;
 }
 
-function newToken(): string {
-  return randomBytes(24).toString('base64url');
-}
-
-function md5(data: Buffer): { hex: string; b64: string } {
-  const digest = createHash('md5').update(data).digest();
-  return { hex: digest.toString('hex'), b64: digest.toString('base64') };
-}
-
-function b64ToHex(b64: string): string {
-  return Buffer.from(b64, 'base64').toString('hex');
-}
-
 function checkName(what: string, value: string): string {
   if (!NAME.test(value)) throw new WandbRequestError(`Invalid ${what} ${JSON.stringify(value.slice(0, 200))}: use 1 to 128 letters, digits, '.', '_' and '-'.`);
   return value;
@@ -74,13 +64,6 @@ export function checkArtifactPath(path: string): string {
     throw new WandbRequestError(`Invalid artifact file path ${JSON.stringify(path.slice(0, 200))}: a relative path of at most ${MAX_PATH} characters without '.' or '..' segments.`);
   }
   return path;
-}
-
-/** The manifest digest of W&B's storage policy: the dedup key and what the client sends as `digest`. */
-export function manifestDigest(contents: Record<string, { digest: string }>): string {
-  const hash = createHash('md5').update('wandb-artifact-manifest-v1\n');
-  for (const path of Object.keys(contents).sort()) hash.update(`${path}:${contents[path].digest}\n`);
-  return hash.digest('hex');
 }
 
 export interface Membership {
@@ -118,10 +101,14 @@ export interface FileStreamBody {
 }
 
 export class WandbService {
+  private readonly checkpoints: CheckpointArtifacts;
+
   constructor(
     private readonly db: Kysely<Database>,
-    private readonly options: { maxFileBytes: number },
-  ) {}
+    private readonly options: { maxFileBytes: number; adaptersDir: string; archiveLimitBytes: number },
+  ) {
+    this.checkpoints = new CheckpointArtifacts(db, options);
+  }
 
   /** The entity a request names, or the key's own when it names none; the key must reach it. */
   reachableEntity(principal: Principal, entity: string | null | undefined): string {
@@ -236,16 +223,19 @@ export class WandbService {
     const n = decodeId('Artifact', id);
     if (n === undefined) return undefined;
     const found = await repo.findArtifact(this.db, { id: n });
-    return found && principal.entities.has(found.collection.entity) ? found : undefined;
+    return found && principal.entities.has(found.collection.entity) && (await this.checkpoints.isLive(found.artifact)) ? found : undefined;
   }
 
+  /** A collection by name; a live model's name is its checkpoints' `lora` collection (checkpoint-artifacts.ts). */
   async collection(principal: Principal, scope: repo.ProjectScope, name: string): Promise<CollectionRow | undefined> {
     if (!principal.entities.has(scope.entity)) return undefined;
-    return repo.findCollection(this.db, { ...scope, name });
+    return this.checkpoints.collection(scope, name);
   }
 
   /** The committed version a `vN` or an alias names in a collection. */
   async version(collection: CollectionRow, alias: string): Promise<ArtifactRow | undefined> {
+    const model = await this.checkpoints.modelOf(collection);
+    if (model) return this.checkpoints.version(collection, model, alias);
     const version = VERSION_ALIAS.exec(alias);
     if (version) return repo.findVersion(this.db, { collectionId: collection.id, versionIndex: Number(version[1]) });
     return repo.findVersion(this.db, { collectionId: collection.id, alias });
@@ -263,10 +253,14 @@ export class WandbService {
   }
 
   async latest(collection: CollectionRow): Promise<ArtifactRow | undefined> {
+    const model = await this.checkpoints.modelOf(collection);
+    if (model) return this.checkpoints.latest(collection, model);
     return repo.latestCommitted(this.db, { collectionId: collection.id });
   }
 
   async versions(collection: CollectionRow, page: { offset: number; limit: number }): Promise<{ rows: ArtifactRow[]; total: number }> {
+    const model = await this.checkpoints.modelOf(collection);
+    if (model) return this.checkpoints.versions(collection, model, page);
     return repo.listCommitted(this.db, { collectionId: collection.id, ...page });
   }
 
@@ -276,6 +270,7 @@ export class WandbService {
     const out = new Map<number, string[]>();
     for (const artifact of artifacts) out.set(artifact.id, artifact.version_index === null ? [] : [`v${artifact.version_index}`]);
     for (const row of rows) out.get(row.artifact_id)?.push(row.alias);
+    for (const [id, aliases] of await this.checkpoints.aliases(artifacts)) out.set(id, aliases);
     return out;
   }
 
@@ -307,6 +302,8 @@ export class WandbService {
     if (!MANIFEST_DIGEST.test(input.digest)) throw new WandbRequestError('Invalid artifact digest: 32 hexadecimal characters (MANIFEST_MD5).');
     if (input.metadata != null) checkJsonObject('metadata', input.metadata);
     const aliases = checkAliases(input.aliases ?? [], name);
+    const push = await this.checkpoints.checkPush(scope, { name, type, digest: input.digest, metadata: input.metadata ?? null, aliases });
+    if (push?.existing) return { ...push.existing, latest: undefined };
     return this.db.transaction().execute(async (tx) => {
       const collection = await repo.ensureCollection(tx, { ...scope, name, type });
       if (collection.type !== type) {
@@ -314,7 +311,8 @@ export class WandbService {
       }
       const latest = await repo.latestCommitted(tx, { collectionId: collection.id });
       // Same content as a committed version: that version is the answer, with the new aliases.
-      const existing = await repo.findCommittedByDigest(tx, { collectionId: collection.id, digest: input.digest });
+      // (A checkpoint's version was looked up by its step above: its aliases are its own.)
+      const existing = push ? undefined : await repo.findCommittedByDigest(tx, { collectionId: collection.id, digest: input.digest });
       if (existing) {
         await repo.setAliases(tx, { collectionId: collection.id, artifactId: existing.id, aliases });
         return { artifact: existing, collection, latest };
@@ -391,6 +389,7 @@ export class WandbService {
       if (entry.size !== undefined && entry.size !== blob.size) throw new WandbRequestError(`Artifact ${artifactID}: file ${JSON.stringify(path)} has ${blob.size} bytes, not ${entry.size}.`);
       size += blob.size;
     }
+    if (collection.type === LORA) return this.checkpoints.commitPush({ artifact, collection }, contents);
     await this.db.transaction().execute(async (tx) => {
       const known = new Map((await repo.artifactFiles(tx, { artifactId: artifact.id })).map((f) => [f.name, f]));
       const missing = Object.entries(contents).filter(([path, entry]) => known.get(path)?.md5 !== entry.digest);
@@ -411,6 +410,9 @@ export class WandbService {
     const found = await this.pending(principal, input.artifactID);
     if (input.metadata != null) checkJsonObject('metadata', input.metadata);
     const aliases = input.aliases ? checkAliases(input.aliases, found.collection.name) : [];
+    if (found.artifact.checkpoint_id !== null && aliases.length) {
+      throw new WandbRequestError('The aliases of a checkpoint\'s artifact are its step<N> and latest: they cannot be set.');
+    }
     await this.db.transaction().execute(async (tx) => {
       await repo.updateArtifactFields(tx, {
         artifactId: found.artifact.id,
@@ -457,7 +459,9 @@ export class WandbService {
     return { hex: digest.hex };
   }
 
-  async downloadArtifactFile(token: string): Promise<Buffer> {
+  async downloadArtifactFile(token: string): Promise<Buffer | Readable> {
+    const fromCheckpoint = await this.checkpoints.download(token);
+    if (fromCheckpoint) return fromCheckpoint;
     const file = await repo.findFileByToken(this.db, { token });
     const data = file && file.state === 'COMMITTED' ? await repo.readBlob(this.db, { entity: file.entity, md5: b64ToHex(file.md5) }) : undefined;
     if (!data) throw new NotFoundError('file');

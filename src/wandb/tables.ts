@@ -76,6 +76,8 @@ export interface WandbArtifactTable {
   manifest_expected_md5: string | null;
   size: Generated<number>;
   file_count: Generated<number>;
+  /** Set for a checkpoint's `lora` artifact: its files are read from the checkpoint's directory, not from blobs. */
+  checkpoint_id: ColumnType<string | null, string | null | undefined, string | null>;
   created_at: CreatedAt;
   updated_at: UpdatedAt;
 }
@@ -90,6 +92,8 @@ export interface WandbArtifactFileTable {
   birth_artifact_id: number;
   /** The capability in the file's upload and download URLs. */
   token: string;
+  /** For a checkpoint's file: "<size>:<mtime ms>" when its MD5 was taken. */
+  stat: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 export interface WandbAliasTable {

@@ -1,9 +1,10 @@
-import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { manifestDigest } from '../../src/wandb/service.js';
 import { createTestApp, uniqueName, type TestUser } from '../helpers/app.js';
 import { createTenants, databaseFingerprint, expectOtherTenantRefused, jsonRequest } from '../helpers/tenants.js';
+import * as h from './helpers.js';
+import { b64md5, manifestOf, pathOf } from './helpers.js';
 
 let app: App;
 let owner: TestUser;
@@ -18,75 +19,14 @@ afterAll(async () => {
   await app.close();
 });
 
-const b64md5 = (data: Buffer | string) => createHash('md5').update(data).digest('base64');
+const gql = (as: TestUser, query: string, variables: Record<string, unknown> = {}) => h.gql(app, as, query, variables);
+const draft = (files: Record<string, Buffer>, options: h.DraftOptions = {}) => h.draft(app, owner, files, options);
+const put = (url: string, data: Buffer | string, headers: Record<string, string> = {}) => h.put(app, url, data, headers);
+const commit = (id: string) => h.commit(app, owner, id);
 
-async function gql(as: TestUser, query: string, variables: Record<string, unknown> = {}) {
-  const response = await app.inject(jsonRequest('POST', '/graphql', as, { query, variables }));
-  expect(response.statusCode).toBe(200);
-  return response.json() as { data?: Record<string, any> | null; errors?: { message: string; path?: unknown[] }[] };
-}
-
-/** The part of a URL the server minted that the test injects (app.inject takes a path). */
-const pathOf = (url: string) => new URL(url).pathname;
-
-interface Draft {
-  id: string;
-  project: string;
-  manifestUrl: string;
-  uploadUrls: (string | null)[];
-}
-
-/** Steps 5 to 9 of the SDK's upload (reference §4.2), up to the point where bytes are PUT. */
-async function draft(files: Record<string, Buffer>, options: { type?: string; project?: string; name?: string; aliases?: string[] } = {}): Promise<Draft> {
-  const project = options.project ?? uniqueName('p');
-  const name = options.name ?? 'data';
-  const contents = Object.fromEntries(Object.entries(files).map(([path, data]) => [path, { digest: b64md5(data), size: data.length }]));
-  const created = await gql(owner, 'mutation($input: CreateArtifactInput!) { createArtifact(input: $input) { artifact { id state } } }', {
-    input: {
-      entityName: owner.entity,
-      projectName: project,
-      artifactCollectionName: name,
-      artifactTypeName: options.type ?? 'dataset',
-      digest: manifestDigest(contents),
-      aliases: (options.aliases ?? []).map((alias) => ({ alias, artifactCollectionName: name })),
-    },
-  });
-  expect(created.errors).toBeUndefined();
-  const id = created.data!.createArtifact.artifact.id as string;
-  const manifest = await gql(
-    owner,
-    'mutation($id: ID!, $digest: String!) { createArtifactManifest(input: {artifactID: $id, name: "wandb_manifest.json", digest: $digest, entityName: "e", projectName: "p", runName: "r", type: FULL}) { artifactManifest { file { uploadUrl } } } }',
-    { id, digest: b64md5(JSON.stringify(manifestOf(contents))) },
-  );
-  const uploads = await gql(owner, 'mutation($input: CreateArtifactFilesInput!) { createArtifactFiles(input: $input) { files { edges { node { uploadUrl } } } } }', {
-    input: { storageLayout: 'V2', artifactFiles: Object.entries(contents).map(([path, c]) => ({ artifactID: id, name: path, md5: c.digest })) },
-  });
-  expect(uploads.errors).toBeUndefined();
-  return {
-    id,
-    project,
-    manifestUrl: manifest.data!.createArtifactManifest.artifactManifest.file.uploadUrl,
-    uploadUrls: uploads.data!.createArtifactFiles.files.edges.map((e: any) => e.node.uploadUrl),
-  };
-}
-
-function manifestOf(contents: Record<string, { digest: string; size: number }>) {
-  return { version: 1, storagePolicy: 'wandb-storage-policy-v1', storagePolicyConfig: { storageLayout: 'V2' }, contents };
-}
-
-const put = (url: string, data: Buffer | string, headers: Record<string, string> = {}) => app.inject({ method: 'PUT', url: pathOf(url), payload: data, headers });
-
-async function commit(id: string) {
-  return gql(owner, 'mutation($id: ID!) { commitArtifact(input: {artifactID: $id}) { artifact { state versionIndex } } }', { id });
-}
-
-async function upload(files: Record<string, Buffer>, options: { type?: string; project?: string; name?: string; aliases?: string[] } = {}): Promise<Draft> {
-  const d = await draft(files, options);
-  const datas = Object.values(files);
-  for (const [i, url] of d.uploadUrls.entries()) if (url) expect((await put(url, datas[i])).statusCode).toBe(200);
-  const contents = Object.fromEntries(Object.entries(files).map(([path, data]) => [path, { digest: b64md5(data), size: data.length }]));
-  expect((await put(d.manifestUrl, JSON.stringify(manifestOf(contents)))).statusCode).toBe(200);
-  expect((await commit(d.id)).errors).toBeUndefined();
+async function upload(files: Record<string, Buffer>, options: h.DraftOptions = {}): Promise<h.Draft> {
+  const d = await h.uploadAndCommit(app, owner, files, options);
+  expect(d.committed.errors).toBeUndefined();
   return d;
 }
 
@@ -241,11 +181,11 @@ describe('SFT jobs from wandb-artifact URLs', () => {
   }
 
   it('refuses a URL naming no artifact, a non-dataset artifact, or one without train.jsonl, with 422', async () => {
-    const lora = await upload({ 'adapter_model.safetensors': Buffer.from('w') }, { type: 'lora', name: 'ckpt' });
+    const lora = await upload({ 'adapter_model.safetensors': Buffer.from('w') }, { type: 'model', name: 'ckpt' });
     const nojsonl = await upload({ 'other.jsonl': Buffer.from('{}\n') }, { name: 'nojsonl' });
     const cases: [string, string][] = [
       [`wandb-artifact:///${owner.entity}/${lora.project}/nothing:v0`, `artifact ${owner.entity}/${lora.project}/nothing:v0 not found`],
-      [`wandb-artifact:///${owner.entity}/${lora.project}/ckpt:v0`, `artifact ${owner.entity}/${lora.project}/ckpt is of type "lora", not "dataset"`],
+      [`wandb-artifact:///${owner.entity}/${lora.project}/ckpt:v0`, `artifact ${owner.entity}/${lora.project}/ckpt is of type "model", not "dataset"`],
       [`wandb-artifact:///${owner.entity}/${nojsonl.project}/nojsonl:latest`, `artifact ${owner.entity}/${nojsonl.project}/nojsonl:latest has no train.jsonl`],
     ];
     for (const [url, why] of cases) {

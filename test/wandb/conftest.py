@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -118,6 +119,15 @@ class Stack:
             return status, json.loads(payload)
         except ValueError:
             return status, payload
+
+    def wait_for_job(self, job_id: str, timeout: float = 120) -> dict[str, Any]:
+        """The job once it has ended (or as it stands when the timeout passes)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            _, state = self.request("GET", f"/v1/preview/training-jobs/{job_id}")
+            if state["status"] in ("COMPLETED", "FAILED", "CANCELED") or time.monotonic() > deadline:
+                return state
+            time.sleep(0.5)
 
     def new_user(self, name: str) -> str:
         """A second tenant: a user of its own and its key."""

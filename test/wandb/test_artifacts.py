@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 import uuid
 from pathlib import Path
 
@@ -100,12 +99,7 @@ def test_an_sft_job_trains_on_a_dataset_artifact_named_by_version_or_alias(stack
         url = f"wandb-artifact:///{stack.entity}/{project}/{ref}"
         status, job = stack.request("POST", "/v1/preview/sft-training-jobs", {"model_id": answer["id"], "training_data_url": url})
         assert status in (200, 201), job
-        deadline = time.monotonic() + 120
-        while True:
-            _, state = stack.request("GET", f"/v1/preview/training-jobs/{job['id']}")
-            if state["status"] in ("COMPLETED", "FAILED", "CANCELED") or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        state = stack.wait_for_job(job["id"])
         assert state["status"] == "COMPLETED", state
         _, inputs = stack.request("GET", f"{stack.control_url}/inputs/{job['id']}", key="")
         assert inputs["lines"] == ROWS

@@ -35,7 +35,7 @@ export async function findCheckpoint(
   return row && toCheckpoint(row);
 }
 
-export async function latestCheckpoint(db: TrainingDb, args: { model: StoredModel }): Promise<StoredCheckpoint | undefined> {
+export async function latestCheckpoint(db: TrainingDb, args: { model: Pick<StoredModel, 'id'> }): Promise<StoredCheckpoint | undefined> {
   const row = await db
     .selectFrom('checkpoints')
     .selectAll()
@@ -84,14 +84,15 @@ export async function deleteCheckpoints(
 }
 
 /**
- * Registers an imported adapter as the model's next checkpoint (latest step + 1), unless a job of the
- * model is running: its worker will register that step. Holds the claim lock, so no job starts toward
- * the step meanwhile. Undefined when a job runs. Several statements: run it in a transaction.
+ * Registers an imported adapter as a checkpoint of the model: at `step` when given (a pushed W&B `lora`
+ * artifact names its step), else the next one (latest step + 1). Refused while a job of the model is
+ * running (its worker will register the next step) and when the step is taken. Holds the claim lock, so no
+ * job starts toward the step meanwhile. Several statements: run it in a transaction.
  */
 export async function registerImportedCheckpoint(
   db: TrainingDb,
-  args: { model: StoredModel; id: string; uri: string },
-): Promise<StoredCheckpoint | undefined> {
+  args: { model: Pick<StoredModel, 'id'>; id: string; uri: string; step?: number },
+): Promise<StoredCheckpoint | 'job_running' | 'step_taken'> {
   await lockClaims(db);
   const running = await db
     .selectFrom('training_jobs')
@@ -99,18 +100,20 @@ export async function registerImportedCheckpoint(
     .where('model_id', '=', args.model.id)
     .where('status', '=', 'RUNNING')
     .executeTakeFirst();
-  if (running) return undefined;
-  const latest = await latestCheckpoint(db, { model: args.model });
+  if (running) return 'job_running';
+  let step = args.step;
+  if (step === undefined) step = ((await latestCheckpoint(db, { model: args.model }))?.step ?? 0) + 1;
+  else if (await findCheckpointByStep(db, { model: args.model, step })) return 'step_taken';
   const row = await db
     .insertInto('checkpoints')
-    .values({ id: args.id, model_id: args.model.id, step: (latest?.step ?? 0) + 1, uri: args.uri, metrics: jsonb({}), job_id: null, source: 'imported' })
+    .values({ id: args.id, model_id: args.model.id, step, uri: args.uri, metrics: jsonb({}), job_id: null, source: 'imported' })
     .returningAll()
     .executeTakeFirstOrThrow();
   return toCheckpoint(row);
 }
 
 /** A checkpoint by step, with its storage URI. */
-export async function findCheckpointByStep(db: TrainingDb, args: { model: StoredModel; step: number }): Promise<StoredCheckpoint | undefined> {
+export async function findCheckpointByStep(db: TrainingDb, args: { model: Pick<StoredModel, 'id'>; step: number }): Promise<StoredCheckpoint | undefined> {
   const row = await db.selectFrom('checkpoints').selectAll().where('model_id', '=', args.model.id).where('step', '=', args.step).executeTakeFirst();
   return row && toCheckpoint(row);
 }

@@ -1,0 +1,164 @@
+import { sql } from 'kysely';
+import type { StoredCheckpoint as CheckpointRef } from '../inference/checkpoints.js';
+import type { ArtifactRow, Executor } from './repository.js';
+
+/**
+ * Queries behind checkpoints as `lora` artifacts: a model's checkpoints page by page, and the W&B rows kept
+ * per checkpoint (models and single checkpoints are found with the router's queries, src/inference/checkpoints.ts).
+ * Callers check that the key reaches the entity.
+ */
+
+export type { StoredCheckpoint as CheckpointRef, TrainedModel as CheckpointModel } from '../inference/checkpoints.js';
+
+/** A page of the model's checkpoints, newest first, and how many it has. */
+export async function listCheckpointsOf(db: Executor, args: { modelId: string; offset: number; limit: number }): Promise<{ rows: CheckpointRef[]; total: number }> {
+  const rows = await db
+    .selectFrom('checkpoints')
+    .select(['id', 'step', 'uri'])
+    .where('model_id', '=', args.modelId)
+    .orderBy('step', 'desc')
+    .offset(args.offset)
+    .limit(args.limit)
+    .execute();
+  const { total } = await db
+    .selectFrom('checkpoints')
+    .select((eb) => eb.fn.countAll<number>().as('total'))
+    .where('model_id', '=', args.modelId)
+    .executeTakeFirstOrThrow();
+  return { rows, total: Number(total) };
+}
+
+export async function checkpointArtifact(db: Executor, args: { checkpointId: string }): Promise<ArtifactRow | undefined> {
+  return db.selectFrom('wandb_artifacts').selectAll().where('checkpoint_id', '=', args.checkpointId).executeTakeFirst();
+}
+
+export interface CheckpointFileRow {
+  name: string;
+  md5: string;
+  size: number;
+  stat: string;
+  token: string;
+}
+
+export async function checkpointFiles(db: Executor, args: { artifactId: number }): Promise<CheckpointFileRow[]> {
+  const rows = await db.selectFrom('wandb_artifact_files').select(['name', 'md5', 'size', 'stat', 'token']).where('artifact_id', '=', args.artifactId).execute();
+  return rows.map((r) => ({ name: r.name, md5: r.md5, size: Number(r.size ?? 0), stat: r.stat ?? '', token: r.token }));
+}
+
+/**
+ * Makes or refreshes the W&B row of a checkpoint: version `v<step>`, COMMITTED, with these files. A row
+ * that holds that version number otherwise leaves the collection first: one of an earlier model of the same
+ * name (deleted, then registered again), or a `lora` artifact stored before checkpoints were served as
+ * artifacts; lookups in a model's collection never reached either. Several statements: run it in a transaction.
+ */
+export async function putCheckpointArtifact(
+  db: Executor,
+  args: { collectionId: number; checkpoint: CheckpointRef; digest: string; size: number; manifestToken: string; files: CheckpointFileRow[] },
+): Promise<ArtifactRow> {
+  await db
+    .deleteFrom('wandb_artifacts')
+    .where('collection_id', '=', args.collectionId)
+    .where('version_index', '=', args.checkpoint.step)
+    .where(sql<boolean>`checkpoint_id is distinct from ${args.checkpoint.id}`)
+    .execute();
+  const values = { digest: args.digest, size: args.size, file_count: args.files.length, updated_at: new Date() };
+  const row = await db
+    .insertInto('wandb_artifacts')
+    .values({
+      collection_id: args.collectionId,
+      version_index: args.checkpoint.step,
+      state: 'COMMITTED',
+      description: null,
+      metadata: null,
+      run_name: null,
+      storage_region: null,
+      manifest_token: args.manifestToken,
+      manifest_md5: null,
+      manifest_expected_md5: null,
+      checkpoint_id: args.checkpoint.id,
+      ...values,
+    })
+    .onConflict((c) => c.column('checkpoint_id').doUpdateSet(values))
+    .returningAll()
+    .executeTakeFirstOrThrow();
+  await db.deleteFrom('wandb_artifact_files').where('artifact_id', '=', row.id).execute();
+  if (args.files.length) {
+    await db
+      .insertInto('wandb_artifact_files')
+      .values(args.files.map((f) => ({ artifact_id: row.id, name: f.name, md5: f.md5, size: f.size, stat: f.stat, token: f.token, birth_artifact_id: row.id })))
+      .execute();
+  }
+  return row;
+}
+
+/** Turns a pushed, uploaded artifact into the W&B row of the checkpoint it became. */
+export async function attachCheckpoint(db: Executor, args: { artifactId: number; checkpoint: CheckpointRef; size: number; files: { name: string; size: number; stat: string }[] }): Promise<void> {
+  await db
+    .updateTable('wandb_artifacts')
+    .set({ state: 'COMMITTED', version_index: args.checkpoint.step, checkpoint_id: args.checkpoint.id, size: args.size, file_count: args.files.length, pending_aliases: [], updated_at: new Date() })
+    .where('id', '=', args.artifactId)
+    .execute();
+  for (const file of args.files) {
+    await db.updateTable('wandb_artifact_files').set({ size: file.size, stat: file.stat }).where('artifact_id', '=', args.artifactId).where('name', '=', file.name).execute();
+  }
+}
+
+/** For each checkpoint artifact among these: its step, and whether it is its model's newest checkpoint. */
+export async function checkpointSteps(db: Executor, args: { artifactIds: number[] }): Promise<Map<number, { step: number; latest: boolean }>> {
+  if (args.artifactIds.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('wandb_artifacts as a')
+    .innerJoin('checkpoints as c', 'c.id', 'a.checkpoint_id')
+    .select(['a.id', 'c.step'])
+    .select(sql<boolean>`c.step = (select max(step) from checkpoints l where l.model_id = c.model_id)`.as('latest'))
+    .where('a.id', 'in', args.artifactIds)
+    .execute();
+  return new Map(rows.map((r) => [Number(r.id), { step: r.step, latest: Boolean(r.latest) }]));
+}
+
+/** Whether the checkpoint still exists and its model is live. */
+export async function checkpointIsLive(db: Executor, args: { checkpointId: string }): Promise<boolean> {
+  const row = await db
+    .selectFrom('checkpoints as c')
+    .innerJoin('models as m', 'm.id', 'c.model_id')
+    .select('c.id')
+    .where('c.id', '=', args.checkpointId)
+    .where('m.deleted_at', 'is', null)
+    .executeTakeFirst();
+  return row !== undefined;
+}
+
+/** A file of a live model's checkpoint by the token of its download URL, with where it is read from. */
+export async function findCheckpointFileByToken(db: Executor, args: { token: string }): Promise<{ name: string; stat: string | null; uri: string } | undefined> {
+  return db
+    .selectFrom('wandb_artifact_files as f')
+    .innerJoin('wandb_artifacts as a', 'a.id', 'f.artifact_id')
+    .innerJoin('checkpoints as c', 'c.id', 'a.checkpoint_id')
+    .innerJoin('models as m', 'm.id', 'c.model_id')
+    .select(['f.name', 'f.stat', 'c.uri'])
+    .where('f.token', '=', args.token)
+    .where('m.deleted_at', 'is', null)
+    .executeTakeFirst();
+}
+
+/**
+ * Drops blobs of an entity that nothing references any more: no stored artifact's file or manifest and
+ * no run file. A pushed checkpoint's bytes are blobs only until they are written to its directory.
+ */
+export async function deleteUnreferencedBlobs(db: Executor, args: { entity: string; md5s: string[] }): Promise<void> {
+  if (args.md5s.length === 0) return;
+  // Artifact files hold base64 MD5s, blobs hex ones.
+  await sql`
+    delete from wandb_blobs b where b.entity = ${args.entity} and b.md5 in (${sql.join(args.md5s)})
+    and not exists (
+      select 1 from wandb_artifact_files f join wandb_artifacts a on a.id = f.artifact_id join wandb_collections k on k.id = a.collection_id
+      where k.entity = b.entity and a.checkpoint_id is null and encode(decode(f.md5, 'base64'), 'hex') = b.md5)
+    and not exists (
+      select 1 from wandb_artifacts a join wandb_collections k on k.id = a.collection_id where k.entity = b.entity and a.manifest_md5 = b.md5)
+    and not exists (
+      select 1 from wandb_run_files r join wandb_runs u on u.id = r.run_id where u.entity = b.entity and r.md5 = b.md5)`.execute(db);
+}
+
+export async function deleteArtifact(db: Executor, args: { artifactId: number }): Promise<void> {
+  await db.deleteFrom('wandb_artifacts').where('id', '=', args.artifactId).execute();
+}
