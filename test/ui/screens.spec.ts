@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
 import { createUserWithKey, type TestUser } from '../helpers/app.js';
 import { backendEntry, writeBackendsFile } from '../inference/gateway-helpers.js';
-import { call, type ScriptedWorker } from '../training/fixtures.js';
+import { call, ScriptedWorker } from '../training/fixtures.js';
 import { openPage, screenshot, signInContext, startUi, type UiServer, type WatchedPage } from './harness.js';
 import { insertMetricRows, queueJob, seedTrainedModel, upsertCalls, type SeededCall } from './seed.js';
 
@@ -452,7 +452,13 @@ describe('admin', () => {
     await w.context.close();
   });
 
-  it('shows the system check and recent workers, creates a key shown once, and revokes it', async () => {
+  it('shows the system check and recent workers with their resident trainers, creates a key shown once, and revokes it', async () => {
+    const residentWorker = await ScriptedWorker.create(server.app, user, ['other/base']);
+    const residentTrainers = [
+      { base_model: 'fake/base-model', model_id: model.id },
+      { base_model: 'other/base', model_id: null },
+    ];
+    expect(await residentWorker.claim(0, { resident_trainers: residentTrainers })).toBeUndefined();
     const w = await signedIn(admin);
     w.page.on('dialog', (dialog) => void dialog.accept());
     await w.page.goto(`${server.url}/ui/admin`);
@@ -460,6 +466,12 @@ describe('admin', () => {
     await checks.locator('tr').first().waitFor();
     expect(await checks.locator('td:first-child').allTextContents()).toEqual(expect.arrayContaining(['api', 'database']));
     await w.page.getByText(worker.workerId).waitFor();
+    const residents = w.page.getByRole('list', { name: `Resident trainers of ${residentWorker.workerId}` });
+    await residents.waitFor();
+    expect((await residents.locator('li').allTextContents()).map((t) => t.replace(/\s+/g, ' ').trim())).toEqual([
+      `resident trainer: fake/base-model holding model ${model.id}`,
+      'resident trainer: other/base no model held',
+    ]);
     await w.page.locator('input[name="key_user"]').fill(user.username);
     await w.page.locator('input[name="key_name"]').fill('from the ui');
     await w.page.getByRole('button', { name: 'Create key' }).click();

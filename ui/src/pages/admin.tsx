@@ -46,7 +46,9 @@ export function AdminPage() {
 function Admin() {
   const users = useLoad('users', () => api<{ data: User[] }>('/v1/admin/users'));
   const keys = useLoad('keys', () => api<{ data: Key[] }>('/v1/admin/keys'));
-  const workers = useLoad('workers', () => api<{ data: { worker_id: string; last_seen_at: string }[] }>('/v1/admin/workers'));
+  const workers = useLoad('workers', () =>
+    api<{ data: { worker_id: string; last_seen_at: string; resident_trainers: { base_model: string; model_id: string | null }[] }[] }>('/v1/admin/workers'),
+  );
   const checks = useLoad('checks', async () => {
     const response = await fetch('/v1/system-check', { credentials: 'same-origin' });
     return (await response.json()) as Record<string, Check>;
@@ -92,8 +94,18 @@ function Admin() {
         {workers.data && workers.data.data.length === 0 && <p class="muted">No trainer worker has called in recently.</p>}
         <ul>
           {(workers.data?.data ?? []).map((w) => (
-            <li key={w.worker_id}>
+            <li key={w.worker_id} data-worker={w.worker_id}>
               {w.worker_id} <span class="muted">last seen {when(w.last_seen_at)}</span>
+              {w.resident_trainers.length > 0 && (
+                <ul aria-label={`Resident trainers of ${w.worker_id}`}>
+                  {w.resident_trainers.map((r, i) => (
+                    <li key={i}>
+                      resident trainer: <code>{r.base_model}</code>{' '}
+                      <span class="muted">{r.model_id ? `holding model ${r.model_id}` : 'no model held'}</span>
+                    </li>
+                  ))}
+                </ul>
+              )}
             </li>
           ))}
         </ul>
