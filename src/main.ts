@@ -1,10 +1,15 @@
 import { ConfigError, loadConfig } from './config.js';
+import { openDatabase } from './db/index.js';
 import { DataDirLockedError } from './db/lock.js';
-import { startServer } from './server.js';
 
 async function main(): Promise<void> {
   const config = loadConfig();
-  const server = await startServer(config);
+  // PGlite boots in a thread of its own (0.5 s on an existing data directory): the app's modules load
+  // meanwhile, which takes as long. Its failure is reported below, once the modules are in.
+  const opening = openDatabase(config);
+  opening.catch(() => undefined);
+  const { startServer } = await import('./server.js');
+  const server = await startServer(config, { database: await opening });
 
   if (server.adminKey) {
     process.stdout.write(
