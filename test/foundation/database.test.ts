@@ -15,9 +15,17 @@ import { inject } from 'vitest';
 import { adminPool, databaseUrl } from '../helpers/postgres.js';
 
 const handles: DatabaseHandle[] = [];
+const tempDirs: string[] = [];
 afterEach(async () => {
   await Promise.all(handles.splice(0).map((h) => h.close()));
+  for (const dir of tempDirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
 });
+
+function tempDir(): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-database-'));
+  tempDirs.push(dir);
+  return dir;
+}
 
 async function tables(handle: DatabaseHandle): Promise<string[]> {
   const { rows } = await sql<{ table_name: string }>`
@@ -65,15 +73,6 @@ describe('migrations', () => {
 });
 
 describe('the data directory lock', () => {
-  const dataDirs: string[] = [];
-  afterEach(() => {
-    for (const dir of dataDirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
-  });
-  const tempDir = () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-lock-'));
-    dataDirs.push(dir);
-    return dir;
-  };
 
   it('keeps a second opener out of a data directory in use', async () => {
     const dataDir = tempDir();
@@ -117,15 +116,6 @@ describe('the data directory lock', () => {
 
 // Embedded only: the PostgreSQL run skips them.
 describe.skipIf(onPostgresServer)('a first start on an empty data directory', () => {
-  const dirs: string[] = [];
-  afterEach(() => {
-    for (const dir of dirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
-  });
-  const tempDir = () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-template-'));
-    dirs.push(dir);
-    return dir;
-  };
 
   /** A template that says it was loaded: the test run's migrated database with a table of its own. */
   async function markedTemplate(): Promise<string> {
