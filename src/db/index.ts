@@ -195,6 +195,17 @@ export async function migrateToLatest(db: Kysely<Database>): Promise<MigrationRe
   return results;
 }
 
+/** Brings an open database to the newest migration; closes it when that fails. */
+export async function migrateOrClose(database: DatabaseHandle): Promise<DatabaseHandle> {
+  try {
+    await database.unbounded(migrateToLatest);
+  } catch (error) {
+    await database.close();
+    throw error;
+  }
+  return database;
+}
+
 /**
  * Whether kysely's table lists exactly the migrations this build has: then the Migrator would do nothing,
  * but only after its table checks, lock and transaction (0.2-0.4 s of every start on PGlite; one query here).
