@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { onPostgresServer } from '../helpers/database.js';
 
 /**
  * The build check and the package scripts that run it (prepare, start), in a scratch project that has this
@@ -49,7 +50,8 @@ function run(dir: string, command: string, args: string[], env: Record<string, s
 
 const builds = (dir: string) => fs.readFileSync(path.join(dir, 'build.log'), 'utf8').split('\n').filter(Boolean).length;
 
-describe('the build', () => {
+// No database involved: the PostgreSQL run skips them.
+describe.skipIf(onPostgresServer)('the build', () => {
   it('is made by npm ci (the prepare script), and npm start then starts the server without building', () => {
     const dir = scratchProject();
     expect(run(dir, 'npm', ['install']).status).toBe(0); // writes the lock file npm ci needs
