@@ -59,4 +59,5 @@ export function buildIfStale() {
   fs.writeFileSync(stampFile, `${current}\n`);
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) buildIfStale();
+// Run as a script (not imported by scripts/start.mjs); Node resolves this module's URL through symbolic links.
+if (process.argv[1] && import.meta.url === pathToFileURL(fs.realpathSync(process.argv[1])).href) buildIfStale();

@@ -4,8 +4,8 @@ import { fileURLToPath } from 'node:url';
 import { PgliteWorker, pgliteVersion } from './pglite-worker.js';
 
 /**
- * A new embedded database costs PGlite an initdb: about 7 s on a quiet machine. Loading the same data
- * directory from a tarball costs about 1 s. The build (`npm run build`) writes that tarball once per
+ * A new embedded database costs PGlite an initdb: 2 s on 2 quiet cores, 7 s with a busy disk. Loading
+ * the same data directory from a tarball costs about 1 s (docs/benchmarks.md, "Start"). The build (`npm run build`) writes that tarball once per
  * PGlite release, taken from a fresh instance before anything was done to it, and a first start on an
  * empty data directory loads it; migrations then run on it as on an initdb'd one. The tarball depends on
  * nothing but PGlite's release, which its name carries: one from another release is never loaded.
