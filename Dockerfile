@@ -2,23 +2,26 @@
 # Targets: `server` (the default, last stage) and `worker` (trainyard-worker with the reference trainer, trainer/).
 ARG WORKER_BASE_IMAGE=python:3.11-slim-bookworm
 
-# Build: compile TypeScript with the dev dependencies.
+# Build: compile TypeScript and bundle the web UI with the dev dependencies, and write the embedded
+# database's template (dist/pglite-template/). --ignore-scripts: the package's `prepare` builds, which
+# needs the sources copied after this layer (and no dependency needs its install script: esbuild finds
+# its binary without it).
 FROM node:20-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --no-audit --no-fund
+RUN npm ci --no-audit --no-fund --ignore-scripts
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 COPY migrations ./migrations
 COPY ui ./ui
-COPY scripts/build-ui.ts ./scripts/
+COPY scripts/build-ui.ts scripts/build-pglite-template.mjs ./scripts/
 RUN npm run build
 
-# Production dependencies only.
+# Production dependencies only (no build tools: `prepare` is not run).
 FROM node:20-bookworm-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --no-audit --no-fund
+RUN npm ci --omit=dev --no-audit --no-fund --ignore-scripts
 
 FROM node:20-bookworm-slim AS server
 ENV NODE_ENV=production \

@@ -7,7 +7,7 @@ import { adminRoutes } from './admin/routes.js';
 import { registerAuth } from './auth/plugin.js';
 import { AuthService } from './auth/service.js';
 import type { Config } from './config.js';
-import { migrateToLatest, openDatabase, type Database, type DatabaseHandle } from './db/index.js';
+import { migrateOrClose, openDatabase, type Database, type DatabaseHandle } from './db/index.js';
 import { DomainEvents } from './events.js';
 import { SystemChecks } from './health/checks.js';
 import { healthRoutes } from './health/routes.js';
@@ -48,13 +48,7 @@ export interface AppDeps {
 
 /** Builds the whole app on a migrated database. Never listens: src/server.ts does. */
 export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App> {
-  const database = deps.database ?? (await openDatabase(config));
-  try {
-    await database.unbounded(migrateToLatest);
-  } catch (error) {
-    await database.close();
-    throw error;
-  }
+  const database = await migrateOrClose(deps.database ?? (await openDatabase(config)));
 
   const app = Fastify({
     logger: deps.logStream ? { level: config.logLevel, stream: deps.logStream } : { level: config.logLevel },

@@ -1,10 +1,16 @@
 import { ConfigError, loadConfig } from './config.js';
+import { migrateOrClose, openDatabase } from './db/index.js';
 import { DataDirLockedError } from './db/lock.js';
-import { startServer } from './server.js';
 
 async function main(): Promise<void> {
   const config = loadConfig();
-  const server = await startServer(config);
+  // PGlite boots and migrates in a thread of its own (0.4 s on an existing data directory, 1.5 s on a
+  // new one): the app's modules load meanwhile (0.6 s). A failure is reported below, once they are in;
+  // buildApp then finds every migration applied.
+  const opening = openDatabase(config).then(migrateOrClose);
+  opening.catch(() => undefined);
+  const { startServer } = await import('./server.js');
+  const server = await startServer(config, { database: await opening });
 
   if (server.adminKey) {
     process.stdout.write(

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -56,7 +57,7 @@ async function run(message) {
       return { rows, fields, affectedRows };
     }
     case 'dump': {
-      const tarball = await pglite.dumpDataDir('none');
+      const tarball = await pglite.dumpDataDir(message.compression);
       return new Uint8Array(await tarball.arrayBuffer());
     }
     case 'close':
@@ -123,14 +124,24 @@ interface Artifacts {
 
 let artifacts: Promise<Artifacts> | undefined;
 
+/** PGlite's CommonJS entry (its ESM entry is the .js twin beside it). */
+function pgliteMain(): string {
+  return createRequire(import.meta.url).resolve('@electric-sql/pglite');
+}
+
+/** The installed PGlite release. */
+export function pgliteVersion(): string {
+  const manifest = path.join(path.dirname(pgliteMain()), '..', 'package.json');
+  return (JSON.parse(readFileSync(manifest, 'utf8')) as { version: string }).version;
+}
+
 /**
  * PGlite's entry, its compiled WebAssembly and its file-system bundle, loaded once per process and
  * shared with every worker (a compiled module is posted without recompiling it).
  */
 function loadArtifacts(): Promise<Artifacts> {
   artifacts ??= (async () => {
-    // The CommonJS entry; the ESM one (what this process would import) is its .js twin beside it.
-    const main = createRequire(import.meta.url).resolve('@electric-sql/pglite');
+    const main = pgliteMain();
     const dir = path.dirname(main);
     const [pgliteWasm, initdbWasm, bundle] = await Promise.all(
       ['pglite.wasm', 'initdb.wasm', 'pglite.data'].map((file) => fs.readFile(path.join(dir, file))),
@@ -201,8 +212,8 @@ export class PgliteWorker {
   }
 
   /** A tarball of the data directory (tests keep one as the template of every test database). */
-  async dumpDataDir(): Promise<Blob> {
-    return new Blob([(await this.call({ op: 'dump' })) as Uint8Array]);
+  async dumpDataDir(compression: 'none' | 'gzip' = 'none'): Promise<Blob> {
+    return new Blob([(await this.call({ op: 'dump', compression })) as Uint8Array]);
   }
 
   /** Closes the instance (when the worker still answers) and stops the worker. */

@@ -1,20 +1,31 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { sql } from 'kysely';
+import { Migrator, sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { migrateDownAll, migrateToLatest, openDatabase, type DatabaseHandle } from '../../src/db/index.js';
 import { acquireDataDirLock, DataDirLockedError, lockFilePath } from '../../src/db/lock.js';
 import { migrations } from '../../migrations/index.js';
-import { createPgPool } from '../../src/db/index.js';
+import { createPglite, createPgPool, pgliteDataPath } from '../../src/db/index.js';
+import { initdbTemplatePath, writeInitdbTemplate } from '../../src/db/pglite-template.js';
+import { pgliteVersion } from '../../src/db/pglite-worker.js';
 import { freshDatabase, onPostgresServer } from '../helpers/database.js';
+import { inject } from 'vitest';
 import { adminPool, databaseUrl } from '../helpers/postgres.js';
 
 const handles: DatabaseHandle[] = [];
+const tempDirs: string[] = [];
 afterEach(async () => {
   await Promise.all(handles.splice(0).map((h) => h.close()));
+  for (const dir of tempDirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
 });
+
+function tempDir(): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-database-'));
+  tempDirs.push(dir);
+  return dir;
+}
 
 async function tables(handle: DatabaseHandle): Promise<string[]> {
   const { rows } = await sql<{ table_name: string }>`
@@ -41,6 +52,17 @@ describe('migrations', () => {
     expect(applied.every((r) => r.status === 'Success')).toBe(true);
   });
 
+  it('apply the ones a database lacks when all the others are there', async () => {
+    const handle = await freshDatabase();
+    handles.push(handle);
+    const newest = Object.keys(migrations).at(-1);
+    const { error } = await new Migrator({ db: handle.db, provider: { getMigrations: async () => migrations } }).migrateDown();
+    expect(error).toBeUndefined();
+    const applied = await migrateToLatest(handle.db);
+    expect(applied.map((r) => [r.migrationName, r.status])).toEqual([[newest, 'Success']]);
+    expect(await migrateToLatest(handle.db)).toEqual([]);
+  });
+
   it('return int8 and numeric values as numbers on either database', async () => {
     const handle = await freshDatabase();
     handles.push(handle);
@@ -51,15 +73,6 @@ describe('migrations', () => {
 });
 
 describe('the data directory lock', () => {
-  const dataDirs: string[] = [];
-  afterEach(() => {
-    for (const dir of dataDirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
-  });
-  const tempDir = () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-lock-'));
-    dataDirs.push(dir);
-    return dir;
-  };
 
   it('keeps a second opener out of a data directory in use', async () => {
     const dataDir = tempDir();
@@ -98,6 +111,60 @@ describe('the data directory lock', () => {
     const again = await openDatabase(config);
     handles.push(again);
     expect(await tables(again)).toContain('api_keys');
+  });
+});
+
+// Embedded only: the PostgreSQL run skips them.
+describe.skipIf(onPostgresServer)('a first start on an empty data directory', () => {
+
+  /** A template that says it was loaded: the test run's migrated database with a table of its own. */
+  async function markedTemplate(): Promise<string> {
+    const pglite = await createPglite({ loadDataDir: new Blob([fs.readFileSync(inject('pgliteTemplate'))]) });
+    try {
+      await pglite.query('create table came_from_the_template (id int)');
+      await pglite.query('checkpoint');
+      const file = path.join(tempDir(), 'template.tar.gz');
+      fs.writeFileSync(file, Buffer.from(await (await pglite.dumpDataDir('gzip')).arrayBuffer()));
+      return file;
+    } finally {
+      await pglite.close();
+    }
+  }
+
+  it('starts from the template, and a later start opens the database there instead', async () => {
+    const initdbTemplate = await markedTemplate();
+    const config = loadConfig({ DATA_DIR: tempDir() });
+    const first = await openDatabase(config, { initdbTemplate });
+    expect(await migrateToLatest(first.db)).toEqual([]);
+    await sql`insert into came_from_the_template values (1)`.execute(first.db);
+    await first.close();
+
+    const again = await openDatabase(config, { initdbTemplate });
+    handles.push(again);
+    const { rows } = await sql<{ id: number }>`select id from came_from_the_template`.execute(again.db);
+    expect(rows).toEqual([{ id: 1 }]);
+  });
+
+  it('runs initdb when there is no template', async () => {
+    const config = loadConfig({ DATA_DIR: tempDir() });
+    const handle = await openDatabase(config, { initdbTemplate: path.join(tempDir(), 'none.tar.gz') });
+    handles.push(handle);
+    expect(fs.existsSync(path.join(pgliteDataPath(config.dataDir), 'PG_VERSION'))).toBe(true);
+    expect((await migrateToLatest(handle.db)).map((r) => r.migrationName)).toEqual(Object.keys(migrations));
+  });
+
+  it("uses the build's template, written once per PGlite release, from which every migration runs", async () => {
+    const dir = tempDir();
+    fs.writeFileSync(path.join(dir, '0.0.1.tar.gz'), 'a template of an older release');
+    const file = initdbTemplatePath(dir);
+    expect(path.basename(file)).toBe(`${pgliteVersion()}.tar.gz`);
+    expect(await writeInitdbTemplate(file)).toBe(true);
+    expect(fs.readdirSync(dir)).toEqual([path.basename(file)]);
+    expect(await writeInitdbTemplate(file)).toBe(false);
+
+    const handle = await openDatabase(loadConfig({ DATA_DIR: tempDir() }), { initdbTemplate: file });
+    handles.push(handle);
+    expect((await migrateToLatest(handle.db)).map((r) => r.migrationName)).toEqual(Object.keys(migrations));
   });
 });
 
