@@ -25,6 +25,13 @@ export async function findRun(db: Executor, args: ProjectScope & { name: string 
   return db.selectFrom('wandb_runs').selectAll().where('entity', '=', args.entity).where('project', '=', args.project).where('name', '=', args.name).executeTakeFirst();
 }
 
+/** A project's runs by name (one name, or all), at most `limit`. */
+export async function listRuns(db: Executor, args: ProjectScope & { name?: string; limit: number }): Promise<RunRow[]> {
+  let query = db.selectFrom('wandb_runs').selectAll().where('entity', '=', args.entity).where('project', '=', args.project);
+  if (args.name !== undefined) query = query.where('name', '=', args.name);
+  return query.orderBy('name').limit(args.limit).execute();
+}
+
 export async function findRunById(db: Executor, args: { entities: ReadonlySet<string>; id: number }): Promise<RunRow | undefined> {
   const row = await db.selectFrom('wandb_runs').selectAll().where('id', '=', args.id).executeTakeFirst();
   return row && args.entities.has(row.entity) ? row : undefined;

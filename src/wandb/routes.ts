@@ -25,6 +25,20 @@ const FileStreamBody = z.object({
 const FileStreamResponse = z.object({ exitcode: z.null(), limits: z.object({}) });
 
 const RunParams = z.object({ entity: NAME, project: NAME, run: NAME });
+const ProjectParams = z.object({ entity: NAME, project: NAME });
+const RunsQuery = z.object({
+  name: NAME.optional().describe('Only the run of this name (ART names the run after the model).'),
+  limit: z.coerce.number().int().min(1).max(100).default(100),
+});
+const RunState = z.enum(['running', 'finished', 'failed']);
+const WandbRunListing = z.object({
+  entity: z.string(),
+  project: z.string(),
+  name: z.string(),
+  display_name: z.string().nullable(),
+  state: RunState,
+  history_rows: z.number().int().describe('History lines the SDK streamed.'),
+});
 const HistoryQuery = z.object({
   after_step: z.coerce.number().int().min(-1).default(-1).describe('Only steps after this one.'),
   limit: z.coerce.number().int().min(1).max(10_000).default(1_000),
@@ -35,7 +49,7 @@ const WandbRunHistory = z
     project: z.string(),
     name: z.string(),
     display_name: z.string().nullable(),
-    state: z.enum(['running', 'finished', 'failed']),
+    state: RunState,
     summary: z.record(z.string(), z.unknown()),
     history: z.array(z.object({ step: z.number().int(), values: z.record(z.string(), z.unknown()) })),
     has_more: z.boolean(),
@@ -71,6 +85,21 @@ export const wandbRoutes: FastifyPluginAsyncZod<{ wandb: WandbService }> = async
       await wandb.fileStream(principalOf(request), { entity, project, run, body: request.body });
       return { exitcode: null, limits: {} };
     },
+  );
+
+  app.get(
+    '/v1/preview/wandb-runs/:entity/:project',
+    {
+      schema: {
+        tags,
+        summary: 'List a project\'s W&B runs',
+        description: 'The runs the wandb SDK created in this project, by name, without their history (an empty list when there are none).',
+        params: ProjectParams,
+        querystring: RunsQuery,
+        response: { 200: z.object({ data: z.array(WandbRunListing) }) },
+      },
+    },
+    async (request) => wandb.listRuns(principalOf(request), { ...request.params, ...request.query }),
   );
 
   app.get(

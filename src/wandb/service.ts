@@ -83,15 +83,23 @@ export interface ArtifactFileUpload {
   token: string | null;
 }
 
-export interface RunHistory {
+export interface RunListing {
   entity: string;
   project: string;
   name: string;
   display_name: string | null;
   state: 'running' | 'finished' | 'failed';
+  history_rows: number;
+}
+
+export interface RunHistory extends Omit<RunListing, 'history_rows'> {
   summary: Record<string, unknown>;
   history: { step: number; values: Record<string, unknown> }[];
   has_more: boolean;
+}
+
+function runState(run: RunRow): RunListing['state'] {
+  return run.completed_at ? (run.exitcode === 0 || run.exitcode === null ? 'finished' : 'failed') : 'running';
 }
 
 export interface FileStreamBody {
@@ -157,6 +165,22 @@ export class WandbService {
   }
 
   /** A run's summary and its history rows after a step, for the training API (404 for runs the key does not reach). */
+  /** The runs of a project the key's entities hold (one by name, or all), without their history. */
+  async listRuns(principal: Principal, args: repo.ProjectScope & { name?: string; limit: number }): Promise<{ data: RunListing[] }> {
+    if (!principal.entities.has(args.entity)) throw new NotFoundError('W&B project', `${args.entity}/${args.project}`);
+    const runs = await repo.listRuns(this.db, args);
+    return {
+      data: runs.map((run) => ({
+        entity: run.entity,
+        project: run.project,
+        name: run.name,
+        display_name: run.display_name,
+        state: runState(run),
+        history_rows: run.history_line_count,
+      })),
+    };
+  }
+
   async runHistory(principal: Principal, args: repo.ProjectScope & { run: string; afterStep: number; limit: number }): Promise<RunHistory> {
     const run = principal.entities.has(args.entity) ? await repo.findRun(this.db, { entity: args.entity, project: args.project, name: args.run }) : undefined;
     if (!run) throw new NotFoundError('W&B run', `${args.entity}/${args.project}/${args.run}`);
@@ -166,7 +190,7 @@ export class WandbService {
       project: run.project,
       name: run.name,
       display_name: run.display_name,
-      state: run.completed_at ? (run.exitcode === 0 || run.exitcode === null ? 'finished' : 'failed') : 'running',
+      state: runState(run),
       summary: run.summary ? (JSON.parse(run.summary) as Record<string, unknown>) : {},
       history: rows.slice(0, args.limit),
       has_more: rows.length > args.limit,

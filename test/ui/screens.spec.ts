@@ -115,6 +115,41 @@ describe('model page', () => {
     await w.context.close();
   });
 
+  it("draws the metrics ART logged to the model's W&B run, one chart per numeric key, and nothing for a model without a run", async () => {
+    const bucket = await call(server.app, user.headers, 'POST', '/graphql', {
+      query: 'mutation($name: String, $project: String, $entity: String) { upsertBucket(input: {name: $name, modelName: $project, entityName: $entity}) { inserted } }',
+      variables: { name: model.name, project: model.project, entity: model.entity },
+    });
+    expect(bucket.body).toEqual({ data: { upsertBucket: { inserted: true } } });
+    // What wandb's run.log sends for ART's model.log: one history line per step, W&B's own keys beside the metrics.
+    const lines = [0, 1, 2, 3, 4].map((step) =>
+      JSON.stringify({ _step: step, _runtime: step * 2.5, 'train/reward': 0.2 + 0.15 * step, 'loss/train': 1 / (step + 1), 'train/policy': 'cispo' }),
+    );
+    const streamed = await call(server.app, user.headers, 'POST', `/files/${model.entity}/${model.project}/${model.name}/file_stream`, {
+      files: { 'wandb-history.jsonl': { offset: 0, content: lines } },
+    });
+    expect(streamed.status).toBe(200);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${model.id}`);
+    const section = w.page.getByRole('region', { name: 'W&B run' });
+    await section.locator('[data-chart="train/reward"] canvas').waitFor();
+    expect(await section.locator('[data-chart]').evaluateAll((charts) => charts.map((c) => [c.getAttribute('data-chart'), c.getAttribute('data-points')]))).toEqual([
+      ['loss/train', '5'],
+      ['train/reward', '5'],
+    ]);
+    expect(await section.locator('h2').textContent()).toBe(`W&B run ${model.name}`);
+    expect(await section.locator('p.muted').first().textContent()).toContain('running · 5 history rows');
+    await section.scrollIntoViewIfNeeded();
+    await screenshot(w.page, 'model-wandb');
+    const bare = (await call(server.app, user.headers, 'GET', `/v1/preview/models?project=rl&limit=100`)).body.data.find((m: any) => m.name === 'agent-002');
+    await w.page.goto(`${server.url}/ui/models/${bare.id}`);
+    await w.page.getByRole('heading', { name: 'agent-002' }).waitFor();
+    await w.page.waitForLoadState('networkidle');
+    expect(await w.page.getByRole('region', { name: 'W&B run' }).count()).toBe(0);
+    w.expectClean();
+    await w.context.close();
+  });
+
   it('lists the checkpoints the API holds, marks the best, copies the inference name and deletes one', async () => {
     const api = await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/checkpoints?limit=100`);
     const steps = api.body.data.map((c: any) => String(c.step));

@@ -85,5 +85,38 @@ describe('W&B runs', () => {
       status: 404,
       body: { detail: `W&B run ${owner.entity}/${project}/${run} not found` },
     });
+    await expectOtherTenantRefused(app, jsonRequest('GET', `/v1/preview/wandb-runs/${owner.entity}/${project}?name=${run}`, other), {
+      status: 404,
+      body: { detail: `W&B project ${owner.entity}/${project} not found` },
+    });
+  });
+
+  it('lists a project\'s runs by name with their state and history size, one by name, and none as an empty list', async () => {
+    const { project, run } = await newRun();
+    const second = uniqueName('r');
+    await app.inject(
+      jsonRequest('POST', '/graphql', owner, {
+        query: 'mutation($name: String, $project: String) { upsertBucket(input: {name: $name, modelName: $project}) { inserted } }',
+        variables: { name: second, project },
+      }),
+    );
+    const lines = [0, 1, 2].map((step) => JSON.stringify({ _step: step, 'train/reward': step }));
+    await app.inject(stream(owner, project, run, { files: { 'wandb-history.jsonl': { offset: 0, content: lines } }, complete: true, exitcode: 0 }));
+    const all = await app.inject(jsonRequest('GET', `/v1/preview/wandb-runs/${owner.entity}/${project}`, owner));
+    expect(all.json()).toEqual({
+      data: [
+        { entity: owner.entity, project, name: run, display_name: run, state: 'finished', history_rows: 3 },
+        { entity: owner.entity, project, name: second, display_name: second, state: 'running', history_rows: 0 },
+      ].sort((a, b) => (a.name < b.name ? -1 : 1)),
+    });
+    const one = await app.inject(jsonRequest('GET', `/v1/preview/wandb-runs/${owner.entity}/${project}?name=${second}`, owner));
+    expect(one.json().data.map((r: { name: string }) => r.name)).toEqual([second]);
+    const none = await app.inject(jsonRequest('GET', `/v1/preview/wandb-runs/${owner.entity}/${project}?name=nobody`, owner));
+    expect(none.json()).toEqual({ data: [] });
+    const tooMany = await app.inject(jsonRequest('GET', `/v1/preview/wandb-runs/${owner.entity}/${project}?limit=101`, owner));
+    expect(tooMany.statusCode).toBe(422);
+    expect(tooMany.json()).toEqual({
+      detail: [{ type: 'less_than_equal', loc: ['query', 'limit'], msg: 'Input should be less than or equal to 100', input: '101', ctx: { le: 100 } }],
+    });
   });
 });

@@ -142,6 +142,7 @@ export function ModelPage(props: { id: string }) {
           {loss.length > 0 && <Chart title="Loss (checkpoint metrics)" series={loss} height={160} log={log} />}
         </div>
       </section>
+      {m && <WandbRunCharts model={m} smoothing={smoothing} log={log} />}
       {m && <CheckpointsTable model={m} checkpoints={checkpoints.data} policy={retention.data} reload={checkpoints.reload} />}
       {m && retention.data && (
         <RetentionForm
@@ -189,6 +190,73 @@ export function ModelPage(props: { id: string }) {
         )}
       </section>
     </main>
+  );
+}
+
+interface WandbRun {
+  name: string;
+  state: string;
+  history: { step: number; values: Record<string, unknown> }[];
+  has_more: boolean;
+}
+
+/** The most history rows and charts the page reads and draws for a W&B run. */
+const WANDB_MAX_ROWS = 10_000;
+const WANDB_MAX_CHARTS = 24;
+
+/** The W&B run named after the model (what ART's `model.log` writes with W&B on), every page of its history; null when there is none. */
+async function loadWandbRun(model: Model): Promise<WandbRun | null> {
+  const project = `/v1/preview/wandb-runs/${encodeURIComponent(model.entity)}/${encodeURIComponent(model.project)}`;
+  const listed = await api<{ data: unknown[] }>(`${project}?name=${encodeURIComponent(model.name)}`);
+  if (listed.data.length === 0) return null;
+  let run: WandbRun | null = null;
+  for (let after = -1; ; ) {
+    const page = await api<WandbRun>(`${project}/${encodeURIComponent(model.name)}/history?after_step=${after}&limit=1000`);
+    run = run ? { ...page, history: [...run.history, ...page.history] } : page;
+    if (!page.has_more || page.history.length === 0 || run.history.length >= WANDB_MAX_ROWS) return run;
+    after = page.history[page.history.length - 1]!.step;
+  }
+}
+
+/** One series per numeric history key (W&B's own `_`-prefixed keys left out), x = the row's step. */
+export function wandbSeries(history: WandbRun['history']): Series[] {
+  const byKey = new Map<string, Series>();
+  for (const row of history) {
+    for (const [key, value] of Object.entries(row.values)) {
+      if (key.startsWith('_') || typeof value !== 'number' || !Number.isFinite(value)) continue;
+      let series = byKey.get(key);
+      if (!series) byKey.set(key, (series = { label: key, x: [], y: [] }));
+      series.x.push(row.step);
+      series.y.push(value);
+    }
+  }
+  return [...byKey.keys()].sort().map((key) => byKey.get(key)!);
+}
+
+/** The metrics ART computed and logged to W&B for this model, beside the training API's own. Nothing when there is no such run. */
+function WandbRunCharts(props: { model: Model; smoothing: number; log: boolean }) {
+  const run = useLoad(`wandb:${props.model.id}`, () => loadWandbRun(props.model));
+  const series = useMemo(() => wandbSeries(run.data?.history ?? []), [run.data]);
+  if (run.error) return <Problem error={run.error} />;
+  if (!run.data) return null;
+  const shown = series.slice(0, WANDB_MAX_CHARTS);
+  return (
+    <section aria-label="W&B run">
+      <h2>
+        W&amp;B run <code>{run.data.name}</code>
+      </h2>
+      <p class="muted">
+        {run.data.state} · {run.data.history.length} history rows{run.data.has_more ? ` (the first ${WANDB_MAX_ROWS})` : ''} · what <code>model.log</code>{' '}
+        wrote with W&amp;B on (<code>WANDB_BASE_URL</code> pointing here)
+        {series.length > shown.length ? ` · the first ${shown.length} of ${series.length} metrics` : ''}
+      </p>
+      {series.length === 0 && <p class="empty">No numeric metrics in this run's history yet.</p>}
+      <div class="small-multiples">
+        {shown.map((s) => (
+          <Chart key={s.label} title={s.label} series={[s]} height={160} smoothing={props.smoothing} log={props.log} />
+        ))}
+      </div>
+    </section>
   );
 }
 
