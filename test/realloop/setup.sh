@@ -3,6 +3,7 @@
 #   test/realloop/.venv-art   openpipe-art 0.5.23 (the newest ART; 0.5.20+ need Python 3.12) and pytest
 #   engine/.venv              the inference engine (engine/setup.sh)
 #   trainer/.venv             the reference trainer (trainer/setup.sh), which also builds the tiny model
+# `setup.sh art` makes only the first (the wandb suite runs ART 0.5.23 from it, test/wandb/run.sh).
 # Python 3.12 is PYTHON312 if set, else python3.12 on PATH, else the newest 3.12 that pyenv has.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,5 +33,6 @@ if ! { [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.lock-stamp" 2>/dev/null)" =
   "$venv/bin/python" -m pip check --disable-pip-version-check
   echo "$stamp" > "$venv/.lock-stamp"
 fi
+[ "${1:-}" = art ] && exit 0
 sh "$root/engine/setup.sh"
 [ -x "$root/trainer/.venv/bin/python" ] || sh "$root/trainer/setup.sh"
