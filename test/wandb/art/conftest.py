@@ -67,6 +67,11 @@ def art_stack():
     except StackError as error:
         pytest.fail(str(error))
     finally:
+        # Runs ART left open (backend.train opens the model's run) are finished while trainyard still answers:
+        # at exit, wandb would otherwise retry their last uploads against a stopped server for minutes.
+        import wandb
+
+        wandb.teardown()
         for name in ("WANDB_BASE_URL", "WANDB_API_KEY"):
             os.environ.pop(name, None)
         stack.close()

@@ -99,8 +99,12 @@ def test_train_sft_uploads_its_data_as_a_dataset_artifact_and_trains_a_new_check
     assert [json.loads(line) for line in lines] == [{"messages": t.messages()} for t in sft_trajectories()]
 
 
-@pytest.mark.xfail(not HAS_RUN_NAME, strict=True, reason="ART 0.5.17: the run is not found under the model's entity (404); not yet investigated")
 def test_model_log_with_wandb_on_makes_the_metrics_readable_through_the_training_api(art_stack, loop, tmp_path):
+    # ART 0.5.17 opens a model's W&B run as the process's global run (wandb.init without reinit), and wandb.init
+    # then hands that same run to the next model: the SFT model's run, which 0.5.17 opens when its job ends,
+    # would take this model's metrics. A script with one model per process never meets this; finish that run.
+    if wandb.run is not None:
+        wandb.run.finish()
     backend = ServerlessBackend(api_key=art_stack.key, base_url=art_stack.v1)
     model = new_model(art_stack, tmp_path)
     loop.run_until_complete(model.register(backend))
