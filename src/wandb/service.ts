@@ -98,8 +98,10 @@ export interface RunHistory extends Omit<RunListing, 'history_rows'> {
   has_more: boolean;
 }
 
-function runState(run: RunRow): RunListing['state'] {
-  return run.completed_at ? (run.exitcode === 0 || run.exitcode === null ? 'finished' : 'failed') : 'running';
+/** What the training API shows of every run: its names and its state. */
+function runFields(run: RunRow): Omit<RunListing, 'history_rows'> {
+  const state = run.completed_at ? (run.exitcode === 0 || run.exitcode === null ? 'finished' : 'failed') : 'running';
+  return { entity: run.entity, project: run.project, name: run.name, display_name: run.display_name, state };
 }
 
 export interface FileStreamBody {
@@ -164,33 +166,22 @@ export class WandbService {
     return (await repo.historyLines(this.db, { runId: run.id, last: HISTORY_TAIL })).map((l) => l.content);
   }
 
-  /** A run's summary and its history rows after a step, for the training API (404 for runs the key does not reach). */
   /** The runs of a project the key's entities hold (one by name, or all), without their history. */
   async listRuns(principal: Principal, args: repo.ProjectScope & { name?: string; limit: number }): Promise<{ data: RunListing[] }> {
     if (!principal.entities.has(args.entity)) throw new NotFoundError('W&B project', `${args.entity}/${args.project}`);
     const runs = await repo.listRuns(this.db, args);
     return {
-      data: runs.map((run) => ({
-        entity: run.entity,
-        project: run.project,
-        name: run.name,
-        display_name: run.display_name,
-        state: runState(run),
-        history_rows: run.history_line_count,
-      })),
+      data: runs.map((run) => ({ ...runFields(run), history_rows: run.history_line_count })),
     };
   }
 
+  /** A run's summary and its history rows after a step, for the training API (404 for runs the key does not reach). */
   async runHistory(principal: Principal, args: repo.ProjectScope & { run: string; afterStep: number; limit: number }): Promise<RunHistory> {
     const run = principal.entities.has(args.entity) ? await repo.findRun(this.db, { entity: args.entity, project: args.project, name: args.run }) : undefined;
     if (!run) throw new NotFoundError('W&B run', `${args.entity}/${args.project}/${args.run}`);
     const rows = await repo.historyRows(this.db, { runId: run.id, afterStep: args.afterStep, limit: args.limit + 1 });
     return {
-      entity: run.entity,
-      project: run.project,
-      name: run.name,
-      display_name: run.display_name,
-      state: runState(run),
+      ...runFields(run),
       summary: run.summary ? (JSON.parse(run.summary) as Record<string, unknown>) : {},
       history: rows.slice(0, args.limit),
       has_more: rows.length > args.limit,
