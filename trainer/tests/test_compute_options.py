@@ -77,3 +77,94 @@ def test_auto_checkpointing_recomputes_only_a_forward_whose_activations_exceed_t
     model.trainyard_activation_budget = 1e15
     logprobs_and_grads(model)
     assert model.trainyard_checkpointing is False
+
+
+def graph_forwards(model):
+    """Logprobs, entropies and LoRA gradients of a packed row and of a single sequence, and no-gradient logprobs."""
+    packed = logprobs_and_grads(model)
+    model.zero_grad()
+    single, _, _ = packed_logprobs(model, SEQUENCES[2:], CPU, chunk_size=8)
+    single.sum().backward()
+    with torch.no_grad():
+        inference, _, _ = packed_logprobs(model, SEQUENCES, CPU, chunk_size=8)
+    return packed, (single.detach(), [p.grad.clone() for p in trainable_parameters(model)]), inference
+
+
+def assert_same_forwards(actual, expected, atol):
+    (packed, single, inference), (packed_ref, single_ref, inference_ref) = actual, expected
+    for got, want in ((packed, packed_ref), (single, single_ref)):
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=atol)
+        for a, b in zip(got[-1], want[-1]):  # compiled kernels sum in another order: equal to float rounding
+            assert (a - b).norm() <= 1e-4 * b.norm()
+    torch.testing.assert_close(packed[1], packed_ref[1], rtol=0, atol=atol)
+    torch.testing.assert_close(inference, inference_ref, rtol=0, atol=atol)
+
+
+def test_forwards_padded_to_a_length_bucket_give_the_unpadded_numbers(model_dir):
+    """--compile graphs pads a forward up to a multiple of --length-bucket (24 packed tokens to 32, 14 to 16): a padding
+    sequence of its own after packed ones, padding at the end of a single (causal) sequence; only real positions count."""
+    reference = graph_forwards(load_model(model_dir, None, Options(device="cpu", compile_logprobs=False), CPU))
+    model = load_model(model_dir, None, Options(device="cpu", compile_logprobs=False), CPU)
+    model.trainyard_length_bucket = 16
+    seen = []
+    original = model.get_base_model().get_decoder().forward
+    model.get_base_model().get_decoder().forward = lambda **kw: seen.append(kw["input_ids"].shape[1]) or original(**kw)
+    padded = graph_forwards(model)
+    assert seen == [32, 16, 24]  # the packed row, the single sequence, and the no-gradient forward unpadded
+    assert_same_forwards(padded, reference, atol=1e-5)
+
+
+def test_decoder_layers_compiled_for_cuda_graphs_equal_eager_ones(model_dir):
+    """--compile graphs on a CPU: the layers compile with mode reduce-overhead (graphs are CUDA's; here it compiles
+    alone), forwards are padded, and a forward without gradient runs the layers eagerly; the numbers stay eager's."""
+    reference = graph_forwards(load_model(model_dir, None, Options(device="cpu", compile_logprobs=False), CPU))
+    model = load_model(model_dir, None, Options(device="cpu", compile_logprobs=False, cuda_graphs=True, length_bucket=16), CPU)
+    assert model.trainyard_length_bucket == 16 and model.trainyard_compiled_layers
+    assert_same_forwards(graph_forwards(model), reference, atol=1e-5)
+    assert all(layer._compiled_call_impl is not None for layer in model.trainyard_compiled_layers)
+
+
+def test_the_fused_adamw_trains_the_adapter_of_the_default_one_and_continues_its_saved_state(tmp_path, capsys, model_dir, tokenizer):
+    """--adamw fused (the default) against torch's default AdamW over two jobs, the second continuing the first's
+    optimizer state; a state saved by either implementation continues in the other."""
+    import os
+
+    from helpers import run_job, write_job
+    from safetensors.torch import load_file
+    from test_jobs import rl_groups
+
+    def job(name, adamw, base=None):
+        spec, out = write_job(str(tmp_path / name), "rl", model_dir, rl_groups(tokenizer), base=base, step=2 if base else 1, config={"learning_rate": 1e-3})
+        code, _, err = run_job(capsys, spec, "--device", "cpu", "--adamw", adamw)
+        assert code == 0, err
+        state = torch.load(os.path.join(out, "optimizer.pt"), weights_only=True)["state"]
+        return out, load_file(os.path.join(out, "adapter_model.safetensors")), state
+
+    default_1, default_adapter_1, default_state = job("d1", "default")
+    fused_1, fused_adapter_1, fused_state = job("f1", "fused")
+    assert [g["fused"] for g in default_state["param_groups"]] == [None]
+    assert [g["fused"] for g in fused_state["param_groups"]] == [True]
+    _, default_adapter_2, _ = job("d2", "default", base=default_1)
+    _, crossed_adapter_2, crossed_state = job("x2", "fused", base=default_1)  # a default-saved state, continued fused
+    _, back_adapter_2, back_state = job("b2", "default", base=fused_1)  # and the other way round
+    assert [g["fused"] for g in crossed_state["param_groups"]] == [True] and [g["fused"] for g in back_state["param_groups"]] == [None]
+    assert {float(s["step"]) for s in crossed_state["state"].values()} == {float(s["step"]) for s in back_state["state"].values()} == {2.0}
+    # The same update to float rounding; Adam divides a ~0 gradient by its own magnitude, so allow 1% of one step (lr 1e-3).
+    for actual, expected in ((fused_adapter_1, default_adapter_1), (crossed_adapter_2, default_adapter_2), (back_adapter_2, default_adapter_2)):
+        assert actual.keys() == expected.keys()
+        for name in expected:
+            torch.testing.assert_close(actual[name], expected[name], rtol=1e-4, atol=1e-5)
+    assert any((default_adapter_2[name] - default_adapter_1[name]).abs().max() > 1e-4 for name in default_adapter_1)
+
+
+def test_a_length_bucket_that_is_not_a_positive_number_is_refused_by_name(capsys):
+    import pytest
+
+    from trainyard_trainer.main import parse_args
+
+    assert parse_args(["--compile", "graphs", "--length-bucket", "512", "spec.json"]).length_bucket == 512
+    for value in ("0", "-256", "abc"):
+        with pytest.raises(SystemExit) as exited:
+            parse_args(["--length-bucket", value, "spec.json"])
+        assert exited.value.code == 2
+        assert f"argument --length-bucket: '{value}' is not a positive number of tokens" in capsys.readouterr().err

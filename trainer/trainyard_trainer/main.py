@@ -14,6 +14,12 @@ from typing import Any
 PERMANENT_FAILURE = 3
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of tokens")
+    return int(text)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m trainyard_trainer", description=__doc__)
     parser.add_argument("--device", default="auto", help="auto (CUDA when present, else CPU), cpu or cuda")
@@ -25,8 +31,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--packing", choices=("on", "off"), default="on", help="several sequences per forward pass (off: one sequence per forward)")
     parser.add_argument("--pack-length", type=int, default=0, help="tokens per packed forward (default: the RL row length; SFT: the longest sequence rounded up to 2048)")
     parser.add_argument("--lora-dtype", choices=("auto", "bf16", "fp32"), default="auto", help="compute dtype of the LoRA matmuls (fp32 weights either way); auto: bf16 on CUDA")
-    parser.add_argument("--compile", choices=("auto", "off", "logprobs", "layers"), default="auto",
-                        help="torch.compile the lm_head log-softmax chunks (logprobs), and each decoder layer too (layers); auto: layers with CUDA in a resident process, else off")
+    parser.add_argument("--compile", choices=("auto", "off", "logprobs", "layers", "graphs"), default="auto",
+                        help="torch.compile the lm_head log-softmax chunks (logprobs), and each decoder layer too (layers), replayed as CUDA graphs (graphs, "
+                             "experimental); auto: layers with CUDA in a resident process, else off")
+    parser.add_argument("--length-bucket", type=_positive, default=256, help="with --compile graphs: a forward is padded up to a multiple of this many tokens (one graph per bucket)")
+    parser.add_argument("--adamw", choices=("fused", "default"), default="fused", help="fused: torch's fused AdamW kernel (CUDA, CPU); default: torch's default implementation")
     parser.add_argument("--logprobs", choices=("fused", "recompute"), default="fused",
                         help="gradient of the log-probabilities through the lm_head: fused (kept from the forward pass) or recompute (each chunk's logits again in the backward pass)")
     parser.add_argument("--attention", choices=("sdpa", "varlen"), default="sdpa",
@@ -85,8 +94,9 @@ def run(args: argparse.Namespace, spec_path: str | None, resident: Any = None) -
         gradient_checkpointing={"auto": None, "on": True, "off": False}[args.gradient_checkpointing],
         max_seq_length=args.max_seq_length, seed=args.seed, packing=args.packing == "on", pack_length=args.pack_length or None,
         lora_dtype=args.lora_dtype, compile_logprobs={"auto": compiled, "off": False}.get(args.compile, True),
-        compile_layers={"auto": compiled, "layers": True}.get(args.compile, False),
-        fused_logprobs=args.logprobs == "fused", attention=args.attention,
+        compile_layers={"auto": compiled, "layers": True, "graphs": True}.get(args.compile, False),
+        fused_logprobs=args.logprobs == "fused", attention=args.attention, fused_adamw=args.adamw == "fused",
+        cuda_graphs=args.compile == "graphs", length_bucket=args.length_bucket,
     )
     try:
         device = pick_device(options.device)

@@ -36,6 +36,9 @@ class Options:
     compile_layers: bool | None = None  # torch.compile each decoder layer (fewer kernel launches); None: on with CUDA
     attention: str = "sdpa"  # CUDA rows of one sequence: sdpa (cuDNN first) or varlen flash attention; packed rows: varlen
     fused_logprobs: bool = True  # the lm_head's backward folded into its forward (_HeadLogprobs); off: logits recomputed in the backward
+    fused_adamw: bool = True  # torch's fused AdamW kernel where the device has one; off: torch's default implementation
+    cuda_graphs: bool = False  # compiled decoder layers replayed as CUDA graphs (mode reduce-overhead); implies compile_layers
+    length_bucket: int = 256  # with cuda_graphs: a forward's tokens are padded up to a multiple of this (one graph per bucket)
 
 
 def pick_device(name: str) -> torch.device:
@@ -120,13 +123,16 @@ def attach_lora(model: Any, base_model: str, adapter_dir: str | None, options: O
     packing.probe(device)
     packing.single_sequence = options.attention
     model.trainyard_compiled_layers = []
-    if options.compile_layers if options.compile_layers is not None else device.type == "cuda":
+    model.trainyard_length_bucket = options.length_bucket if options.cuda_graphs else None
+    if options.cuda_graphs or (options.compile_layers if options.compile_layers is not None else device.type == "cuda"):
         # Each new LoRA (a new job's adapter on a base model kept loaded) recompiles the layer once; the default limit
         # of 8 recompiles would then silently fall back to eager after a few models.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         for layer in getattr(causal_lm.get_decoder(), "layers", []):
             if layer._compiled_call_impl is None:
-                layer.compile(dynamic=True)
+                # reduce-overhead: inductor records each layer's forward and backward as CUDA graphs (per padded length)
+                # and replays them, one launch per layer instead of one per kernel. Not on a CPU, where it compiles alone.
+                layer.compile(dynamic=True, mode="reduce-overhead" if options.cuda_graphs else None)
             model.trainyard_compiled_layers.append(layer)
     model.train()
     return model
@@ -167,6 +173,7 @@ def _uncompile_layers(model: Any, error: Exception) -> None:
     for layer in model.trainyard_compiled_layers:
         layer._compiled_call_impl = None
     model.trainyard_compiled_layers = []
+    model.trainyard_length_bucket = None  # no graphs to pad for
 
 
 def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
@@ -187,9 +194,10 @@ def _autocast(model: Any, device: torch.device):
     return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
-def hidden_states(model: Any, input_ids: torch.Tensor, lengths: list[int] | None = None) -> torch.Tensor:
+def hidden_states(model: Any, input_ids: torch.Tensor, lengths: list[int] | None = None, max_length: int | None = None) -> torch.Tensor:
     """Last hidden states [1, T, H] of one row holding the sequences of `lengths` (default: one sequence) back to back,
-    each with its own positions 0..n-1 and attention within itself only; no logits are materialised."""
+    each with its own positions 0..n-1 and attention within itself only; no logits are materialised. `max_length`: what
+    varlen attention is told the longest sequence is (at least the longest; default: exactly it)."""
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
     decoder = causal_lm.get_decoder()
     device = input_ids.device
@@ -203,7 +211,8 @@ def hidden_states(model: Any, input_ids: torch.Tensor, lengths: list[int] | None
         for n in lengths:
             offsets.append(offsets[-1] + n)
         cu = as_tensor(offsets, torch.int32, device)
-        kwargs = {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": max(lengths), "max_length_k": max(lengths)}
+        longest = max_length or max(lengths)
+        kwargs = {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
     sdpa = device.type == "cuda" and len(lengths) == 1 and packing.single_sequence == "sdpa"
     with packing.sdpa_backends() if sdpa else contextlib.nullcontext():
         return decoder(input_ids=input_ids, position_ids=positions, use_cache=False, **kwargs).last_hidden_state
@@ -281,6 +290,45 @@ def _chunk_functions(compiled: bool) -> tuple[Any, Any]:
     return _compiled(_chunk_logprobs), _compiled(_chunk_logprobs_and_expected)
 
 
+def _graph_forward(model: Any, ids: torch.Tensor, lengths: list[int], device: torch.device) -> tuple[torch.Tensor, list[int], int | None, Any]:
+    """How a forward runs with layers replayed as CUDA graphs (`--compile graphs`): (token ids, sequence lengths, varlen
+    maximum, a context for the layers).
+
+    A graph is recorded per distinct length, so the row is padded up to a multiple of the length bucket: a single
+    sequence grows at its end (causal attention: no real position sees the padding), several get a padding sequence of
+    their own, and varlen attention is told the padded length as the longest (any upper bound is correct), so that the
+    recorded shape depends on the bucket alone. The caller keeps only the real positions.
+
+    A forward without gradient or with gradient checkpointing runs its layers eagerly instead: a forward with no
+    backward pending ends the graphs' generation at every layer (each layer's output would be overwritten by the next
+    layer), and a checkpoint's recompute inside the backward pass is not something the graphs are recorded for."""
+    layers = model.trainyard_compiled_layers
+    if not torch.is_grad_enabled() or model.trainyard_checkpointing:
+        return ids, lengths, None, _eager(layers)
+    bucket = model.trainyard_length_bucket
+    total = ids.shape[1]
+    padded = -(-total // bucket) * bucket
+    if padded > total:
+        ids = torch.cat([ids, ids.new_zeros((1, padded - total))], dim=1)
+        lengths = [padded] if len(lengths) == 1 else [*lengths, padded - total]
+    if device.type == "cuda":
+        torch.compiler.cudagraph_mark_step_begin()  # a new forward: the graphs' outputs of the last one are consumed
+    return ids, lengths, padded if len(lengths) > 1 else None, contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _eager(layers: list[Any]):
+    """The compiled layers run eagerly for the duration of the block."""
+    compiled = [layer._compiled_call_impl for layer in layers]
+    for layer in layers:
+        layer._compiled_call_impl = None
+    try:
+        yield
+    finally:
+        for layer, impl in zip(layers, compiled):
+            layer._compiled_call_impl = impl
+
+
 def packed_logprobs(model: Any, sequences: list[list[int]], device: torch.device, chunk_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """One forward over `sequences` packed into a row: log p(token t | earlier tokens of its sequence) for t = 1..n-1 of
     each sequence, and the full-vocabulary entropy at those positions, concatenated in order ([Σ (n_i - 1)]), with the
@@ -300,14 +348,17 @@ def packed_logprobs(model: Any, sequences: list[list[int]], device: torch.device
 
     if torch.is_grad_enabled():
         _checkpoint_if_needed(model, ids.shape[1])
-    with _autocast(model, device):
+    forward_ids, forward_lengths, longest, layers = ids, lengths, None, contextlib.nullcontext()
+    if getattr(model, "trainyard_length_bucket", None):
+        forward_ids, forward_lengths, longest, layers = _graph_forward(model, ids, lengths, device)
+    with _autocast(model, device), layers:
         try:
-            hidden = hidden_states(model, ids, lengths)[0, :-1]
+            hidden = hidden_states(model, forward_ids, forward_lengths, longest)[0, : ids.shape[1] - 1]
         except TorchDynamoException as error:
             if not getattr(model, "trainyard_compiled_layers", None):
                 raise
             _uncompile_layers(model, error)
-            hidden = hidden_states(model, ids, lengths)[0, :-1]
+            hidden = hidden_states(model, forward_ids, forward_lengths, longest)[0, : ids.shape[1] - 1]
         targets = ids[0, 1:]
         logprobs, entropies = [], []
         for start in range(0, hidden.shape[0], chunk_size):

@@ -25,7 +25,7 @@ _registered = False
 _varlen = None  # torch.nn.attention.varlen.varlen_attn with the keyword arguments this torch release takes, or False
 # How a CUDA row holding one sequence attends: "varlen" (the packed rows' kernel) or "sdpa" (scaled_dot_product_attention,
 # cuDNN's kernel first: see sdpa_backends).
-single_sequence = "varlen"
+single_sequence = "sdpa"  # the trainer sets it from --attention on every model load
 
 
 def sdpa_backends():

@@ -27,8 +27,18 @@ WEIGHT_DECAY = 0.1
 MAX_GRAD_NORM = 0.1
 
 
-def make_optimizer(params: list[torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.AdamW:
-    return torch.optim.AdamW(params, lr=lr, betas=BETAS, eps=EPS, weight_decay=weight_decay)
+def make_optimizer(params: list[torch.nn.Parameter], lr: float, weight_decay: float, fused: bool = True) -> torch.optim.AdamW:
+    """ART's AdamW. `fused`: torch's fused kernel, one pass over all the LoRA tensors per step (a few kernel launches
+    instead of one per operation and tensor group), on the devices that have it (CUDA and CPU); else torch's default."""
+    fused = fused and bool(params) and all(p.device.type in ("cuda", "cpu") for p in params)
+    return torch.optim.AdamW(params, lr=lr, betas=BETAS, eps=EPS, weight_decay=weight_decay, fused=fused or None)
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Continues a saved state in `optimizer`'s implementation, whichever one saved it: the moments and step counts are
+    the same, only `fused`/`foreach` (which loading would otherwise take from the saved groups) are kept."""
+    groups = [{**saved, "fused": group["fused"], "foreach": group["foreach"]} for saved, group in zip(state["param_groups"], optimizer.param_groups)]
+    optimizer.load_state_dict({**state, "param_groups": groups})
 
 
 def reference_adapter(config: RLConfig, spec: dict[str, Any]) -> tuple[bool, str | None]:
@@ -149,10 +159,10 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
         model.load_adapter(reference, adapter_name="reference", is_trainable=False)
         model.set_adapter("default")
     params = trainable_parameters(model)
-    optimizer = make_optimizer(params, config.learning_rate, WEIGHT_DECAY)
+    optimizer = make_optimizer(params, config.learning_rate, WEIGHT_DECAY, options.fused_adamw)
     state = source.optimizer_state(base_adapter, "rl")
     if state is not None:
-        optimizer.load_state_dict(state)
+        load_optimizer(optimizer, state)
     chunk = config.logprob_calculation_chunk_size
     capacity = options.pack_length or seq_len
 

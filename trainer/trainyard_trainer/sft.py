@@ -10,7 +10,7 @@ from . import events
 from .config import ConfigError, parse_sft_config
 from .model import Options, as_tensor, packed_logprobs, save_adapter, trainable_parameters
 from .packing import plan
-from .rl import make_optimizer
+from .rl import load_optimizer, make_optimizer
 from .source import ColdSource
 from .tokenize import sft_sequence
 
@@ -40,10 +40,10 @@ def run(spec: dict[str, Any], rows: list[Any], options: Options, device: torch.d
     model = source.model(base_model, base_adapter, options, device)
     params = trainable_parameters(model)
     first_lr = config.learning_rate[0] if isinstance(config.learning_rate, list) else config.learning_rate
-    optimizer = make_optimizer(params, first_lr, WEIGHT_DECAY)
+    optimizer = make_optimizer(params, first_lr, WEIGHT_DECAY, options.fused_adamw)
     state = source.optimizer_state(base_adapter, "sft")
     if state is not None:
-        optimizer.load_state_dict(state)
+        load_optimizer(optimizer, state)
 
     # SFT has no row plan: a forward packs up to --pack-length tokens, by default the longest sequence rounded up to 2048.
     longest = max((len(seq.token_ids) for seq in sequences), default=1)
