@@ -8,7 +8,8 @@ forward + backward + AdamW step of the same LoRA model on the same sequences (th
 The RL step runs once per variant (`--variants`, `name=trainer flags` separated by `;`; default: packed and
 unpacked), each printed with its ratio to the baseline and to the first variant. `--batch variable` gives every group
 a shared prompt of 32-128 tokens and completions so that sequences are 64-1,024 tokens long (`--seq-len` is then the
-longest); `--batch fixed` makes every sequence `--seq-len` tokens, a quarter of them prompt.
+longest); `--batch fixed` makes every sequence `--seq-len` tokens, a quarter of them prompt. `--row-length` sets ART's
+packed_sequence_length (tokens per row, one optimizer step each).
 
 Prints one JSON line per measurement. On CUDA it adds the peak GPU memory allocated and model FLOPs utilisation:
 6 · N · tokens/s over the GPU's peak dense bf16 FLOP/s (--peak-tflops, default 989 for an H100 SXM), N = the base
@@ -32,6 +33,9 @@ import torch
 SHAPES = {
     # hidden, intermediate, layers, heads, kv heads, vocab
     "tiny": (256, 512, 4, 4, 2, 1024),
+    # Qwen2.5-0.5B's 24 layers and LoRA modules at tiny widths: on a CPU its step is bound by the work per operation
+    # (Python, dispatch), not by FLOPs, as 0.5B's step is bound by the host's launches on a GPU.
+    "narrow-24": (64, 128, 24, 2, 1, 1024),
     "qwen2.5-0.5b": (896, 4864, 24, 14, 2, 151936),
     "qwen2.5-1.5b": (1536, 8960, 28, 12, 2, 151936),
 }
@@ -57,7 +61,7 @@ def build(directory: str, shape: str) -> int:
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
     # The GPU shapes are stored in bf16, the dtype the trainer loads them in on CUDA (half the bytes to write and read).
-    (model if shape == "tiny" else model.to(torch.bfloat16)).save_pretrained(directory, safe_serialization=True)
+    (model.to(torch.bfloat16) if shape.startswith("qwen") else model).save_pretrained(directory, safe_serialization=True)
     open(marker, "w").close()
     return n
 
@@ -79,7 +83,7 @@ def groups(vocab: int, num_groups: int, group_size: int, seq_len: int, variable:
     return out
 
 
-def rl_step(directory: str, data: list[dict], device: str, work: str, flags: list[str]) -> dict:
+def rl_step(directory: str, data: list[dict], device: str, work: str, flags: list[str], row_length: int | None = None) -> dict:
     from trainyard_trainer.main import main
 
     inputs = os.path.join(work, "inputs.jsonl")
@@ -88,7 +92,8 @@ def rl_step(directory: str, data: list[dict], device: str, work: str, flags: lis
     out_dir = os.path.join(work, "m", "step-1")
     os.makedirs(out_dir, exist_ok=True)
     spec = {"spec_version": 1, "job": {"id": "bench", "kind": "rl", "attempt": 1}, "model": {"id": "m", "base_model": directory},
-            "base_checkpoint": None, "base_checkpoint_uri": None, "target_step": 1, "config": {"experimental_config": {"learning_rate": 1e-5}},
+            "base_checkpoint": None, "base_checkpoint_uri": None, "target_step": 1,
+            "config": {"experimental_config": {"learning_rate": 1e-5, **({"packed_sequence_length": row_length} if row_length else {})}},
             "inputs_path": inputs, "num_inputs": len(data), "output_dir": out_dir}
     with open(os.path.join(work, "spec.json"), "w") as f:
         json.dump(spec, f)
@@ -135,7 +140,7 @@ KERNEL_KINDS = (("attention", ("flash", "fmha", "attn", "cudnn")), ("matmul", ("
                 ("compiled (triton)", ("triton",)))
 
 
-def profile(directory: str, data: list[dict], device: str, work: str, flags: list[str], top: int) -> dict:
+def profile(directory: str, data: list[dict], device: str, work: str, flags: list[str], top: int, row_length: int | None) -> dict:
     """One more RL step of a variant under torch.profiler: the GPU's kernel time against the step's wall time (how busy
     the host keeps the GPU) and where the kernel time goes. Copies and fills (loading the model) are left out."""
     from torch.autograd import DeviceType
@@ -143,7 +148,7 @@ def profile(directory: str, data: list[dict], device: str, work: str, flags: lis
     from torch.profiler import profile as profiler
 
     with profiler(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        run = rl_step(directory, data, device, work, flags)
+        run = rl_step(directory, data, device, work, flags, row_length)
     totals: dict[str, float] = {}
     for event in prof.events():
         # "#" marks a range annotated on the GPU's timeline (Optimizer.step#AdamW.step), which spans kernels counted already.
@@ -176,6 +181,7 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=1024, help="tokens per sequence (fixed) or the longest (variable)")
+    parser.add_argument("--row-length", type=int, help="ART's packed_sequence_length: tokens per row, one optimizer step each (default: the longest sequence rounded up to 2,048)")
     parser.add_argument("--variants", default="packed=--packing on;unpacked=--packing off", help="name=trainer flags, separated by ;")
     parser.add_argument("--no-baseline", action="store_true", help="skip the plain forward + backward + AdamW baseline")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measure; the fastest is reported (the first pays for warm-up and compiling)")
@@ -191,7 +197,7 @@ def main() -> None:
         directory = args.model_dir or os.path.join(work, "model")
         n = build(directory, args.shape)
         data = groups(SHAPES[args.shape][5], args.groups, args.group_size, args.seq_len, args.batch == "variable")
-        measures = [(name, lambda flags=flags: rl_step(directory, data, args.device, work, flags)) for name, flags in parse_variants(args.variants)]
+        measures = [(name, lambda flags=flags: rl_step(directory, data, args.device, work, flags, args.row_length)) for name, flags in parse_variants(args.variants)]
         if not args.no_baseline:
             measures.append(("baseline_forward_backward", lambda: baseline(directory, data, args.device)))
         runs = {}
@@ -214,7 +220,7 @@ def main() -> None:
         if cuda and args.profile:
             name, flags = parse_variants(args.variants)[0]
             try:
-                print(json.dumps({"bench": "trainer", "profile": name, "shape": args.shape, **profile(directory, data, args.device, work, flags, 15)}), flush=True)
+                print(json.dumps({"bench": "trainer", "profile": name, "shape": args.shape, **profile(directory, data, args.device, work, flags, 15, args.row_length)}), flush=True)
             except (RuntimeError, SystemExit) as error:
                 print(json.dumps({"bench": "trainer", "failed": f"profile {name}", "error": f"{type(error).__name__}: {error}"[:400]}), flush=True)
     first = next(iter(runs.values()))
