@@ -103,15 +103,33 @@ def assert_same_forwards(actual, expected, atol):
 def test_forwards_padded_to_a_length_bucket_give_the_unpadded_numbers(model_dir):
     """--compile graphs pads a forward up to a multiple of --length-bucket (24 packed tokens to 32, 14 to 16): a padding
     sequence of its own after packed ones, padding at the end of a single (causal) sequence; only real positions count."""
-    reference = graph_forwards(load_model(model_dir, None, Options(device="cpu", compile_logprobs=False), CPU))
+    plain = load_model(model_dir, None, Options(device="cpu", compile_logprobs=False), CPU)
+    reference = graph_forwards(plain)
     model = load_model(model_dir, None, Options(device="cpu", compile_logprobs=False), CPU)
     model.trainyard_length_bucket = 16
     seen = []
     original = model.get_base_model().get_decoder().forward
-    model.get_base_model().get_decoder().forward = lambda **kw: seen.append(kw["input_ids"].shape[1]) or original(**kw)
+
+    def forward(**kw):
+        cu = kw.get("cu_seq_lens_q")
+        seen.append((kw["input_ids"].shape[1], None if cu is None else cu.tolist(), kw.get("max_length_q")))
+        return original(**kw)
+
+    model.get_base_model().get_decoder().forward = forward
     padded = graph_forwards(model)
-    assert seen == [32, 16, 24]  # the packed row, the single sequence, and the no-gradient forward unpadded
+    assert seen == [
+        (32, [0, 6, 10, 24, 32], 32),  # the packed row: a padding sequence of 8 tokens, varlen told the padded length
+        (16, None, None),  # the single sequence: 2 tokens of padding at its end
+        (24, [0, 6, 10, 24], 14),  # the forward without gradient: unpadded
+    ]
     assert_same_forwards(padded, reference, atol=1e-5)
+    # Five sequences with the padding one: three empty ones make the count a power of two (one graph per count).
+    row = [*SEQUENCES, [5, 6, 7], [9, 9]]
+    seen.clear()
+    expected = packed_logprobs(plain, row, CPU, chunk_size=8)[0]
+    got = packed_logprobs(model, row, CPU, chunk_size=8)[0]
+    assert seen == [(32, [0, 6, 10, 24, 27, 29, 32, 32, 32], 32)]
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
 
 
 def test_decoder_layers_compiled_for_cuda_graphs_equal_eager_ones(model_dir):
@@ -122,6 +140,12 @@ def test_decoder_layers_compiled_for_cuda_graphs_equal_eager_ones(model_dir):
     assert model.trainyard_length_bucket == 16 and model.trainyard_compiled_layers
     assert_same_forwards(graph_forwards(model), reference, atol=1e-5)
     assert all(layer._compiled_call_impl is not None for layer in model.trainyard_compiled_layers)
+    # Before a forward with gradient, every LoRA weight has a zeroed gradient buffer of its own to accumulate into
+    # (taking the backward's output instead would hand it memory that the CUDA graphs reuse).
+    model.zero_grad(set_to_none=True)
+    packed_logprobs(model, SEQUENCES, CPU, chunk_size=8)
+    assert model.trainyard_graph_params == trainable_parameters(model)
+    assert all(p.grad is not None and not p.grad.any() for p in trainable_parameters(model))
 
 
 def test_the_fused_adamw_trains_the_adapter_of_the_default_one_and_continues_its_saved_state(tmp_path, capsys, model_dir, tokenizer):

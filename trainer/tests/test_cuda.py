@@ -142,8 +142,11 @@ def test_single_sequences_through_sdpa_equal_varlen_flash_attention_with_gradien
 
 def test_layers_replayed_as_cuda_graphs_follow_the_weights_as_they_train(model_dir):
     """--compile graphs: the first forward of a length warms up, the second records its graphs, later ones replay them.
-    Every one gives the eager model's numbers for the LoRA weights of the moment (updated in place by AdamW between
-    forwards), for a packed row, a single sequence and a forward without gradient (which runs eagerly)."""
+    Three packs of different sequence counts accumulate into each gradient step (gradients kept, not set to None, as
+    rl.py does), AdamW updates the weights in place between steps, and every forward gives the eager model's numbers for
+    the weights of the moment, with gradient and without (which runs eagerly); inductor skips no graph."""
+    from torch._dynamo.utils import counters
+
     from trainyard_trainer.model import Options, load_model, packed_logprobs
     from trainyard_trainer.rl import make_optimizer
 
@@ -151,25 +154,28 @@ def test_layers_replayed_as_cuda_graphs_follow_the_weights_as_they_train(model_d
     graphs = load_model(model_dir, None, Options(device="cuda", cuda_graphs=True, length_bucket=64), cuda)
     eager = load_model(model_dir, None, Options(device="cuda", compile_layers=False), cuda)
     gen = torch.Generator().manual_seed(2)
-    rows = [[torch.randint(0, graphs.config.vocab_size, (n,), generator=gen).tolist() for n in lengths] for lengths in ((17, 3, 40), (90,))]
+    vocab = graphs.config.vocab_size
+    packs = [[torch.randint(0, vocab, (n,), generator=gen).tolist() for n in lengths] for lengths in ((17, 3, 40), (90,), (5, 6, 7, 8, 9))]
     with torch.no_grad():
         for p in trainable_parameters(graphs):
             p.copy_(torch.randn(p.shape, generator=gen).to(p.device) * 0.05)
     optimizer = make_optimizer(trainable_parameters(graphs), 1e-2, 0.1)
+    counters.clear()
     for _ in range(4):
-        for row in rows:
-            with torch.no_grad():
-                for mine, theirs in zip(trainable_parameters(graphs), trainable_parameters(eager)):
-                    theirs.copy_(mine)
-            optimizer.zero_grad()
-            eager.zero_grad()
-            replayed, _, _ = packed_logprobs(graphs, row, cuda)
+        with torch.no_grad():
+            for mine, theirs in zip(trainable_parameters(graphs), trainable_parameters(eager)):
+                theirs.copy_(mine)
+        optimizer.zero_grad(set_to_none=False)
+        eager.zero_grad(set_to_none=False)
+        for pack in packs:
+            replayed, _, _ = packed_logprobs(graphs, pack, cuda)
             replayed.sum().backward()
-            reference, _, _ = packed_logprobs(eager, row, cuda)
+            reference, _, _ = packed_logprobs(eager, pack, cuda)
             reference.sum().backward()
             torch.testing.assert_close(replayed.detach(), reference.detach(), rtol=0, atol=6e-2)
-            grads = [torch.cat([p.grad.flatten() for p in trainable_parameters(m)]) for m in (graphs, eager)]
-            assert torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0) > 0.99
             with torch.no_grad():
-                torch.testing.assert_close(packed_logprobs(graphs, row, cuda)[0], reference.detach(), rtol=0, atol=6e-2)
-            optimizer.step()
+                torch.testing.assert_close(packed_logprobs(graphs, pack, cuda)[0], reference.detach(), rtol=0, atol=6e-2)
+        grads = [torch.cat([p.grad.flatten() for p in trainable_parameters(m)]) for m in (graphs, eager)]
+        assert torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0) > 0.99
+        optimizer.step()
+    assert counters["inductor"]["cudagraph_skips"] == 0

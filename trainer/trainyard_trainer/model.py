@@ -124,6 +124,7 @@ def attach_lora(model: Any, base_model: str, adapter_dir: str | None, options: O
     packing.single_sequence = options.attention
     model.trainyard_compiled_layers = []
     model.trainyard_length_bucket = options.length_bucket if options.cuda_graphs else None
+    model.trainyard_graph_params = trainable_parameters(model) if options.cuda_graphs else []
     if options.cuda_graphs or (options.compile_layers if options.compile_layers is not None else device.type == "cuda"):
         # Each new LoRA (a new job's adapter on a base model kept loaded) recompiles the layer once; the default limit
         # of 8 recompiles would then silently fall back to eager after a few models.
@@ -294,39 +295,53 @@ def _graph_forward(model: Any, ids: torch.Tensor, lengths: list[int], device: to
     """How a forward runs with layers replayed as CUDA graphs (`--compile graphs`): (token ids, sequence lengths, varlen
     maximum, a context for the layers).
 
-    A graph is recorded per distinct length, so the row is padded up to a multiple of the length bucket: a single
-    sequence grows at its end (causal attention: no real position sees the padding), several get a padding sequence of
-    their own, and varlen attention is told the padded length as the longest (any upper bound is correct), so that the
-    recorded shape depends on the bucket alone. The caller keeps only the real positions.
+    A graph is recorded per distinct set of integer inputs: the row's length and, for packed rows, the number of
+    sequence boundaries. So the row is padded up to a multiple of the length bucket: a single sequence grows at its end
+    (causal attention: no real position sees the padding); packed sequences get a padding sequence of their own, then
+    empty sequences up to a power-of-two count, and varlen attention is told the padded length as the longest (any
+    upper bound is correct). The caller keeps only the real positions.
+
+    The LoRA weights' gradients get buffers of their own first: a weight without one would take its first backward's
+    output as its gradient, memory of the graphs' pool that the next forward reuses while the next pack or step still
+    accumulates into it.
 
     A forward without gradient or with gradient checkpointing runs its layers eagerly instead: a forward with no
     backward pending ends the graphs' generation at every layer (each layer's output would be overwritten by the next
     layer), and a checkpoint's recompute inside the backward pass is not something the graphs are recorded for."""
-    layers = model.trainyard_compiled_layers
     if not torch.is_grad_enabled() or model.trainyard_checkpointing:
-        return ids, lengths, None, _eager(layers)
+        return ids, lengths, None, _eager(model)
+    for p in model.trainyard_graph_params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
     bucket = model.trainyard_length_bucket
     total = ids.shape[1]
     padded = -(-total // bucket) * bucket
     if padded > total:
         ids = torch.cat([ids, ids.new_zeros((1, padded - total))], dim=1)
-        lengths = [padded] if len(lengths) == 1 else [*lengths, padded - total]
+    if len(lengths) == 1:
+        lengths, longest = [padded], None
+    else:
+        lengths = [*lengths, padded - total]
+        lengths += [0] * ((1 << (len(lengths) - 1).bit_length()) - len(lengths))
+        longest = padded
     if device.type == "cuda":
         torch.compiler.cudagraph_mark_step_begin()  # a new forward: the graphs' outputs of the last one are consumed
-    return ids, lengths, padded if len(lengths) > 1 else None, contextlib.nullcontext()
+    return ids, lengths, longest, contextlib.nullcontext()
 
 
 @contextlib.contextmanager
-def _eager(layers: list[Any]):
-    """The compiled layers run eagerly for the duration of the block."""
+def _eager(model: Any):
+    """The compiled layers run eagerly for the duration of the block (and stay eager if they were given up meanwhile)."""
+    layers = model.trainyard_compiled_layers
     compiled = [layer._compiled_call_impl for layer in layers]
     for layer in layers:
         layer._compiled_call_impl = None
     try:
         yield
     finally:
-        for layer, impl in zip(layers, compiled):
-            layer._compiled_call_impl = impl
+        if model.trainyard_compiled_layers is layers:
+            for layer, impl in zip(layers, compiled):
+                layer._compiled_call_impl = impl
 
 
 def packed_logprobs(model: Any, sequences: list[list[int]], device: torch.device, chunk_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor, list[int]]:

@@ -125,7 +125,8 @@ def packed_attention(module, query, key, value, attention_mask, scaling=None, dr
     if query.is_cuda and query.dtype in (torch.bfloat16, torch.float16) and _varlen:
         return _flash_varlen(query, key, value, cu, max_len, scaling), None
     offsets = cu.tolist()
-    return _per_sequence(query, key, value, list(zip(offsets[:-1], offsets[1:])), scaling), None
+    bounds = [(a, b) for a, b in zip(offsets[:-1], offsets[1:]) if b > a]  # empty sequences (graphs' padding) attend to nothing
+    return _per_sequence(query, key, value, bounds, scaling), None
 
 
 @dataclass

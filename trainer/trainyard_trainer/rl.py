@@ -37,7 +37,7 @@ def make_optimizer(params: list[torch.nn.Parameter], lr: float, weight_decay: fl
 def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """Continues a saved state in `optimizer`'s implementation, whichever one saved it: the moments and step counts are
     the same, only `fused`/`foreach` (which loading would otherwise take from the saved groups) are kept."""
-    groups = [{**saved, "fused": group["fused"], "foreach": group["foreach"]} for saved, group in zip(state["param_groups"], optimizer.param_groups)]
+    groups = [{**saved, "fused": group["fused"], "foreach": group["foreach"]} for saved, group in zip(state["param_groups"], optimizer.param_groups, strict=True)]
     optimizer.load_state_dict({**state, "param_groups": groups})
 
 
