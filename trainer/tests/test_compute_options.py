@@ -1,8 +1,16 @@
 """The faster compute paths give the numbers of the plain one: torch.compile'd log-probability chunks and decoder
-layers equal eager ones, and bf16 LoRA compute (autocast, as ART runs it) stays within bf16 rounding while the LoRA weights, their
+layers equal eager ones, padded forwards for CUDA graphs equal unpadded ones, the fused AdamW trains the default one's
+adapter, and bf16 LoRA compute (autocast, as ART runs it) stays within bf16 rounding while the LoRA weights, their
 gradients and the optimizer stay fp32."""
-import torch
+import os
 
+import pytest
+import torch
+from helpers import run_job, write_job
+from safetensors.torch import load_file
+from test_jobs import rl_groups
+
+from trainyard_trainer.main import parse_args
 from trainyard_trainer.model import Options, load_model, packed_logprobs, trainable_parameters
 
 SEQUENCES = [[3, 5, 7, 9, 11, 2], [4, 4, 4, 8], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]]
@@ -151,12 +159,6 @@ def test_decoder_layers_compiled_for_cuda_graphs_equal_eager_ones(model_dir):
 def test_the_fused_adamw_trains_the_adapter_of_the_default_one_and_continues_its_saved_state(tmp_path, capsys, model_dir, tokenizer):
     """--adamw fused (the default) against torch's default AdamW over two jobs, the second continuing the first's
     optimizer state; a state saved by either implementation continues in the other."""
-    import os
-
-    from helpers import run_job, write_job
-    from safetensors.torch import load_file
-    from test_jobs import rl_groups
-
     def job(name, adamw, base=None):
         spec, out = write_job(str(tmp_path / name), "rl", model_dir, rl_groups(tokenizer), base=base, step=2 if base else 1, config={"learning_rate": 1e-3})
         code, _, err = run_job(capsys, spec, "--device", "cpu", "--adamw", adamw)
@@ -182,10 +184,6 @@ def test_the_fused_adamw_trains_the_adapter_of_the_default_one_and_continues_its
 
 
 def test_a_length_bucket_that_is_not_a_positive_number_is_refused_by_name(capsys):
-    import pytest
-
-    from trainyard_trainer.main import parse_args
-
     assert parse_args(["--compile", "graphs", "--length-bucket", "512", "spec.json"]).length_bucket == 512
     for value in ("0", "-256", "abc"):
         with pytest.raises(SystemExit) as exited:

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace, spec_path: str | None, resident: Any = None) -
         gradient_checkpointing={"auto": None, "on": True, "off": False}[args.gradient_checkpointing],
         max_seq_length=args.max_seq_length, seed=args.seed, packing=args.packing == "on", pack_length=args.pack_length or None,
         lora_dtype=args.lora_dtype, compile_logprobs={"auto": compiled, "off": False}.get(args.compile, True),
-        compile_layers={"auto": compiled, "layers": True, "graphs": True}.get(args.compile, False),
+        compile_layers={"auto": compiled, "layers": True}.get(args.compile, False),
         fused_logprobs=args.logprobs == "fused", attention=args.attention, fused_adamw=args.adamw == "fused",
         cuda_graphs=args.compile == "graphs", length_bucket=args.length_bucket,
     )
