@@ -105,7 +105,7 @@ def rl_step(directory: str, data: list[dict], device: str, work: str, flags: lis
     steps = [json.loads(line)["data"] for line in buffer.getvalue().splitlines() if '"gradient_step"' in line]
     tokens = sum(s["num_tokens"] for s in steps)
     seconds = sum(s["num_tokens"] / s["tokens_per_second"] for s in steps)
-    return {"tokens": tokens, "seconds": seconds, "gradient_steps": len(steps)}
+    return {"tokens": tokens, "seconds": seconds, "gradient_steps": len(steps), "step_tokens_per_second": [round(s["tokens_per_second"]) for s in steps]}
 
 
 def baseline(directory: str, data: list[dict], device: str) -> dict:
@@ -215,8 +215,12 @@ def main() -> None:
             if cuda:
                 runs[name]["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
             # As each measure ends, so that a run cut short still reports what it measured.
-            print(json.dumps({"bench": "trainer", "done": name, "tokens_per_second": round(runs[name]["tokens"] / runs[name]["seconds"], 1),
-                              "first_run_tokens_per_second": round(runs[name]["tokens"] / runs[name]["first_seconds"], 1)}), file=sys.stderr, flush=True)
+            done = {"bench": "trainer", "done": name, "tokens_per_second": round(runs[name]["tokens"] / runs[name]["seconds"], 1),
+                    "first_run_tokens_per_second": round(runs[name]["tokens"] / runs[name]["first_seconds"], 1)}
+            if cuda:
+                done |= {"mfu": round(6 * n * done["tokens_per_second"] / (args.peak_tflops * 1e12), 4), "peak_memory_gib": round(runs[name]["peak_gib"], 2)}
+            # Each gradient step's speed in the run reported: a step that compiles or records CUDA graphs stands out.
+            print(json.dumps(done | {"step_tokens_per_second": runs[name].get("step_tokens_per_second")}), file=sys.stderr, flush=True)
         if cuda and args.profile:
             name, flags = parse_variants(args.variants)[0]
             try:

@@ -60,7 +60,8 @@ def test_packed_gradients_equal_the_sum_of_per_sequence_gradients(model):
     for s, w in zip(seqs, weights):
         (token_logprobs(model, s, torch.device("cpu"))[0] * w).sum().backward()
     for got, p in zip(packed_grads, params):
-        torch.testing.assert_close(got, p.grad, rtol=1e-4, atol=1e-6)
+        # fp32 sums in another order: the rounding scales with the tensor's largest values (and with the CPU's kernels).
+        torch.testing.assert_close(got, p.grad, rtol=1e-4, atol=1e-4 * float(p.grad.abs().max()))
     model.zero_grad()
 
 
