@@ -1,31 +1,56 @@
 #!/usr/bin/env sh
 # The trainer's GPU checks in one call of a lent machine (docs/benchmarks.md, "Trainer"): the CUDA tests, then
 # bench/trainer.py at the 0.5B/4k and 1.5B/8k shapes with each variant in the same process, so that "before" and
-# "after" share the machine, the data and the warm-up. Results go to $OUT (else /tmp/gpu-check).
+# "after" share the machine, the data and the warm-up, and bench/optimizer.py. Results go to $OUT (else /tmp/gpu-check):
+# seven files, within what a device call brings back.
 #
 # The device image has torch but not the lock's transformers and peft. Before the call, in the repository root here:
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: -d .whl transformers==5.23.0 peft==0.21.2
-# and call `sh bench/gpu-check.sh` carrying `.whl`. VARIANTS overrides the variants (bench/trainer.py --variants).
-# About 9 minutes on an H200, compiling included.
+# and call `sh bench/gpu-check.sh` carrying `.whl`, with a timeout_s above BUDGET (seconds for the whole script, 560 by
+# default). Steps run in the order of what is least known; each is cut to what is left of the budget, and one with under
+# 30 s left is skipped. On a fresh H200 the first compile of a model's layers took about 100 s (0.5B), and the CUDA tests
+# other than the graphs one took over 110 s. VARIANTS overrides the variants (bench/trainer.py --variants);
+# TORCH_LOGS=perf_hints puts inductor's reason for any CUDA graph it skips in the logs.
 set -u
 out=${OUT:-/tmp/gpu-check}
 mkdir -p "$out"
+started=$(date +%s)
+budget=${BUDGET:-560}
+step() {  # step SECONDS COMMAND...: COMMAND under a timeout of SECONDS or what is left of the budget, whichever is less
+  left=$((budget - $(date +%s) + started))
+  limit=$1; shift
+  if [ "$left" -lt 30 ]; then echo "skipped, ${left}s left: $*"; return 1; fi
+  [ "$left" -lt "$limit" ] && limit=$left
+  timeout "$limit" "$@"
+}
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site
 fi
-export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD/trainer" PYTHONUNBUFFERED=1
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD/trainer" PYTHONUNBUFFERED=1 TORCH_LOGS=perf_hints
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-python3 -c 'import torch, transformers, peft; print(torch.__version__, transformers.__version__, peft.__version__)' | tee -a "$out/gpu.txt"
-variants=${VARIANTS:-"before=--compile layers --adamw default;fused_adamw=--compile layers;graphs=--compile graphs"}
-(cd trainer && timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py) > "$out/cuda-tests.txt" 2>&1
-tail -n 3 "$out/cuda-tests.txt"
-for shape in qwen2.5-0.5b qwen2.5-1.5b; do timeout 60 python3 bench/optimizer.py --device cuda --shape $shape; done | tee "$out/optimizer.jsonl"
-timeout 200 python3 bench/trainer.py --shape qwen2.5-0.5b --device cuda --batch fixed --seq-len 4096 --groups 2 --group-size 4 \
+python3 -c 'import torch, transformers, peft, torch._inductor.config as c; print(torch.__version__, transformers.__version__, peft.__version__, "graph_partition", c.graph_partition)' | tee -a "$out/gpu.txt"
+# The random models are built (CPU work) while the tests run.
+python3 -c 'import sys; sys.path.insert(0, "bench"); import trainer; trainer.build("/tmp/m-0.5b", "qwen2.5-0.5b"); trainer.build("/tmp/m-1.5b", "qwen2.5-1.5b")' > /tmp/build.txt 2>&1 &
+build=$!
+variants=${VARIANTS:-"fused_adamw=--compile layers;graphs=--compile graphs"}
+cd trainer
+step 200 python3 -m pytest -q -p no:cacheprovider --durations=3 tests/test_cuda.py -k graphs > "$out/cuda-tests.txt" 2>&1
+cd ..
+grep -h "passed\|failed\|Fatal\|skipped, " "$out/cuda-tests.txt"
+wait $build
+tail -n 3 /tmp/build.txt >> "$out/gpu.txt"
+step 200 python3 bench/trainer.py --shape qwen2.5-0.5b --model-dir /tmp/m-0.5b --device cuda --batch fixed --seq-len 4096 --groups 2 --group-size 4 \
   --repeat 2 --no-baseline --variants "$variants" > "$out/bench-0.5b.jsonl" 2> "$out/bench-0.5b.err"
-cat "$out/bench-0.5b.jsonl"
-timeout 200 python3 bench/trainer.py --shape qwen2.5-1.5b --device cuda --batch fixed --seq-len 8192 --groups 2 --group-size 2 \
+grep -h '"done"\|"failed"\|Fatal' "$out/bench-0.5b.err" "$out/bench-0.5b.jsonl"
+cd trainer
+step 150 python3 -m pytest -q -p no:cacheprovider --durations=3 tests/test_cuda.py -k "not graphs" >> "$out/cuda-tests.txt" 2>&1
+cd ..
+grep -h "passed\|failed\|Fatal\|skipped, " "$out/cuda-tests.txt"
+step 200 python3 bench/trainer.py --shape qwen2.5-1.5b --model-dir /tmp/m-1.5b --device cuda --batch fixed --seq-len 8192 --groups 2 --group-size 2 \
   --repeat 2 --no-baseline --variants "$variants" > "$out/bench-1.5b.jsonl" 2> "$out/bench-1.5b.err"
-cat "$out/bench-1.5b.jsonl"
-grep -h '"failed"\|Error' "$out"/bench-*.err | tail -n 20
+grep -h '"done"\|"failed"\|Fatal' "$out/bench-1.5b.err" "$out/bench-1.5b.jsonl"
+for shape in qwen2.5-0.5b qwen2.5-1.5b; do step 30 python3 bench/optimizer.py --device cuda --shape $shape; done | tee "$out/optimizer.jsonl"
+grep -h "skipping cudagraphs" "$out"/bench-*.err "$out/cuda-tests.txt" | sort | uniq -c | sort -rn | head -n 12
+echo "gpu-check took $(($(date +%s) - started)) s"

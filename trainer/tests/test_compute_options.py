@@ -140,12 +140,17 @@ def test_forwards_padded_to_a_length_bucket_give_the_unpadded_numbers(model_dir)
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
 
 
-def test_decoder_layers_compiled_for_cuda_graphs_equal_eager_ones(model_dir):
-    """--compile graphs on a CPU: the layers compile with mode reduce-overhead (graphs are CUDA's; here it compiles
-    alone), forwards are padded, and a forward without gradient runs the layers eagerly; the numbers stay eager's."""
+def test_decoder_layers_compiled_for_cuda_graphs_equal_eager_ones(model_dir, monkeypatch):
+    """--compile graphs on a CPU: the layers compile with mode reduce-overhead and static shapes (graphs are CUDA's; here
+    it compiles alone), forwards are padded, and a forward without gradient runs the layers eagerly; the numbers stay
+    eager's."""
     reference = graph_forwards(load_model(model_dir, None, Options(device="cpu", compile_logprobs=False), CPU))
+    compiles = []
+    plain_compile = torch.nn.Module.compile
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kwargs: compiles.append(kwargs) or plain_compile(self, **kwargs))
     model = load_model(model_dir, None, Options(device="cpu", compile_logprobs=False, cuda_graphs=True, length_bucket=16), CPU)
     assert model.trainyard_length_bucket == 16 and model.trainyard_compiled_layers
+    assert compiles and all(kwargs == {"dynamic": False, "mode": "reduce-overhead"} for kwargs in compiles)
     assert_same_forwards(graph_forwards(model), reference, atol=1e-5)
     assert all(layer._compiled_call_impl is not None for layer in model.trainyard_compiled_layers)
     # Before a forward with gradient, every LoRA weight has a zeroed gradient buffer of its own to accumulate into

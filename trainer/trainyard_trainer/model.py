@@ -125,15 +125,20 @@ def attach_lora(model: Any, base_model: str, adapter_dir: str | None, options: O
     model.trainyard_compiled_layers = []
     model.trainyard_length_bucket = options.length_bucket if options.cuda_graphs else None
     model.trainyard_graph_params = trainable_parameters(model) if options.cuda_graphs else []
+    if options.cuda_graphs and device.type == "cuda":
+        print("trainyard_trainer: --compile graphs is experimental and not yet verified on a GPU (docs/benchmarks.md)", file=sys.stderr)
     if options.cuda_graphs or (options.compile_layers if options.compile_layers is not None else device.type == "cuda"):
-        # Each new LoRA (a new job's adapter on a base model kept loaded) recompiles the layer once; the default limit
-        # of 8 recompiles would then silently fall back to eager after a few models.
+        # Each new LoRA (a new job's adapter on a base model kept loaded) recompiles the layer once, and with CUDA graphs
+        # each padded length and sequence count does; the default limit of 8 recompiles would then silently fall back
+        # to eager.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         for layer in getattr(causal_lm.get_decoder(), "layers", []):
             if layer._compiled_call_impl is None:
-                # reduce-overhead: inductor records each layer's forward and backward as CUDA graphs (per padded length)
-                # and replays them, one launch per layer instead of one per kernel. Not on a CPU, where it compiles alone.
-                layer.compile(dynamic=True, mode="reduce-overhead" if options.cuda_graphs else None)
+                # reduce-overhead: inductor records each layer's forward and backward as CUDA graphs and replays them, one
+                # launch per layer instead of one per kernel (not on a CPU, where it compiles alone). Its shapes are static,
+                # one compile per padded length and sequence count: with dynamic shapes the first compiled backward pass
+                # crashed (segmentation fault) on an H200 with torch 2.11 (docs/benchmarks.md).
+                layer.compile(dynamic=not options.cuda_graphs, mode="reduce-overhead" if options.cuda_graphs else None)
             model.trainyard_compiled_layers.append(layer)
     model.train()
     return model
