@@ -2,17 +2,16 @@
 the SDK pointed at it by WANDB_BASE_URL and a trainyard key as WANDB_API_KEY.
 
 run.sh starts pytest in a network namespace that has only loopback, so neither Python nor wandb-core
-(the SDK's Go process) can reach anything else; the socket guard below also fails a test whose Python
-side tried to.
+(the SDK's Go process) can reach anything else; the socket guard (test/python/network_guard.py) also
+fails a test whose Python side tried to.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
-import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -46,40 +45,9 @@ os.environ.update(
 for name in ("WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_ENTITY", "WANDB_PROJECT", "HTTP_PROXY", "HTTPS_PROXY"):
     os.environ.pop(name, None)
 
-REFUSED: list[str] = []
-_connect = socket.socket.connect
-_getaddrinfo = socket.getaddrinfo
-
-
-def _loopback(host: Any) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return isinstance(host, str) and ipaddress.ip_address(host.split("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
-def _guarded_connect(self: socket.socket, address: Any) -> None:
-    if self.family in (socket.AF_INET, socket.AF_INET6) and not _loopback(address[0]):
-        REFUSED.append(f"connect {address!r}")
-        raise ConnectionRefusedError(f"non-loopback connection refused in the wandb tests: {address!r}")
-    return _connect(self, address)
-
-
-def _guarded_getaddrinfo(host: Any, *args: Any, **kwargs: Any):
-    name = host.decode() if isinstance(host, bytes) else host
-    if name is not None and not _loopback(name):
-        try:
-            ipaddress.ip_address(name)
-        except ValueError:
-            REFUSED.append(f"resolve {name!r}")
-            raise ConnectionRefusedError(f"name lookup refused in the wandb tests: {name!r}")
-    return _getaddrinfo(host, *args, **kwargs)
-
-
-socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
-socket.getaddrinfo = _guarded_getaddrinfo  # type: ignore[assignment]
+# The Python suites' network guard (test/python/network_guard.py), installed by importing it.
+sys.path.insert(0, str(ROOT / "test" / "python"))
+from network_guard import REFUSED  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
