@@ -1,4 +1,5 @@
-"""The suites' own network guard (conftest): anything but loopback is refused and recorded."""
+"""The suites' own network guard (network_guard.py, installed by conftest): anything but loopback is refused and
+recorded."""
 
 from __future__ import annotations
 
