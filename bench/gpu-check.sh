@@ -11,7 +11,8 @@
 # default). Steps run in the order of what is least known; each is cut to what is left of the budget, and one with under
 # 30 s left is skipped. On a fresh H200 the first compile of a model's layers took about 100 s (0.5B), and the CUDA tests
 # other than the graphs one took over 110 s. VARIANTS overrides the variants (bench/trainer.py --variants);
-# TORCH_LOGS=perf_hints puts inductor's reason for any CUDA graph it skips in the logs.
+# TORCH_LOGS=perf_hints,recompiles puts in the logs inductor's reason for any CUDA graph it skips, and dynamo's for each
+# recompile.
 set -u
 out=${OUT:-/tmp/gpu-check}
 mkdir -p "$out"
@@ -28,23 +29,35 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site
 fi
-export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD/trainer" PYTHONUNBUFFERED=1 TORCH_LOGS=perf_hints
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD/trainer" PYTHONUNBUFFERED=1 TORCH_LOGS=perf_hints,recompiles
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 python3 -c 'import torch, transformers, peft, torch._inductor.config as c; print(torch.__version__, transformers.__version__, peft.__version__, "graph_partition", c.graph_partition)' | tee -a "$out/gpu.txt"
 # The random models are built (CPU work) while the tests run.
 python3 -c 'import sys; sys.path.insert(0, "bench"); import trainer; trainer.build("/tmp/m-0.5b", "qwen2.5-0.5b"); trainer.build("/tmp/m-1.5b", "qwen2.5-1.5b")' > /tmp/build.txt 2>&1 &
 build=$!
 variants=${VARIANTS:-"fused_adamw=--compile layers;graphs=--compile graphs"}
-cd trainer
-step 200 python3 -m pytest -q -p no:cacheprovider --durations=3 tests/test_cuda.py -k graphs > "$out/cuda-tests.txt" 2>&1
-cd ..
-grep -h "passed\|failed\|Fatal\|skipped, " "$out/cuda-tests.txt"
+# The graphs test; if it crashes: the generated code's lines where it did, and the test again with inductor's graph
+# partitioning off (one CUDA graph per whole forward or backward), which the benchmarks then keep if it passes there.
+graphs_test() {
+  (cd trainer && step "$@" python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -k graphs) > /tmp/graphs-test.txt 2>&1
+  cat /tmp/graphs-test.txt >> "$out/cuda-tests.txt"
+  grep -h "passed\|failed\|Fatal\|skipped, " /tmp/graphs-test.txt
+  sed -n 's|.*File "\(/tmp/torchinductor[^"]*\)", line \([0-9]*\) in call.*|\1 \2|p' /tmp/graphs-test.txt | head -n 1 | while read -r file line; do
+    echo "== crashed at $file:$line"; sed -n "$((line - 8)),$((line + 1))p" "$file"; done | tee -a "$out/cuda-tests.txt"
+  grep -q " passed" /tmp/graphs-test.txt
+}
+echo "== graphs test" > "$out/cuda-tests.txt"
+if ! graphs_test 200 && grep -q "Fatal Python error" /tmp/graphs-test.txt; then
+  echo "== graphs test, TORCHINDUCTOR_GRAPH_PARTITION=0" | tee -a "$out/cuda-tests.txt"
+  graphs_test 150 env TORCHINDUCTOR_GRAPH_PARTITION=0 && export TORCHINDUCTOR_GRAPH_PARTITION=0
+fi
 wait $build
 tail -n 3 /tmp/build.txt >> "$out/gpu.txt"
 step 200 python3 bench/trainer.py --shape qwen2.5-0.5b --model-dir /tmp/m-0.5b --device cuda --batch fixed --seq-len 4096 --groups 2 --group-size 4 \
   --repeat 2 --no-baseline --variants "$variants" > "$out/bench-0.5b.jsonl" 2> "$out/bench-0.5b.err"
 grep -h '"done"\|"failed"\|Fatal' "$out/bench-0.5b.err" "$out/bench-0.5b.jsonl"
 cd trainer
+echo "== the other CUDA tests" >> "$out/cuda-tests.txt"
 step 150 python3 -m pytest -q -p no:cacheprovider --durations=3 tests/test_cuda.py -k "not graphs" >> "$out/cuda-tests.txt" 2>&1
 cd ..
 grep -h "passed\|failed\|Fatal\|skipped, " "$out/cuda-tests.txt"

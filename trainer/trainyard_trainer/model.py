@@ -129,9 +129,12 @@ def attach_lora(model: Any, base_model: str, adapter_dir: str | None, options: O
         print("trainyard_trainer: --compile graphs is experimental and not yet verified on a GPU (docs/benchmarks.md)", file=sys.stderr)
     if options.cuda_graphs or (options.compile_layers if options.compile_layers is not None else device.type == "cuda"):
         # Each new LoRA (a new job's adapter on a base model kept loaded) recompiles the layer once, and with CUDA graphs
-        # each padded length and sequence count does; the default limit of 8 recompiles would then silently fall back
-        # to eager.
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        # each padded length and sequence count does, twice (the first layer's input needs no gradient): past the limit
+        # (default 8) new shapes would silently run eagerly.
+        limit = 256 if options.cuda_graphs else 64
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, limit)
+        if hasattr(torch._dynamo.config, "accumulated_recompile_limit"):
+            torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 4 * limit)
         for layer in getattr(causal_lm.get_decoder(), "layers", []):
             if layer._compiled_call_impl is None:
                 # reduce-overhead: inductor records each layer's forward and backward as CUDA graphs and replays them, one
