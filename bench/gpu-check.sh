@@ -1,8 +1,8 @@
 #!/usr/bin/env sh
 # The trainer's GPU checks in one call of a lent machine (docs/benchmarks.md, "Trainer"): the CUDA tests, then
 # bench/trainer.py at the 0.5B/4k and 1.5B/8k shapes with each variant in the same process, so that "before" and
-# "after" share the machine, the data and the warm-up, and bench/optimizer.py. Results go to $OUT (else /tmp/gpu-check):
-# seven files, within what a device call brings back.
+# "after" share the machine, the data and the warm-up, bench/optimizer.py, and the 8B shape if time is left. Results go to
+# $OUT (else /tmp/gpu-check): eight files, what a device call brings back at most.
 #
 # The device image has torch but not the lock's transformers and peft. Before the call, in the repository root here:
 #   echo /.whl/ >> .git/info/exclude
@@ -64,6 +64,10 @@ grep -h "passed\|failed\|Fatal\|skipped, " "$out/cuda-tests.txt"
 step 200 python3 bench/trainer.py --shape qwen2.5-1.5b --model-dir /tmp/m-1.5b --device cuda --batch fixed --seq-len 8192 --groups 2 --group-size 2 \
   --repeat 2 --no-baseline --variants "$variants" > "$out/bench-1.5b.jsonl" 2> "$out/bench-1.5b.err"
 grep -h '"done"\|"failed"\|Fatal' "$out/bench-1.5b.err" "$out/bench-1.5b.jsonl"
-for shape in qwen2.5-0.5b qwen2.5-1.5b; do step 30 python3 bench/optimizer.py --device cuda --shape $shape; done | tee "$out/optimizer.jsonl"
+for shape in qwen2.5-0.5b qwen2.5-1.5b; do step 30 python3 bench/optimizer.py --device cuda --shape $shape; done | tee -a "$out/gpu.txt"
+# The 8B shape with what is left: its 16 GB of random weights are drawn on the GPU and written once.
+step 300 python3 bench/trainer.py --shape llama3.1-8b --model-dir /tmp/m-8b --device cuda --batch fixed --seq-len 8192 --groups 2 --group-size 2 \
+  --repeat 2 --no-baseline --variants "$variants" > "$out/bench-8b.jsonl" 2> "$out/bench-8b.err"
+grep -h '"done"\|"failed"\|Fatal' "$out/bench-8b.err" "$out/bench-8b.jsonl"
 grep -h "skipping cudagraphs" "$out"/bench-*.err "$out/cuda-tests.txt" | sort | uniq -c | sort -rn | head -n 12
 echo "gpu-check took $(($(date +%s) - started)) s"

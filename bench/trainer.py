@@ -38,6 +38,7 @@ SHAPES = {
     "narrow-24": (64, 128, 24, 2, 1, 1024),
     "qwen2.5-0.5b": (896, 4864, 24, 14, 2, 151936),
     "qwen2.5-1.5b": (1536, 8960, 28, 12, 2, 151936),
+    "llama3.1-8b": (4096, 14336, 32, 32, 8, 128256),
 }
 
 
@@ -58,10 +59,23 @@ def build(directory: str, shape: str) -> int:
     n = sum(p.numel() for name, p in meta.named_parameters() if "embed_tokens" not in name and "lm_head" not in name)
     if os.path.exists(marker):
         return n
+    # The GPU shapes are built in bf16, the dtype the trainer loads them in on CUDA (half the bytes to make, write and
+    # read), on the GPU when there is one: drawing 8B random weights on a CPU takes minutes.
+    gpu_shape = shape not in ("tiny", "narrow-24")
+    dtype = torch.bfloat16 if gpu_shape else torch.float32
+    device = "cuda" if gpu_shape and torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    # The GPU shapes are stored in bf16, the dtype the trainer loads them in on CUDA (half the bytes to write and read).
-    (model.to(torch.bfloat16) if shape.startswith("qwen") else model).save_pretrained(directory, safe_serialization=True)
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default_dtype)
+    model.save_pretrained(directory, safe_serialization=True)
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
     open(marker, "w").close()
     return n
 
