@@ -32,7 +32,7 @@ fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD/trainer" PYTHONUNBUFFERED=1 TORCH_LOGS=perf_hints,recompiles
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 python3 -c 'import torch, transformers, peft, torch._inductor.config as c; print(torch.__version__, transformers.__version__, peft.__version__, "graph_partition", c.graph_partition)' | tee -a "$out/gpu.txt"
-# The random models are built (CPU work) while the tests run.
+# The random models are built (in bf16, on the GPU) and written while the graphs test runs.
 python3 -c 'import sys; sys.path.insert(0, "bench"); import trainer; trainer.build("/tmp/m-0.5b", "qwen2.5-0.5b"); trainer.build("/tmp/m-1.5b", "qwen2.5-1.5b")' > /tmp/build.txt 2>&1 &
 build=$!
 variants=${VARIANTS:-"fused_adamw=--compile layers;graphs=--compile graphs"}
