@@ -40,6 +40,7 @@ SHAPES = {
     "qwen2.5-1.5b": (1536, 8960, 28, 12, 2, 151936),
     "llama3.1-8b": (4096, 14336, 32, 32, 8, 128256),
 }
+CPU_SHAPES = ("tiny", "narrow-24")  # built in fp32 on the CPU; the others are the GPU shapes
 
 
 def build(directory: str, shape: str) -> int:
@@ -61,7 +62,7 @@ def build(directory: str, shape: str) -> int:
         return n
     # The GPU shapes are built in bf16, the dtype the trainer loads them in on CUDA (half the bytes to make, write and
     # read), on the GPU when there is one: drawing 8B random weights on a CPU takes minutes.
-    gpu_shape = shape not in ("tiny", "narrow-24")
+    gpu_shape = shape not in CPU_SHAPES
     dtype = torch.bfloat16 if gpu_shape else torch.float32
     device = "cuda" if gpu_shape and torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)

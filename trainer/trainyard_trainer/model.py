@@ -303,8 +303,8 @@ def _graph_forward(model: Any, ids: torch.Tensor, lengths: list[int], device: to
     """How a forward runs with layers replayed as CUDA graphs (`--compile graphs`): (token ids, sequence lengths, varlen
     maximum, a context for the layers).
 
-    A graph is recorded per distinct set of integer inputs: the row's length and, for packed rows, the number of
-    sequence boundaries. So the row is padded up to a multiple of the length bucket: a single sequence grows at its end
+    The layers are compiled and their graphs recorded per distinct shape: the row's length and, for packed rows, the
+    number of sequence boundaries. So the row is padded up to a multiple of the length bucket: a single sequence grows at its end
     (causal attention: no real position sees the padding); packed sequences get a padding sequence of their own, then
     empty sequences up to a power-of-two count, and varlen attention is told the padded length as the longest (any
     upper bound is correct). The caller keeps only the real positions.
