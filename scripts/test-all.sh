@@ -9,6 +9,8 @@
 #   test:realloop the RL loop with real parts: a vLLM engine (engine/.venv), the worker and reference trainer,
 #                 ART 0.5.23 on Python 3.12 (test/realloop/.venv-art)
 # Every suite runs even when an earlier one failed; the exit status is non-zero when any failed.
+# A failed suite's last lines are printed again at the very end, so that a log cut to its tail (CI's)
+# still shows why it failed, not only the suites that ran after it.
 # TRAINYARD_SUITES="ts ui" runs a subset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,15 +19,22 @@ suites=${TRAINYARD_SUITES:-"ts trainer clients wandb ui fuzz realloop"}
 passed=0
 failed=0
 failures=""
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 for suite in $suites; do
   echo
   echo "=== npm run test:${suite}"
-  if npm run --silent "test:${suite}"; then
+  if npm run --silent "test:${suite}" 2>&1 | tee "${logs}/${suite}.log"; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1))
     failures="${failures} ${suite}"
   fi
+done
+for suite in $failures; do
+  echo
+  echo "=== why test:${suite} failed (its last 80 lines again)"
+  tail -n "80" "${logs}/${suite}.log"
 done
 echo
 [ -n "$failures" ] && echo "failed suites:${failures}"

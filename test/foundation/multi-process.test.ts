@@ -43,8 +43,10 @@ async function startServer(env: Record<string, string>): Promise<Server> {
   dataDirs.push(dataDir);
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     env: { ...process.env, ...env, DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'info', BOOTSTRAP_ADMIN: 'false' },
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
+  child.on('error', (error) => (out += `\n${error.stack}`)); // unheard, a failed spawn or kill would be an uncaught error
   child.stdout!.on('data', (d) => (out += d));
   child.stderr!.on('data', (d) => (out += d));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
@@ -105,7 +107,7 @@ describe.skipIf(!onPostgresServer)('several processes on one PostgreSQL database
     await admin.query(`create database ${databaseName} template ${inject('pgTemplate')}`);
     await admin.end();
     database = postgresHandle(createPgPool(databaseUrl(databaseName), 2));
-    sql = new pg.Pool({ connectionString: databaseUrl(databaseName), max: 2 });
+    sql = createPgPool(databaseUrl(databaseName), 2); // the server's pool: a connection that dies is not an uncaught error
     const auth = new AuthService(database.db, 0);
     await auth.createUser({ username: 'root', isAdmin: true });
     adminKey = (await auth.createKey({ username: 'root' })).key;
