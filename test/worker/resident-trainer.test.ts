@@ -54,6 +54,8 @@ describe('a resident trainer', () => {
       expect(runs.map((run) => run.jobId)).toEqual(jobs.map((job) => job.jobId));
       expect(new Set(runs.map((run) => run.pid)).size).toBe(1);
       expect(isAlive(runs[0].pid)).toBe(true);
+      // The server marks a job COMPLETED before the worker has read the reply that ends its own record of it.
+      await waitFor(() => jobs.every(({ jobId }) => outcomes.has(jobId)));
       for (const [n, { modelId, jobId }] of jobs.entries()) {
         expect(outcomes.get(jobId)).toMatchObject({ status: 'completed', step: 1 });
         expect(await listCheckpoints(app, tenant, modelId)).toMatchObject([{ step: 1, metrics: { inputs: n + 1 } }]);
