@@ -34,7 +34,7 @@ done
 for suite in $failures; do
   echo
   echo "=== why test:${suite} failed (its last 80 lines again)"
-  tail -n "80" "${logs}/${suite}.log"
+  tail -n 80 "${logs}/${suite}.log"
 done
 echo
 [ -n "$failures" ] && echo "failed suites:${failures}"
