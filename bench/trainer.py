@@ -180,6 +180,11 @@ def profile(directory: str, data: list[dict], device: str, work: str, flags: lis
             "top_kernels": [[name[:90], round(sec / busy, 3)] for name, sec in sorted(totals.items(), key=lambda item: -item[1])[:top]]}
 
 
+def gpu_figures(run: dict, n: int, peak_tflops: float) -> dict:
+    """A CUDA measure's model FLOPs utilisation (6 · N · tokens/s over the peak) and peak GPU memory."""
+    return {"mfu": round(6 * n * run["tokens"] / run["seconds"] / (peak_tflops * 1e12), 4), "peak_memory_gib": round(run["peak_gib"], 2)}
+
+
 def parse_variants(text: str) -> list[tuple[str, list[str]]]:
     variants = []
     for item in filter(None, (part.strip() for part in text.split(";"))):
@@ -233,7 +238,7 @@ def main() -> None:
             done = {"bench": "trainer", "done": name, "tokens_per_second": round(runs[name]["tokens"] / runs[name]["seconds"], 1),
                     "first_run_tokens_per_second": round(runs[name]["tokens"] / runs[name]["first_seconds"], 1)}
             if cuda:
-                done |= {"mfu": round(6 * n * done["tokens_per_second"] / (args.peak_tflops * 1e12), 4), "peak_memory_gib": round(runs[name]["peak_gib"], 2)}
+                done |= gpu_figures(runs[name], n, args.peak_tflops)
             # Each gradient step's speed in the run reported: a step that compiles or records CUDA graphs stands out.
             print(json.dumps(done | {"step_tokens_per_second": runs[name].get("step_tokens_per_second")}), file=sys.stderr, flush=True)
         if cuda and args.profile:
@@ -256,8 +261,7 @@ def main() -> None:
         if "gradient_steps" in run:
             line["gradient_steps"] = run["gradient_steps"]
         if cuda:
-            line["mfu"] = round(6 * n * tps / (args.peak_tflops * 1e12), 4)
-            line["peak_memory_gib"] = round(run["peak_gib"], 2)
+            line |= gpu_figures(run, n, args.peak_tflops)
         print(json.dumps(line), flush=True)
 
 

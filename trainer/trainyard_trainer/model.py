@@ -304,10 +304,10 @@ def _graph_forward(model: Any, ids: torch.Tensor, lengths: list[int], device: to
     maximum, a context for the layers).
 
     The layers are compiled and their graphs recorded per distinct shape: the row's length and, for packed rows, the
-    number of sequence boundaries. So the row is padded up to a multiple of the length bucket: a single sequence grows at its end
-    (causal attention: no real position sees the padding); packed sequences get a padding sequence of their own, then
-    empty sequences up to a power-of-two count, and varlen attention is told the padded length as the longest (any
-    upper bound is correct). The caller keeps only the real positions.
+    number of sequence boundaries. So the row is padded up to a multiple of the length bucket: a single sequence grows
+    at its end (causal attention: no real position sees the padding); packed sequences get a padding sequence of their
+    own, then empty sequences up to a power-of-two count, and varlen attention is told the padded length as the longest
+    (any upper bound is correct). The caller keeps only the real positions.
 
     The LoRA weights' gradients get buffers of their own first: a weight without one would take its first backward's
     output as its gradient, memory of the graphs' pool that the next forward reuses while the next pack or step still
