@@ -33,6 +33,8 @@ export interface RouterOptions {
 }
 
 const CACHE_LIMIT = 10_000;
+/** The longest a deletion waits for an engine replica's list of the adapters it holds. */
+const ENGINE_LIST_TIMEOUT_MS = 10_000;
 
 /**
  * The engine-side name of a checkpoint's adapter: `entity/project/name:stepN@<hash of the checkpoint
@@ -98,26 +100,36 @@ export class ModelRouter {
     return route;
   }
 
-  /** Training deleted checkpoints (or a whole model): forget routes and unload their adapters from the engines. */
+  /**
+   * Training deleted checkpoints (or a whole model): forget routes and unload their adapters from the engines.
+   * What each replica holds is read from the engine itself as well as from this process's own record, so
+   * that an adapter another server process loaded (sharing the engine) is unloaded too.
+   */
   checkpointsDeleted(event: DomainEventMap['checkpoints-deleted'][0]): void {
     this.cache.clear();
     const prefixes = new Set(event.steps.map((step) => checkpointPrefix(event, step)));
+    const deleted = (name: string) => isAdapterOf(name, prefixes);
     const work = Promise.all(
       this.registry.clients
         .filter((client) => client.backend.runtimeLora)
-        .map(async (client) => {
-          // Only what an engine is known to hold (loaded or loading here, or listed by the engine at discovery).
-          const names = new Set(client.replicas.flatMap((replica) => client.adapters.namesOn(replica, (name) => isAdapterOf(name, prefixes))));
-          for (const name of names) {
-            const holders = client.replicas.filter((replica) => client.adapters.isLoaded(replica, name));
-            if (holders.length === 0) continue;
+        .flatMap((client) =>
+          client.replicas.map(async (replica) => {
+            const names = new Set(client.adapters.namesOn(replica, deleted));
             try {
-              await client.adapters.unload(holders, name);
+              const listed = await client.listModels(replica, Math.min(ENGINE_LIST_TIMEOUT_MS, client.backend.timeouts.firstByteMs));
+              for (const { id } of listed) if (deleted(id)) names.add(id);
             } catch (error) {
-              this.log.warn({ err: error, adapter: name, backend: client.backend.name }, 'could not unload a deleted checkpoint\'s adapter');
+              this.log.warn({ err: error, backend: client.backend.name, replica: replica.url }, 'could not read which adapters an engine replica holds; unloading those this process knows of');
             }
-          }
-        }),
+            for (const name of names) {
+              try {
+                await client.adapters.unload([replica], name);
+              } catch (error) {
+                this.log.warn({ err: error, adapter: name, backend: client.backend.name }, 'could not unload a deleted checkpoint\'s adapter');
+              }
+            }
+          }),
+        ),
     ).then(() => undefined);
     this.unloading = this.unloading.then(() => work);
   }

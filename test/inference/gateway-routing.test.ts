@@ -186,6 +186,26 @@ describe('trained checkpoints', () => {
     expect((await post(owner, chat(`${owner.entity}/proj/doomed`))).statusCode).toBe(200);
     expect(lastBody().model).toBe('fake/base-model');
   });
+  it('unloads the adapters of deleted checkpoints that another server process loaded into a shared engine', async () => {
+    const shared = await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'shared', steps: [1, 2, 3] });
+    const adapters = await Promise.all([1, 2, 3].map((step) => checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'shared', step })));
+    // Another process loaded steps 1 and 2 after this one last read the engine's list; step 3 was never loaded.
+    for (const name of adapters.slice(0, 2)) engine.adapters.set(name, `/mnt/ckpts/${name}`);
+    await sql`delete from checkpoints where model_id = ${shared.id}`.execute(app.db);
+    app.events.emit('checkpoints-deleted', { entity: owner.entity, project: 'proj', model: 'shared', steps: [1, 2, 3], uris: [1, 2, 3].map((step) => shared.uri(step)) });
+    await waitFor(() => engine.unloads.get(adapters[1]) === 1);
+    await waitFor(() => engine.unloads.get(adapters[0]) === 1);
+    expect(engine.unloads.has(adapters[2])).toBe(false);
+    expect([...engine.adapters.keys()].filter((name) => name.startsWith(`${owner.entity}/proj/shared:`))).toEqual([]);
+    // Another tenant's adapters with the same model name are left alone.
+    const theirAdapter = `${other.entity}/proj/shared:step1@0123456789ab`;
+    engine.adapters.set(theirAdapter, '/mnt/ckpts/theirs');
+    engine.adapters.set(adapters[0], '/mnt/ckpts/again');
+    app.events.emit('checkpoints-deleted', { entity: owner.entity, project: 'proj', model: 'shared', steps: [1], uris: [shared.uri(1)] });
+    await waitFor(() => engine.unloads.get(adapters[0]) === 2);
+    expect(engine.adapters.has(theirAdapter)).toBe(true);
+    expect(engine.unloads.has(theirAdapter)).toBe(false);
+  });
 });
 
 describe('the model list', () => {
