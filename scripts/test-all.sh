@@ -10,7 +10,7 @@
 #                 ART 0.5.23 on Python 3.12 (test/realloop/.venv-art)
 # Every suite runs even when an earlier one failed; the exit status is non-zero when any failed.
 # A failed suite's last lines are printed again at the very end, so that a log cut to its tail (CI's)
-# still shows why it failed, not only the suites that ran after it.
+# still shows why it failed, not only the suites that ran after it; so is how long each suite took.
 # TRAINYARD_SUITES="ts ui" runs a subset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,17 +19,20 @@ suites=${TRAINYARD_SUITES:-"ts trainer clients wandb ui fuzz realloop"}
 passed=0
 failed=0
 failures=""
+timings=""
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 for suite in $suites; do
   echo
   echo "=== npm run test:${suite}"
+  started=$SECONDS
   if npm run --silent "test:${suite}" 2>&1 | tee "${logs}/${suite}.log"; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1))
     failures="${failures} ${suite}"
   fi
+  timings="${timings} ${suite} $((SECONDS - started))s,"
 done
 for suite in $failures; do
   echo
@@ -38,5 +41,6 @@ for suite in $failures; do
 done
 echo
 [ -n "$failures" ] && echo "failed suites:${failures}"
+echo "time per suite:${timings%,}"
 echo "suites: ${passed} passed, ${failed} failed"
 [ "$failed" -eq 0 ]
