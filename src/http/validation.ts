@@ -193,7 +193,9 @@ function issueToDetail(issue: z.core.$ZodIssue, prefix: (string | number)[], dat
         return [{ ...base, type: 'uuid_parsing', msg: 'Input should be a valid UUID', ctx: { error: issue.message } }];
       }
       if (issue.format === 'regex' && 'pattern' in issue) {
-        const pattern = String(issue.pattern);
+        // zod gives the regex as a literal (`/^a$/`); pydantic names its source alone.
+        const literal = String(issue.pattern);
+        const pattern = /^\/(.*)\/[a-z]*$/s.exec(literal)?.[1] ?? literal;
         return [{ ...base, type: 'string_pattern_mismatch', msg: `String should match pattern '${pattern}'`, ctx: { pattern } }];
       }
       return [{ ...base, type: 'value_error', msg: `Value error, ${issue.message}`, ctx: { error: issue.message } }];

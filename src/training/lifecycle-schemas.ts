@@ -75,8 +75,12 @@ export const CheckpointStepParams = z.object({
 /** Most releases one call lists or acknowledges. */
 export const RELEASES_PER_CALL = 1000;
 
+/** A release id: a positive integer below 10^18, as a string. */
+const ReleaseId = z.string().regex(/^[1-9][0-9]{0,17}$/);
+
 export const ReleaseListQuery = z.object({
   limit: z.coerce.number().int().min(1).max(RELEASES_PER_CALL).default(100),
+  after: ReleaseId.optional().describe('List only releases with a larger id: the last id of the previous page, to page past releases left for another part of the worker side'),
 });
 
 export const CheckpointReleaseList = z.object({
@@ -91,7 +95,7 @@ export const CheckpointReleaseList = z.object({
 });
 
 export const AcknowledgeReleases = z.object({
-  ids: z.array(z.string().regex(/^[1-9][0-9]{0,17}$/)).min(1).max(RELEASES_PER_CALL),
+  ids: z.array(ReleaseId).min(1).max(RELEASES_PER_CALL),
 });
 
 export const ReleasesAcknowledged = z.object({ acknowledged: z.number().int() });

@@ -136,8 +136,8 @@ export class LifecycleService {
     return principal.isAdmin ? 'all' : [...principal.entities];
   }
 
-  async listReleases(principal: Principal, limit: number): Promise<CheckpointReleaseList> {
-    return { data: await repo.listReleases(this.db, { reach: this.reachOf(principal), limit }) };
+  async listReleases(principal: Principal, query: { limit: number; after?: string }): Promise<CheckpointReleaseList> {
+    return { data: await repo.listReleases(this.db, { reach: this.reachOf(principal), ...query }) };
   }
 
   async acknowledgeReleases(principal: Principal, ids: readonly string[]): Promise<{ acknowledged: number }> {

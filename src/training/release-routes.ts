@@ -20,12 +20,12 @@ export const releaseRoutes: FastifyPluginAsyncZod<{ lifecycle: LifecycleService 
         tags,
         summary: 'List checkpoint storage to release',
         description:
-          'URIs of deleted checkpoints (by a user, the retention policy, the TTL or a model delete) of the entities this key reaches, oldest first. Delete what each names, then acknowledge it.',
+          'URIs of deleted checkpoints (by a user, the retention policy, the TTL or a model delete) of the entities this key reaches, oldest first (by id; `after` pages on). Delete what each names, then acknowledge it.',
         querystring: ReleaseListQuery,
         response: { 200: CheckpointReleaseList },
       },
     },
-    async (request) => lifecycle.listReleases(principalOf(request), request.query.limit),
+    async (request) => lifecycle.listReleases(principalOf(request), request.query),
   );
 
   app.post(

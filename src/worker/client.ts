@@ -3,6 +3,7 @@ import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Agent, request, type Dispatcher } from 'undici';
 import type { z } from 'zod';
+import { CheckpointReleaseList, ReleasesAcknowledged } from '../training/lifecycle-schemas.js';
 import {
   ClaimResponse,
   CompleteResponse,
@@ -133,6 +134,23 @@ export class WorkerClient {
 
   async fail(jobId: string, leaseToken: string, errorMessage: string, retryable: boolean, signal?: AbortSignal): Promise<void> {
     await this.jobCall(jobId, 'fail', { lease_token: leaseToken, error_message: errorMessage, retryable }, undefined, signal);
+  }
+
+  /** One page of the storage releases this key reaches, oldest first, after the release `after` (docs/training.md). */
+  async listReleases(page: { after?: string; limit: number }, signal?: AbortSignal): Promise<CheckpointReleaseList['data']> {
+    const query = new URLSearchParams({ limit: String(page.limit), ...(page.after === undefined ? {} : { after: page.after }) });
+    return this.retrying('release list', this.backoff, signal, async () => {
+      const response = await this.call('GET', `/v1/workers/checkpoint-releases?${query}`, undefined, { signal, timeoutMs: this.requestTimeoutMs });
+      return (await this.parse(response, CheckpointReleaseList, 'release list')).data;
+    });
+  }
+
+  /** Tells the server these releases are done; answers how many it forgot. */
+  async acknowledgeReleases(ids: readonly string[], signal?: AbortSignal): Promise<number> {
+    return this.retrying('release acknowledgement', this.backoff, signal, async () => {
+      const response = await this.call('POST', '/v1/workers/checkpoint-releases/ack', { ids }, { signal, timeoutMs: this.requestTimeoutMs });
+      return (await this.parse(response, ReleasesAcknowledged, 'release acknowledgement')).acknowledged;
+    });
   }
 
   async close(): Promise<void> {

@@ -5,6 +5,7 @@ import { LeaseLostError, ProtocolError, type WorkerClient } from './client.js';
 import { EventBatcher } from './event-batcher.js';
 import { buildJobSpec, jobPaths, prepareJobDirs, removeJobFiles, writeJobSpec } from './job-files.js';
 import type { ResidentTrainerSlot } from './resident.js';
+import { checkpointDirectory } from './storage-releases.js';
 import { EventOrder, parseTrainerLine } from './trainer-output.js';
 import { TrainerProcess, type TrainerExit, type TrainerHandlers } from './trainer-process.js';
 
@@ -53,6 +54,8 @@ type StopReason = 'cancel' | 'lease_lost' | 'interrupt';
  */
 export class JobRun {
   readonly jobId: string;
+  /** Checkpoint directories under the output directory this attempt reads (its base checkpoint) or writes. */
+  readonly checkpointDirectories: readonly string[];
   private readonly leaseToken: string;
   private readonly log: Logger;
   private stopReason: StopReason | undefined;
@@ -68,6 +71,8 @@ export class JobRun {
     private readonly resident?: ResidentTrainerSlot,
   ) {
     this.jobId = claim.job.id;
+    const base = claim.job.base_checkpoint ? checkpointDirectory(claim.job.base_checkpoint.uri, settings.outputDir) : undefined;
+    this.checkpointDirectories = [jobPaths(settings, claim.job).output, ...(base === undefined ? [] : [base])];
     this.leaseToken = claim.lease.token;
     this.leaseExpiresAt = claim.lease.expires_at;
     this.log = logger.child({ job_id: claim.job.id, attempt: claim.job.attempt });

@@ -22,6 +22,8 @@ export const WORKER_USAGE = `Usage: trainyard-worker --server URL --command "TRA
   --concurrency N          jobs at once (default 1)
   --work-dir DIR           inputs and spec files (default ./trainyard-work)
   --output-dir DIR         where trainers write checkpoints (default WORK_DIR/checkpoints)
+  --release-seconds N      how often deleted checkpoints' directories under the output dir are deleted
+                           (default 60; 0: never)
   --worker-id ID           (default HOSTNAME-PID)
   --cancel-grace-seconds N SIGTERM -> SIGKILL of a trainer (default 30)
   --resident on|off        offer the trainer to stay loaded between jobs (default on)
@@ -42,6 +44,8 @@ export interface WorkerOptions {
   readonly concurrency: number;
   readonly workDir: string;
   readonly outputDir: string;
+  /** How often the storage of deleted checkpoints is released (docs/worker-runtime.md); 0: never. */
+  readonly releaseMs: number;
   readonly workerId: string;
   readonly cancelGraceMs: number;
   readonly drainMs: number;
@@ -87,6 +91,7 @@ const Flags = z.object({
   concurrency: number('concurrency', 1, 256).int('--concurrency must be an integer').default(1),
   'work-dir': z.string().min(1).default('trainyard-work'),
   'output-dir': z.string().min(1).optional(),
+  'release-seconds': number('release-seconds', 0, 86_400).default(60),
   'worker-id': z.string().min(1).max(200).default(`${os.hostname()}-${process.pid}`),
   'cancel-grace-seconds': number('cancel-grace-seconds', 0, 86_400).default(30),
   resident: z.enum(['on', 'off'], { error: '--resident must be on or off' }).default('on'),
@@ -121,6 +126,7 @@ export function loadWorkerOptions(
         concurrency: { type: 'string' },
         'work-dir': { type: 'string' },
         'output-dir': { type: 'string' },
+        'release-seconds': { type: 'string' },
         'worker-id': { type: 'string' },
         'cancel-grace-seconds': { type: 'string' },
         resident: { type: 'string' },
@@ -170,6 +176,7 @@ export function loadWorkerOptions(
       concurrency: f.concurrency,
       workDir,
       outputDir: path.resolve(f['output-dir'] ?? path.join(workDir, 'checkpoints')),
+      releaseMs: f['release-seconds'] * 1000,
       workerId: f['worker-id'],
       cancelGraceMs: f['cancel-grace-seconds'] * 1000,
       drainMs: f['drain-seconds'] * 1000,

@@ -5,6 +5,7 @@ import { ProtocolError, WorkerClient } from './client.js';
 import { JobRun, type JobOutcome } from './job-run.js';
 import type { WorkerOptions } from './options.js';
 import { ResidentTrainerSlot } from './resident.js';
+import { StorageReleaser } from './storage-releases.js';
 
 export type WorkerSettings = Pick<
   WorkerOptions,
@@ -16,6 +17,7 @@ export type WorkerSettings = Pick<
   | 'concurrency'
   | 'workDir'
   | 'outputDir'
+  | 'releaseMs'
   | 'workerId'
   | 'cancelGraceMs'
   | 'drainMs'
@@ -28,7 +30,8 @@ export type WorkerSettings = Pick<
 
 /**
  * The trainer worker: `concurrency` slots, each claiming a job (long-poll), running it to its report and
- * claiming again. `drain()` stops claiming and lets running jobs finish for `drainMs`, then interrupts
+ * claiming again, and every `releaseMs` a sweep that deletes the output directories of deleted checkpoints.
+ * `drain()` stops claiming and lets running jobs finish for `drainMs`, then interrupts
  * them (their trainers are stopped and the attempts failed as retryable, so another worker takes them).
  */
 export class Worker {
@@ -36,6 +39,12 @@ export class Worker {
   private readonly claims = new AbortController();
   private readonly running = new Set<JobRun>();
   private readonly residents = new Set<ResidentTrainerSlot>();
+  /**
+   * Checkpoint directories of the jobs running when the current storage sweep began or started since: not
+   * deleted by that sweep. A job that ends during it may have registered its directory again (a deleted step
+   * trained anew), which the server then no longer lists, but the sweep's page was read before.
+   */
+  private readonly inUse = new Set<string>();
   private draining = false;
   private drainTimer: NodeJS.Timeout | undefined;
   private fatal: Error | undefined;
@@ -57,7 +66,7 @@ export class Worker {
       'worker started',
     );
     try {
-      await Promise.all(Array.from({ length: this.settings.concurrency }, () => this.slot()));
+      await Promise.all([...Array.from({ length: this.settings.concurrency }, () => this.slot()), this.releaseStorage()]);
     } finally {
       clearTimeout(this.drainTimer);
       await this.client.close();
@@ -88,6 +97,23 @@ export class Worker {
   private interruptAll(): void {
     if (this.running.size > 0) this.logger.warn({ running: this.running.size }, 'interrupting running jobs');
     for (const job of this.running) job.interrupt();
+  }
+
+  /** Until drained: a sweep of the storage releases at start, then every `releaseMs` (0: none). */
+  private async releaseStorage(): Promise<void> {
+    if (this.settings.releaseMs <= 0) return;
+    const releaser = new StorageReleaser(this.client, this.settings.outputDir, this.logger, () => this.inUse);
+    while (!this.draining) {
+      this.inUse.clear();
+      for (const job of this.running) for (const directory of job.checkpointDirectories) this.inUse.add(directory);
+      try {
+        await releaser.sweep(this.claims.signal);
+      } catch (error) {
+        if (this.draining) return;
+        this.logger.warn({ err: (error as Error).message }, 'could not go through the storage releases; trying again later');
+      }
+      await sleep(this.settings.releaseMs, undefined, { signal: this.claims.signal }).catch(() => undefined);
+    }
   }
 
   private async slot(): Promise<void> {
@@ -128,6 +154,7 @@ export class Worker {
         continue;
       }
       const job = new JobRun(claim, this.client, this.settings, this.logger, resident);
+      for (const directory of job.checkpointDirectories) this.inUse.add(directory);
       // A claim answered just as draining began: start it only to hand it back at once.
       if (this.draining) job.interrupt();
       this.running.add(job);

@@ -215,6 +215,9 @@ describe('storage handed to the workers\' side', () => {
       [`s3://checkpoints/${t.model.name}/2`, 'deleted'],
     ]);
     const ids = mine(listed).map((r: any) => r.id);
+    // `after` pages on from a release id.
+    expect(mine(await t.worker.call('GET', `/v1/workers/checkpoint-releases?limit=1000&after=${ids[0]}`)).map((r: any) => r.id)).toEqual([ids[1]]);
+    expect(mine(await t.worker.call('GET', `/v1/workers/checkpoint-releases?limit=1000&after=${ids[1]}`))).toEqual([]);
 
     const stranger = await modelWithWorker();
     expect(mine(await stranger.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000'))).toEqual([]);
@@ -227,8 +230,13 @@ describe('storage handed to the workers\' side', () => {
     expect((await call(app, t.user.headers, 'GET', '/v1/workers/checkpoint-releases')).status).toBe(403);
   });
 
-  it('refuses an empty or malformed acknowledgement', async () => {
+  it('refuses an empty or malformed acknowledgement, and a malformed page cursor', async () => {
     const t = await modelWithWorker();
+    const cursor = await t.worker.call('GET', '/v1/workers/checkpoint-releases?after=0');
+    expect(cursor).toMatchObject({
+      status: 422,
+      body: { detail: [{ type: 'string_pattern_mismatch', loc: ['query', 'after'], msg: "String should match pattern '^[1-9][0-9]{0,17}$'", input: '0', ctx: { pattern: '^[1-9][0-9]{0,17}$' } }] },
+    });
     const empty = await t.worker.call('POST', '/v1/workers/checkpoint-releases/ack', { ids: [] });
     expect(empty).toMatchObject({ status: 422, body: { detail: [{ type: 'too_short', loc: ['body', 'ids'] }] } });
     const malformed = await t.worker.call('POST', '/v1/workers/checkpoint-releases/ack', { ids: ['1; drop table'] });

@@ -138,6 +138,7 @@ export function startWorker(
     concurrency: 1,
     workDir: path.join(tenant.dir, 'work'),
     outputDir: path.join(tenant.dir, 'adapters'),
+    releaseMs: 0,
     workerId: uniqueName('worker'),
     cancelGraceMs: 5_000,
     drainMs: 10_000,

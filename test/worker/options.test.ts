@@ -21,6 +21,7 @@ describe('loadWorkerOptions', () => {
       concurrency: 1,
       workDir: path.resolve('trainyard-work'),
       outputDir: path.resolve('trainyard-work', 'checkpoints'),
+      releaseMs: 60_000,
       workerId: `${os.hostname()}-${process.pid}`,
       cancelGraceMs: 30_000,
       drainMs: 300_000,
@@ -35,7 +36,7 @@ describe('loadWorkerOptions', () => {
   it('reads every flag', () => {
     const options = load([
       '--server', 'https://ty.example', '--key', 'k', '--kinds', 'rl, sft', '--base-models', 'A,B',
-      '--concurrency', '2', '--work-dir', '/tmp/w', '--output-dir', '/mnt/adapters', '--worker-id', 'gpu-3',
+      '--concurrency', '2', '--work-dir', '/tmp/w', '--output-dir', '/mnt/adapters', '--release-seconds', '0', '--worker-id', 'gpu-3',
       '--cancel-grace-seconds', '5', '--drain-seconds', '60', '--heartbeat-seconds', '2.5',
       '--event-window-ms', '0', '--poll-seconds', '10', '--log-level', 'debug', '--resident', 'off', '--', 'python', 'train.py', '--lr', '1e-5',
     ]);
@@ -46,6 +47,7 @@ describe('loadWorkerOptions', () => {
       concurrency: 2,
       workDir: '/tmp/w',
       outputDir: '/mnt/adapters',
+      releaseMs: 0,
       workerId: 'gpu-3',
       cancelGraceMs: 5000,
       drainMs: 60_000,
@@ -87,6 +89,7 @@ describe('loadWorkerOptions', () => {
     [['--server', 'http://x', '--key', 'k', '--command', 'x', '--poll-seconds', '31'], /--poll-seconds must be at most 30/],
     [['--server', 'http://x', '--key', 'k', '--command', 'x', '--bogus'], /Unknown option '--bogus'/],
     [['--server', 'http://x', '--key', 'k', '--command', 'x', '--resident', 'yes'], /--resident must be on or off/],
+    [['--server', 'http://x', '--key', 'k', '--command', 'x', '--release-seconds=-1'], /--release-seconds must be at least 0/],
   ])('refuses %j', (argv, message) => {
     expect(() => loadWorkerOptions(argv, {})).toThrow(WorkerUsageError);
     expect(() => loadWorkerOptions(argv, {})).toThrow(message);

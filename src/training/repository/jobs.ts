@@ -351,6 +351,13 @@ export async function completeJob(
     .values({ id: crypto.randomUUID(), model_id: row.model_id, step, uri: args.uri, metrics: jsonb(args.metrics), job_id: row.id })
     .returningAll()
     .executeTakeFirstOrThrow();
+  // A deleted checkpoint's storage that this one now uses (the step was deleted and trained again, and the
+  // worker writes per model and step) is no longer to be deleted.
+  await db
+    .deleteFrom('checkpoint_releases')
+    .where('uri', '=', args.uri)
+    .where('entity_id', 'in', (eb) => eb.selectFrom('models').select('models.entity_id').where('models.id', '=', row.model_id))
+    .execute();
   await appendEvents(db, {
     jobId: row.id,
     attempt: row.attempt,

@@ -228,10 +228,11 @@ export async function recordReleases(
 /** Storage releases of the entities a worker key reaches (by name; 'all' for an admin's key), oldest first. */
 export async function listReleases(
   db: TrainingDb,
-  args: { reach: readonly string[] | 'all'; limit: number },
+  args: { reach: readonly string[] | 'all'; limit: number; after?: string },
 ): Promise<{ id: string; uri: string; reason: 'deleted' | 'retention' | 'expired'; created_at: string }[]> {
   if (args.reach !== 'all' && args.reach.length === 0) return [];
   let query = db.selectFrom('checkpoint_releases as r').select(['r.id', 'r.uri', 'r.reason', 'r.created_at']);
+  if (args.after !== undefined) query = query.where(sql<boolean>`r.id > cast(${args.after} as bigint)`);
   if (args.reach !== 'all') {
     query = query.innerJoin('entities as e', 'e.id', 'r.entity_id').where('e.name', 'in', [...args.reach]);
   }

@@ -1,0 +1,120 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Logger } from 'pino';
+import { RELEASES_PER_CALL } from '../training/lifecycle-schemas.js';
+import type { WorkerClient } from './client.js';
+
+/**
+ * Deletes the storage of deleted checkpoints that trainers of this worker's kind wrote (docs/worker-runtime.md,
+ * "Checkpoint storage"). The server lists the URIs of deleted checkpoints; each one that names a checkpoint
+ * directory of this worker's layout under its output directory (`<output-dir>/<model id>/step-<N>`, as a path or
+ * a file:// URL) is deleted and acknowledged, and so is one already gone. Every other URI (s3://, another
+ * directory) is someone else's storage: it is left unacknowledged for them, and paged past.
+ */
+export class StorageReleaser {
+  /** Releases after this id were not looked at yet; those before were left for someone else. */
+  private after: string | undefined;
+
+  constructor(
+    private readonly client: WorkerClient,
+    private readonly outputDir: string,
+    private readonly log: Logger,
+    /** Checkpoint directories that running jobs read or write: not deleted until they end. */
+    private readonly inUse: () => ReadonlySet<string>,
+  ) {}
+
+  /**
+   * Goes through every release listed after the last one looked at, deleting and acknowledging what is this
+   * worker's. Someone else's releases are not listed to it again until it restarts. One whose directory a
+   * running job still uses, or that could not be deleted, is looked at again in the next sweep.
+   */
+  async sweep(signal?: AbortSignal): Promise<{ released: number; others: number; postponed: number }> {
+    let released = 0;
+    let others = 0;
+    let postponed = 0;
+    let revisitAfter: string | undefined;
+    for (;;) {
+      const page = await this.client.listReleases({ after: this.after, limit: RELEASES_PER_CALL }, signal);
+      const done: string[] = [];
+      for (const release of page) {
+        const directory = checkpointDirectory(release.uri, this.outputDir);
+        if (directory === undefined) {
+          others++;
+          continue;
+        }
+        try {
+          if (this.inUse().has(directory)) throw new Error('a running job uses it');
+          const outcome = await this.remove(directory);
+          this.log.info({ uri: release.uri, reason: release.reason, outcome }, 'released the storage of a deleted checkpoint');
+          done.push(release.id);
+        } catch (error) {
+          this.log.warn({ uri: release.uri, err: (error as Error).message }, 'the storage of a deleted checkpoint is kept for now');
+          revisitAfter ??= previousId(release.id);
+          postponed++;
+        }
+      }
+      if (done.length > 0) released += await this.client.acknowledgeReleases(done, signal);
+      if (page.length > 0) this.after = page[page.length - 1].id;
+      if (page.length < RELEASES_PER_CALL) break;
+    }
+    if (revisitAfter !== undefined) this.after = revisitAfter === '0' ? undefined : revisitAfter;
+    return { released, others, postponed };
+  }
+
+  /** Deletes one checkpoint directory, then its model's directory if that is left empty. */
+  private async remove(directory: string): Promise<'deleted' | 'already gone'> {
+    const root = await fs.realpath(this.outputDir);
+    let modelDir: string;
+    try {
+      modelDir = await fs.realpath(path.dirname(directory));
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return 'already gone';
+      throw error;
+    }
+    // The model's directory is a link out of the output directory: not ours to delete in.
+    if (path.dirname(modelDir) !== root) throw new Error(`${path.dirname(directory)} leads out of the output directory ${this.outputDir}`);
+    const target = path.join(modelDir, path.basename(directory));
+    try {
+      await fs.lstat(target);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return 'already gone';
+      throw error;
+    }
+    // A link is removed, not followed.
+    await fs.rm(target, { recursive: true, force: true });
+    const modelInUse = [...this.inUse()].some((used) => path.dirname(used) === path.dirname(directory));
+    if (!modelInUse) await fs.rmdir(modelDir).catch(() => undefined);
+    return 'deleted';
+  }
+}
+
+const MODEL_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const STEP = /^step-(0|[1-9][0-9]*)$/;
+
+/**
+ * The checkpoint directory a URI names when it is one of this layout under `outputDir` (`<model id>/step-<N>`,
+ * as src/worker/job-files.ts makes them), as an absolute path; undefined for anything else.
+ */
+export function checkpointDirectory(uri: string, outputDir: string): string | undefined {
+  let file: string;
+  if (uri.startsWith('file:')) {
+    try {
+      file = fileURLToPath(uri);
+    } catch {
+      return undefined;
+    }
+  } else if (path.isAbsolute(uri)) {
+    file = uri;
+  } else {
+    return undefined;
+  }
+  const parts = path.relative(path.resolve(outputDir), path.resolve(file)).split(path.sep);
+  if (parts.length !== 2 || !MODEL_ID.test(parts[0]) || !STEP.test(parts[1])) return undefined;
+  return path.join(path.resolve(outputDir), parts[0], parts[1]);
+}
+
+/** The id just before a release id (ids are positive integers below 10^18), as the `after` that lists it again. */
+function previousId(id: string): string {
+  return (BigInt(id) - 1n).toString();
+}
