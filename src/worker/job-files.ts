@@ -85,3 +85,9 @@ export async function writeJobSpec(paths: JobPaths, spec: JobSpec): Promise<void
 export async function removeJobFiles(paths: JobPaths): Promise<void> {
   await fs.rm(paths.dir, { recursive: true, force: true });
 }
+
+/** Removes an attempt's output directory, and its model's directory if that is left empty. */
+export async function removeOutput(paths: JobPaths): Promise<void> {
+  await fs.rm(paths.output, { recursive: true, force: true });
+  await fs.rmdir(path.dirname(paths.output)).catch(() => undefined);
+}

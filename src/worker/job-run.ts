@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import type { ClaimResponse } from '../training/schemas.js';
 import { LeaseLostError, ProtocolError, type WorkerClient } from './client.js';
 import { EventBatcher } from './event-batcher.js';
-import { buildJobSpec, jobPaths, prepareJobDirs, removeJobFiles, writeJobSpec } from './job-files.js';
+import { buildJobSpec, jobPaths, prepareJobDirs, removeJobFiles, removeOutput, writeJobSpec, type JobPaths } from './job-files.js';
 import type { ResidentTrainerSlot } from './resident.js';
 import { checkpointDirectory } from './storage-releases.js';
 import { EventOrder, parseTrainerLine } from './trainer-output.js';
@@ -84,8 +84,19 @@ export class JobRun {
   }
 
   async run(): Promise<JobOutcome> {
+    const paths = jobPaths(this.settings, this.claim.job);
+    const outcome = await this.attempt(paths);
+    // The server ended the attempt without a checkpoint: what the trainer wrote is no adapter of anyone's
+    // (a later attempt starts its directory afresh anyway). Unreported attempts keep theirs: the server may
+    // have registered it.
+    if (outcome.status === 'failed' || outcome.status === 'canceled' || outcome.status === 'interrupted') {
+      await removeOutput(paths).catch((error: Error) => this.log.warn({ err: error.message }, 'could not remove the attempt\'s output directory'));
+    }
+    return outcome;
+  }
+
+  private async attempt(paths: JobPaths): Promise<JobOutcome> {
     const { job } = this.claim;
-    const paths = jobPaths(this.settings, job);
     const heartbeats = new AbortController();
     const heartbeatLoop = this.heartbeatLoop(heartbeats.signal);
     this.log.info({ model: `${job.model.entity}/${job.model.project}/${job.model.name}`, target_step: job.target_step }, 'job claimed');

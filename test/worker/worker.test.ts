@@ -64,7 +64,7 @@ describe('the worker runtime against the server', () => {
   it('fails the job for good when the server refuses the checkpoint URI the trainer reported', async () => {
     const tenant = await createTenant(app);
     const { modelId, jobId } = await createJob(app, tenant, { fixture_uri: '/etc/trainyard-adapter' });
-    const { worker, outcomes, done } = startWorker(baseUrl, tenant);
+    const { worker, outcomes, done, settings } = startWorker(baseUrl, tenant);
     try {
       const job = await waitForStatus(app, tenant, jobId, ['COMPLETED', 'FAILED']);
       expect(job).toMatchObject({ status: 'FAILED', attempt: 1 });
@@ -74,6 +74,8 @@ describe('the worker runtime against the server', () => {
       expect(outcomes.get(jobId)).toMatchObject({ status: 'failed', retryable: false });
       expect(await listCheckpoints(app, tenant, modelId)).toEqual([]);
       expect(fixtureRuns(tenant)).toHaveLength(1);
+      // The adapter the trainer wrote is no checkpoint: its directory (and the model's, left empty) is gone.
+      expect(fs.readdirSync(settings.outputDir)).toEqual([]);
     } finally {
       worker.drain();
       await done;
@@ -156,6 +158,7 @@ describe('the worker runtime against the server', () => {
       expect(await listCheckpoints(app, tenant, modelId)).toEqual([]);
       expect((await listEvents(app, tenant, jobId)).at(-1)).toMatchObject({ type: 'training_failed' });
       expect(fs.readdirSync(path.join(settings.workDir, 'jobs'))).toEqual([]);
+      expect(fs.existsSync(path.join(settings.outputDir, modelId))).toBe(false);
     } finally {
       worker.drain();
       await done;
