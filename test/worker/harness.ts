@@ -38,7 +38,8 @@ export async function createTenant(app: App): Promise<Tenant> {
   return { user, workerKey: key, baseModel: uniqueName('base'), dir, fixtureLog: path.join(dir, 'fixture.log') };
 }
 
-async function call(app: App, tenant: Tenant, method: 'GET' | 'POST', url: string, body?: unknown) {
+/** A training API call with the tenant's user key; throws unless it answers 200. */
+export async function call(app: App, tenant: Tenant, method: 'GET' | 'POST' | 'DELETE', url: string, body?: unknown) {
   const response = await app.inject({
     method,
     url,

@@ -7,9 +7,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { WorkerClient } from '../../src/worker/client.js';
 import { checkpointDirectory, StorageReleaser } from '../../src/worker/storage-releases.js';
-import { createTestApp } from '../helpers/app.js';
+import { createTestApp, uniqueName } from '../helpers/app.js';
 import { listen } from '../helpers/listen.js';
-import { createJob, createTenant, SERVER_ENV, startWorker, waitFor, waitForStatus, type Tenant } from './harness.js';
+import { call, createJob, createTenant, SERVER_ENV, startWorker, waitFor, waitForStatus, type Tenant } from './harness.js';
 
 const MODEL = '0b8f7e3c-1d2a-4c5b-9e6f-7a8b9c0d1e2f';
 
@@ -56,27 +56,16 @@ describe('releasing the storage of deleted checkpoints', () => {
     await app.close();
   });
 
-  async function call(tenant: Tenant, method: 'GET' | 'POST' | 'DELETE', url: string, body?: unknown) {
-    const response = await app.inject({
-      method,
-      url,
-      headers: { ...tenant.user.headers, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-      payload: body === undefined ? undefined : JSON.stringify(body),
-    });
-    expect(response.statusCode, response.body).toBe(200);
-    return response.json();
-  }
-
   /** A model with checkpoints at these URIs (as a worker registered them), which the test then deletes. */
   async function modelWithCheckpoints(tenant: Tenant, uris: string[]): Promise<string> {
-    const model = await call(tenant, 'POST', '/v1/preview/models', { project: 'releases', name: `m-${Date.now()}-${Math.random().toString(16).slice(2, 8)}`, base_model: tenant.baseModel });
+    const model = await call(app, tenant, 'POST', '/v1/preview/models', { project: 'releases', name: uniqueName('releases'), base_model: tenant.baseModel });
     for (const [i, uri] of uris.entries()) {
       await sql`insert into checkpoints (id, model_id, step, uri) values (${crypto.randomUUID()}, ${model.id}, ${i + 1}, ${uri})`.execute(app.db);
     }
     return model.id;
   }
 
-  const deleteSteps = (tenant: Tenant, modelId: string, steps: number[]) => call(tenant, 'DELETE', `/v1/preview/models/${modelId}/checkpoints`, { steps });
+  const deleteSteps = (tenant: Tenant, modelId: string, steps: number[]) => call(app, tenant, 'DELETE', `/v1/preview/models/${modelId}/checkpoints`, { steps });
 
   /** What the server still lists to the tenant's worker key. */
   async function listed(tenant: Tenant): Promise<string[]> {
@@ -193,7 +182,7 @@ describe('releasing the storage of deleted checkpoints', () => {
       await deleteSteps(tenant, modelId, [1]);
       expect(await listed(tenant)).toEqual([dir]);
       // The next job trains step 1 again, into the same directory: the release no longer holds.
-      const again = await call(tenant, 'POST', '/v1/preview/training-jobs', {
+      const again = await call(app, tenant, 'POST', '/v1/preview/training-jobs', {
         model_id: modelId,
         trajectory_groups: [{ trajectories: [{ messages_and_choices: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'hello' }], reward: 1 }] }],
       });
