@@ -6,8 +6,8 @@ import { RELEASES_PER_CALL } from '../training/lifecycle-schemas.js';
 import type { WorkerClient } from './client.js';
 
 /**
- * Deletes the storage of deleted checkpoints that trainers of this worker's kind wrote (docs/worker-runtime.md,
- * "Checkpoint storage"). The server lists the URIs of deleted checkpoints; each one that names a checkpoint
+ * Deletes the storage of deleted checkpoints that this worker's trainers wrote, or those of workers sharing its
+ * output directory (docs/worker-runtime.md, "Checkpoint storage"). The server lists the URIs of deleted checkpoints; each one that names a checkpoint
  * directory of this worker's layout under its output directory (`<output-dir>/<model id>/step-<N>`, as a path or
  * a file:// URL) is deleted and acknowledged, and so is one already gone. Every other URI (s3://, another
  * directory) is someone else's storage: it is left unacknowledged for them, and paged past.
@@ -20,7 +20,7 @@ export class StorageReleaser {
     private readonly client: WorkerClient,
     private readonly outputDir: string,
     private readonly log: Logger,
-    /** Checkpoint directories that running jobs read or write: not deleted until they end. */
+    /** Checkpoint directories that jobs read or write (running ones, and those run since the sweep began): kept. */
     private readonly inUse: () => ReadonlySet<string>,
   ) {}
 
