@@ -7,10 +7,11 @@ import type { WorkerClient } from './client.js';
 
 /**
  * Deletes the storage of deleted checkpoints that this worker's trainers wrote, or those of workers sharing its
- * output directory (docs/worker-runtime.md, "Checkpoint storage"). The server lists the URIs of deleted checkpoints; each one that names a checkpoint
- * directory of this worker's layout under its output directory (`<output-dir>/<model id>/step-<N>`, as a path or
- * a file:// URL) is deleted and acknowledged, and so is one already gone. Every other URI (s3://, another
- * directory) is someone else's storage: it is left unacknowledged for them, and paged past.
+ * output directory (docs/worker-runtime.md, "Checkpoint storage"). The server lists the URIs of deleted
+ * checkpoints; each one that names a checkpoint directory of this worker's layout under its output directory
+ * (`<output-dir>/<model id>/step-<N>`, as a path or a file:// URL) is deleted and acknowledged, and so is one
+ * already gone. Every other URI (s3://, another directory) is someone else's storage: it is left
+ * unacknowledged for them, and paged past.
  */
 export class StorageReleaser {
   /** Releases after this id were not looked at yet; those before were left for someone else. */
