@@ -230,6 +230,24 @@ describe('storage handed to the workers\' side', () => {
     expect((await call(app, t.user.headers, 'GET', '/v1/workers/checkpoint-releases')).status).toBe(403);
   });
 
+  it('lists no storage that a remaining checkpoint still names, and lists it once when none does', async () => {
+    const t = await modelWithWorker();
+    await train(t, rewards(0.1));
+    const uri = `s3://checkpoints/${t.model.name}/1`;
+    // A trainer that took no step registers its base checkpoint's storage as step 2.
+    const job = await call(app, t.user.headers, 'POST', '/v1/preview/training-jobs', { model_id: t.model.id, trajectory_groups: [groupGenerationA()] });
+    expect(job.status, job.text).toBe(200);
+    const claimed = await t.worker.claim(5);
+    expect(claimed?.job.base_checkpoint?.uri).toBe(uri);
+    expect((await t.worker.complete(claimed!, {}, uri)).status).toBe(200);
+    const mine = async () => (await t.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000')).body.data.filter((r: { uri: string }) => r.uri === uri);
+
+    await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [1] });
+    expect(await mine()).toEqual([]);
+    await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [2] });
+    expect((await mine()).map((r: { reason: string }) => r.reason)).toEqual(['deleted']);
+  });
+
   it('refuses an empty or malformed acknowledgement, and a malformed page cursor', async () => {
     const t = await modelWithWorker();
     const cursor = await t.worker.call('GET', '/v1/workers/checkpoint-releases?after=0');

@@ -215,11 +215,9 @@ export class ScriptedWorker {
     return this.call('POST', `/v1/workers/jobs/${claimed.job.id}/heartbeat`, { lease_token: claimed.lease.token });
   }
 
-  complete(claimed: ClaimedJob, metrics: Record<string, number> = {}): Promise<Reply> {
-    return this.call('POST', `/v1/workers/jobs/${claimed.job.id}/complete`, {
-      lease_token: claimed.lease.token,
-      checkpoint: { uri: `s3://checkpoints/${claimed.job.model.name}/${claimed.job.target_step}`, metrics },
-    });
+  /** Completes with `uri`, by default `s3://checkpoints/<model name>/<target step>`. */
+  complete(claimed: ClaimedJob, metrics: Record<string, number> = {}, uri = `s3://checkpoints/${claimed.job.model.name}/${claimed.job.target_step}`): Promise<Reply> {
+    return this.call('POST', `/v1/workers/jobs/${claimed.job.id}/complete`, { lease_token: claimed.lease.token, checkpoint: { uri, metrics } });
   }
 
   fail(claimed: ClaimedJob, errorMessage: string, retryable: boolean): Promise<Reply> {

@@ -211,17 +211,22 @@ export async function findLiveModelById(db: TrainingDb, args: { modelId: string 
 /**
  * Records the storage of deleted trained checkpoints for the workers' side to release: their adapters
  * live where workers wrote them, which trainyard does not own. Imported checkpoints live in trainyard's
- * data directory and are removed by the service after the transaction commits.
+ * data directory and are removed by the service after the transaction commits. Storage that a remaining
+ * checkpoint still names (a trainer that took no step may register its base checkpoint's URI again) is
+ * not released; call this after the delete, in its transaction.
  */
 export async function recordReleases(
   db: TrainingDb,
   args: { model: StoredModel; checkpoints: readonly DeletedCheckpoint[]; reason: 'deleted' | 'retention' | 'expired' },
 ): Promise<void> {
-  const trained = args.checkpoints.filter((c) => c.source === 'trained');
-  if (trained.length === 0) return;
+  const uris = [...new Set(args.checkpoints.filter((c) => c.source === 'trained').map((c) => c.uri))];
+  if (uris.length === 0) return;
+  const named = await db.selectFrom('checkpoints').select('uri').where('uri', 'in', uris).execute();
+  const released = uris.filter((uri) => !named.some((row) => row.uri === uri));
+  if (released.length === 0) return;
   await db
     .insertInto('checkpoint_releases')
-    .values(trained.map((c) => ({ entity_id: args.model.entity_id, uri: c.uri, reason: args.reason })))
+    .values(released.map((uri) => ({ entity_id: args.model.entity_id, uri, reason: args.reason })))
     .execute();
 }
 
