@@ -204,6 +204,11 @@ function issueToDetail(issue: z.core.$ZodIssue, prefix: (string | number)[], dat
       const n = Number(issue.divisor);
       return [{ ...base, type: 'multiple_of', msg: `Input should be a multiple of ${n}`, ctx: { multiple_of: n } }];
     }
+    case 'invalid_key': {
+      // pydantic names a bad dict key at `[..., key, '[key]']`, with the key as the input.
+      const key = path[path.length - 1];
+      return issue.issues.flatMap((inner) => issueToDetail({ ...inner, path: [] } as z.core.$ZodIssue, [...loc, '[key]'], key));
+    }
     case 'unrecognized_keys':
       return issue.keys.map((key) => ({
         type: 'extra_forbidden',

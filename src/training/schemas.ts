@@ -40,6 +40,8 @@ export const TRAINING_LIMITS = {
   metricName: 256,
   /** Steps of one checkpoint delete. */
   steps: 1000,
+  /** Characters of a checkpoint URI a worker registers (Linux's PATH_MAX). */
+  checkpointUri: 4096,
 } as const;
 
 /** Metric values from clients: numbers, and booleans that newer ART versions put in `metrics`. */
@@ -48,6 +50,10 @@ const MetricMap = z
   .record(z.string().max(TRAINING_LIMITS.metricName), MetricValue)
   .refine((metrics) => Object.keys(metrics).length <= TRAINING_LIMITS.metrics, `at most ${TRAINING_LIMITS.metrics} metrics in one map`);
 const NumberMap = z.record(z.string(), z.number());
+/** A map of numbers a worker sends (gradient step data, checkpoint metrics), with MetricMap's bounds. */
+const WorkerNumberMap = z
+  .record(z.string().max(TRAINING_LIMITS.metricName), z.number())
+  .refine((metrics) => Object.keys(metrics).length <= TRAINING_LIMITS.metrics, `at most ${TRAINING_LIMITS.metrics} metrics in one map`);
 
 // ---------------------------------------------------------------------------------------------------------
 // Pagination
@@ -522,7 +528,7 @@ export const WorkerEvent = z.discriminatedUnion('type', [
   }),
   z.object({
     type: z.literal('gradient_step'),
-    data: NumberMap,
+    data: WorkerNumberMap,
   }),
 ]);
 export type WorkerEvent = z.infer<typeof WorkerEvent>;
@@ -541,8 +547,8 @@ export type PostEventsResponse = z.infer<typeof PostEventsResponse>;
 export const CompleteRequest = z.object({
   lease_token: LeaseToken,
   checkpoint: z.object({
-    uri: z.string().min(1),
-    metrics: NumberMap.default({}),
+    uri: z.string().min(1).max(TRAINING_LIMITS.checkpointUri),
+    metrics: WorkerNumberMap.default({}),
   }),
 });
 export type CompleteRequest = z.infer<typeof CompleteRequest>;

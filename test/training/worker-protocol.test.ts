@@ -277,6 +277,43 @@ describe('completing', () => {
   });
 });
 
+describe('bounds', () => {
+  it('refuses a checkpoint URI over 4,096 characters and more than 1,000 metrics, registering nothing', async () => {
+    const { user, model, worker, queue } = await setup();
+    const jobId = await queue();
+    const claimed = (await worker.claim())!;
+    await worker.events(claimed, [started]);
+    const before = await databaseFingerprint(app);
+    const long = `/adapters/${'x'.repeat(4087)}`;
+    const tooLong = await worker.complete(claimed, {}, long);
+    expect(tooLong.status).toBe(422);
+    expect(tooLong.body).toEqual({
+      // The echo of a long input is its JSON, cut to 2,048 characters.
+      detail: [{ type: 'string_too_long', loc: ['body', 'checkpoint', 'uri'], msg: 'String should have at most 4096 characters', input: `${JSON.stringify(long).slice(0, 2048)}…`, ctx: { max_length: 4096 } }],
+    });
+    const metrics = Object.fromEntries(Array.from({ length: 1001 }, (_, i) => [`m${i}`, i]));
+    const tooMany = await worker.complete(claimed, metrics);
+    expect(tooMany.status).toBe(422);
+    expect(tooMany.body.detail).toMatchObject([{ type: 'value_error', loc: ['body', 'checkpoint', 'metrics'], msg: 'Value error, at most 1000 metrics in one map' }]);
+    expect(await databaseFingerprint(app)).toEqual(before);
+    expect((await worker.complete(claimed, {}, `/adapters/${'x'.repeat(4086)}`)).status).toBe(200);
+    expect((await call(app, user.headers, 'GET', `/v1/preview/models/${model.id}/checkpoints`)).body.data).toHaveLength(1);
+    expect((await getJob(user, jobId)).status).toBe('COMPLETED');
+  });
+
+  it('refuses gradient data with a key over 256 characters, appending nothing', async () => {
+    const { user, worker, queue } = await setup();
+    const jobId = await queue();
+    const claimed = (await worker.claim())!;
+    const reply = await worker.events(claimed, [started, { type: 'gradient_step', data: { ['k'.repeat(257)]: 1 } }]);
+    expect(reply.status).toBe(422);
+    expect(reply.body.detail).toEqual([
+      { type: 'string_too_long', loc: ['body', 'events', 1, 'data', 'k'.repeat(257), '[key]'], msg: 'String should have at most 256 characters', input: 'k'.repeat(257), ctx: { max_length: 256 } },
+    ]);
+    expect(await eventsOf(user, jobId)).toEqual([]);
+  });
+});
+
 describe('failing', () => {
   it('a retryable failure requeues with the next attempt; on the last attempt it fails the job', async () => {
     const { user, worker, queue } = await setup();
