@@ -44,16 +44,17 @@ export const TRAINING_LIMITS = {
   checkpointUri: 4096,
 } as const;
 
+/** A map of metrics sent to the server: at most TRAINING_LIMITS.metrics keys of at most metricName characters. */
+const boundedMetrics = <T extends z.ZodType>(value: T) =>
+  z
+    .record(z.string().max(TRAINING_LIMITS.metricName), value)
+    .refine((metrics) => Object.keys(metrics).length <= TRAINING_LIMITS.metrics, `at most ${TRAINING_LIMITS.metrics} metrics in one map`);
 /** Metric values from clients: numbers, and booleans that newer ART versions put in `metrics`. */
 const MetricValue = z.union([z.number(), z.boolean()]);
-const MetricMap = z
-  .record(z.string().max(TRAINING_LIMITS.metricName), MetricValue)
-  .refine((metrics) => Object.keys(metrics).length <= TRAINING_LIMITS.metrics, `at most ${TRAINING_LIMITS.metrics} metrics in one map`);
+const MetricMap = boundedMetrics(MetricValue);
+/** Numbers a worker sends: gradient step data and checkpoint metrics. */
+const WorkerNumberMap = boundedMetrics(z.number());
 const NumberMap = z.record(z.string(), z.number());
-/** A map of numbers a worker sends (gradient step data, checkpoint metrics), with MetricMap's bounds. */
-const WorkerNumberMap = z
-  .record(z.string().max(TRAINING_LIMITS.metricName), z.number())
-  .refine((metrics) => Object.keys(metrics).length <= TRAINING_LIMITS.metrics, `at most ${TRAINING_LIMITS.metrics} metrics in one map`);
 
 // ---------------------------------------------------------------------------------------------------------
 // Pagination
