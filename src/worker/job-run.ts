@@ -169,7 +169,7 @@ export class JobRun {
           else trainerLog.info({ stream: 'stdout' }, line);
           return;
         }
-        if (parsed.dropped.length) trainerLog.warn({ dropped: parsed.dropped }, 'values that are not finite numbers were dropped');
+        if (parsed.dropped.length) trainerLog.warn({ dropped: parsed.dropped }, 'values that are not finite numbers, or past the server\'s bounds on metric maps, were dropped');
         if (parsed.kind === 'checkpoint') {
           checkpoint = parsed.checkpoint;
           return;

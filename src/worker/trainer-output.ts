@@ -1,4 +1,4 @@
-import type { WorkerEvent } from '../training/schemas.js';
+import { TRAINING_LIMITS, type WorkerEvent } from '../training/schemas.js';
 
 /**
  * The trainer command's stdout contract: one JSON object per line.
@@ -61,12 +61,19 @@ export function parseTrainerLine(raw: string): TrainerLine {
   }
 }
 
+/** The finite numbers of a map, within the server's bounds on metric maps; the rest is dropped. */
 function finiteNumbers(data: Record<string, unknown>): { numbers: Record<string, number>; dropped: string[] } {
   const numbers: Record<string, number> = {};
   const dropped: string[] = [];
+  let kept = 0;
   for (const [key, item] of Object.entries(data)) {
-    if (typeof item === 'number' && Number.isFinite(item)) numbers[key] = item;
-    else dropped.push(key);
+    const fits = key.length <= TRAINING_LIMITS.metricName && kept < TRAINING_LIMITS.metrics;
+    if (fits && typeof item === 'number' && Number.isFinite(item)) {
+      numbers[key] = item;
+      kept++;
+    } else {
+      dropped.push(key.length > 64 ? `${key.slice(0, 64)}…` : key);
+    }
   }
   return { numbers, dropped };
 }

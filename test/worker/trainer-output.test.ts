@@ -18,6 +18,15 @@ describe('parseTrainerLine', () => {
     });
   });
 
+  it('drops what the server would refuse of a metric map: keys over 256 characters and keys past the 1,000th', () => {
+    const data = { ['k'.repeat(257)]: 1, ...Object.fromEntries(Array.from({ length: 1001 }, (_, i) => [`m${i}`, i])) };
+    const gradient = parseTrainerLine(JSON.stringify({ type: 'gradient_step', data }));
+    const checkpoint = parseTrainerLine(JSON.stringify({ type: 'checkpoint', uri: '/adapters/m/1', metrics: data }));
+    const kept = Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`m${i}`, i]));
+    expect(gradient).toEqual({ kind: 'event', event: { type: 'gradient_step', data: kept }, dropped: [`${'k'.repeat(64)}…`, 'm1000'] });
+    expect(checkpoint).toEqual({ kind: 'checkpoint', checkpoint: { uri: '/adapters/m/1', metrics: kept }, dropped: [`${'k'.repeat(64)}…`, 'm1000'] });
+  });
+
   it('reads a checkpoint line with its uri and numeric metrics', () => {
     expect(parseTrainerLine('  {"type":"checkpoint","uri":"s3://ckpts/a/1","metrics":{"train/loss":0.1,"ok":true}}\r')).toEqual({
       kind: 'checkpoint',
