@@ -38,3 +38,11 @@ def all_reduce_sums(sums: dict[str, float], params: list[torch.nn.Parameter]) ->
 def barrier() -> None:
     if world_size() > 1 and dist.is_initialized():
         dist.barrier()
+
+
+def close() -> None:
+    """Ends the process group once the job is done, before the interpreter exits: gloo's worker threads left to the
+    interpreter's end can abort the process ("terminate called without an active exception", SIGABRT; seen once in
+    CI, and pytorch/pytorch#190489)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()

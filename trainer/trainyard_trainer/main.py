@@ -148,9 +148,13 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        if args.resident == "auto" and resident.offered():
-            return serve(args)
-        return run_reporting_permanent(args, args.spec)
+        code = serve(args) if args.resident == "auto" and resident.offered() else run_reporting_permanent(args, args.spec)
     except Exception:
+        # No process group is ended here: another rank may still be inside a collective, and ending it could hang.
         traceback.print_exc()
         return 1
+    # Loaded only when a job got that far (a spec that fails early never imports torch).
+    distributed = sys.modules.get(f"{__package__}.distributed")
+    if distributed is not None:
+        distributed.close()
+    return code
