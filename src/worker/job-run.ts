@@ -56,6 +56,7 @@ export class JobRun {
   readonly jobId: string;
   /** Checkpoint directories under the output directory this attempt reads (its base checkpoint) or writes. */
   readonly checkpointDirectories: readonly string[];
+  private readonly paths: JobPaths;
   private readonly leaseToken: string;
   private readonly log: Logger;
   private stopReason: StopReason | undefined;
@@ -71,8 +72,9 @@ export class JobRun {
     private readonly resident?: ResidentTrainerSlot,
   ) {
     this.jobId = claim.job.id;
+    this.paths = jobPaths(settings, claim.job);
     const base = claim.job.base_checkpoint ? checkpointDirectory(claim.job.base_checkpoint.uri, settings.outputDir) : undefined;
-    this.checkpointDirectories = [jobPaths(settings, claim.job).output, ...(base === undefined ? [] : [base])];
+    this.checkpointDirectories = [this.paths.output, ...(base === undefined ? [] : [base])];
     this.leaseToken = claim.lease.token;
     this.leaseExpiresAt = claim.lease.expires_at;
     this.log = logger.child({ job_id: claim.job.id, attempt: claim.job.attempt });
@@ -84,13 +86,12 @@ export class JobRun {
   }
 
   async run(): Promise<JobOutcome> {
-    const paths = jobPaths(this.settings, this.claim.job);
-    const outcome = await this.attempt(paths);
+    const outcome = await this.attempt(this.paths);
     // The server ended the attempt without a checkpoint: what the trainer wrote is no adapter of anyone's
     // (a later attempt starts its directory afresh anyway). Unreported attempts keep theirs: the server may
     // have registered it.
     if (outcome.status === 'failed' || outcome.status === 'canceled' || outcome.status === 'interrupted') {
-      await removeOutput(paths).catch((error: Error) => this.log.warn({ err: error.message }, 'could not remove the attempt\'s output directory'));
+      await removeOutput(this.paths).catch((error: Error) => this.log.warn({ err: error.message }, 'could not remove the attempt\'s output directory'));
     }
     return outcome;
   }

@@ -221,8 +221,8 @@ export async function recordReleases(
 ): Promise<void> {
   const uris = [...new Set(args.checkpoints.filter((c) => c.source === 'trained').map((c) => c.uri))];
   if (uris.length === 0) return;
-  const named = await db.selectFrom('checkpoints').select('uri').where('uri', 'in', uris).execute();
-  const released = uris.filter((uri) => !named.some((row) => row.uri === uri));
+  const named = new Set((await db.selectFrom('checkpoints').select('uri').where('uri', 'in', uris).execute()).map((row) => row.uri));
+  const released = uris.filter((uri) => !named.has(uri));
   if (released.length === 0) return;
   await db
     .insertInto('checkpoint_releases')
