@@ -10,7 +10,8 @@ import type { WorkerClient } from './client.js';
  * output directory (docs/worker-runtime.md, "Checkpoint storage"). The server lists the URIs of deleted
  * checkpoints; each one that names a checkpoint directory of this worker's layout under its output directory
  * (`<output-dir>/<model id>/step-<N>`, as a path or a file:// URL) is deleted and acknowledged, and so is one
- * already gone. Every other URI (s3://, another directory) is someone else's storage: it is left
+ * already gone, provided the output directory is known to be the storage trainers write to (see
+ * STORAGE_MARKER). Every other URI (s3://, another directory) is someone else's storage: it is left
  * unacknowledged for them, and paged past.
  */
 export class StorageReleaser {
@@ -35,6 +36,8 @@ export class StorageReleaser {
     let others = 0;
     let postponed = 0;
     let revisitAfter: string | undefined;
+    // Looked at first, so that the marker is written while a model's directory is there to vouch for the storage.
+    const present = await this.storagePresent();
     for (;;) {
       const page = await this.client.listReleases({ after: this.after, limit: RELEASES_PER_CALL }, signal);
       const done: string[] = [];
@@ -47,6 +50,9 @@ export class StorageReleaser {
         try {
           if (this.inUse().has(directory)) throw new Error('a running job uses it');
           const outcome = await this.remove(directory);
+          if (outcome === 'already gone' && !present) {
+            throw new Error(`${this.outputDir} holds no checkpoint directories and no ${STORAGE_MARKER} file: is its storage mounted?`);
+          }
           this.log.info({ uri: release.uri, reason: release.reason, outcome }, 'released the storage of a deleted checkpoint');
           done.push(release.id);
         } catch (error) {
@@ -61,6 +67,20 @@ export class StorageReleaser {
     }
     if (revisitAfter !== undefined) this.after = revisitAfter === '0' ? undefined : revisitAfter;
     return { released, others, postponed };
+  }
+
+  /**
+   * Whether the output directory is the storage that trainers write checkpoints to rather than, say, the empty
+   * mount point of a network volume that is not mounted, where every directory would look already gone. It is
+   * once a sweep has seen a model's directory in it: the marker file written then stays when the last one goes.
+   */
+  private async storagePresent(): Promise<boolean> {
+    const marker = path.join(this.outputDir, STORAGE_MARKER);
+    if (await fs.access(marker).then(() => true, () => false)) return true;
+    const entries = await fs.readdir(this.outputDir).catch(() => [] as string[]);
+    if (!entries.some((name) => MODEL_ID.test(name))) return false;
+    await fs.writeFile(marker, MARKER_TEXT).catch((error: Error) => this.log.warn({ err: error.message, marker }, 'could not write the storage marker'));
+    return true;
   }
 
   /** Deletes one checkpoint directory, then its model's directory if that is left empty. */
@@ -89,6 +109,15 @@ export class StorageReleaser {
     return 'deleted';
   }
 }
+
+/**
+ * The file in an output directory that has held checkpoint directories. Without it (and without any model's
+ * directory), a release whose directory is missing is not acknowledged: the storage may just not be mounted.
+ */
+export const STORAGE_MARKER = '.trainyard-checkpoints';
+const MARKER_TEXT =
+  'trainyard-worker: this directory holds checkpoint directories (<model id>/step-<N>).\n' +
+  'While this file is missing and no model directory is here, the worker does not take a missing checkpoint directory as deleted.\n';
 
 const MODEL_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const STEP = /^step-(0|[1-9][0-9]*)$/;

@@ -6,7 +6,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { WorkerClient } from '../../src/worker/client.js';
-import { checkpointDirectory, StorageReleaser } from '../../src/worker/storage-releases.js';
+import { checkpointDirectory, STORAGE_MARKER, StorageReleaser } from '../../src/worker/storage-releases.js';
 import { createTestApp, uniqueName } from '../helpers/app.js';
 import { listen } from '../helpers/listen.js';
 import { call, createJob, createTenant, SERVER_ENV, startWorker, waitFor, waitForStatus, type Tenant } from './harness.js';
@@ -108,7 +108,7 @@ describe('releasing the storage of deleted checkpoints', () => {
       await deleteSteps(tenant, model, [3]);
       expect(await r.sweep()).toEqual({ released: 1, others: 0, postponed: 0 });
       expect(fs.existsSync(path.join(outputDir, modelId))).toBe(false);
-      expect(fs.readdirSync(outputDir)).toEqual([]);
+      expect(fs.readdirSync(outputDir)).toEqual([STORAGE_MARKER]);
       expect(await listed(tenant)).toEqual(['s3://bucket/agent/4', elsewhere]);
     } finally {
       await client.close();
@@ -144,6 +144,38 @@ describe('releasing the storage of deleted checkpoints', () => {
       expect(fs.existsSync(path.join(outputDir, used))).toBe(false);
       expect(await listed(tenant)).toEqual([linked]);
       expect(fs.existsSync(path.join(outside, 'x', 'step-1', 'adapter_model.safetensors'))).toBe(true);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('acknowledges no missing directory while the output directory looks unmounted (empty, no marker), and does once it holds checkpoints', async () => {
+    const tenant = await createTenant(app);
+    // The mount point of a volume that is not mounted: empty.
+    const outputDir = path.join(tenant.dir, 'mount');
+    fs.mkdirSync(outputDir);
+    const [gone, later] = [crypto.randomUUID(), crypto.randomUUID()];
+    const model = await modelWithCheckpoints(tenant, [path.join(outputDir, gone, 'step-1'), path.join(outputDir, gone, 'step-2')]);
+    await deleteSteps(tenant, model, [1, 2]);
+
+    const { releaser: r, client } = releaser(tenant, outputDir);
+    try {
+      expect(await r.sweep()).toEqual({ released: 0, others: 0, postponed: 2 });
+      expect(await r.sweep()).toEqual({ released: 0, others: 0, postponed: 2 });
+      expect(await listed(tenant)).toHaveLength(2);
+      expect(fs.readdirSync(outputDir)).toEqual([]);
+
+      // The volume holds a model's checkpoints: the storage is there, the missing directories were deleted.
+      adapterDir(outputDir, later, 1);
+      expect(await r.sweep()).toEqual({ released: 2, others: 0, postponed: 0 });
+      expect(await listed(tenant)).toEqual([]);
+      expect(fs.readdirSync(outputDir).sort()).toEqual([STORAGE_MARKER, later].sort());
+
+      // The marker stays when the model's directory goes, and vouches for the storage from then on.
+      fs.rmSync(path.join(outputDir, later), { recursive: true });
+      const other = await modelWithCheckpoints(tenant, [path.join(outputDir, later, 'step-7')]);
+      await deleteSteps(tenant, other, [1]);
+      expect(await r.sweep()).toEqual({ released: 1, others: 0, postponed: 0 });
     } finally {
       await client.close();
     }
@@ -208,7 +240,7 @@ describe('releasing the storage of deleted checkpoints', () => {
       await deleteSteps(tenant, modelId, [1]);
       await waitFor(() => !fs.existsSync(dir), 20_000, () => `${dir} still exists`);
       await waitFor(async () => (await listed(tenant)).length === 0, 20_000, () => 'the release is still listed');
-      expect(fs.readdirSync(settings.outputDir)).toEqual([]);
+      expect(fs.readdirSync(settings.outputDir)).toEqual([STORAGE_MARKER]);
     } finally {
       worker.drain();
       await done;
