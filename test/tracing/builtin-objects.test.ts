@@ -75,6 +75,9 @@ describe('/obj/create with builtin_object_class', () => {
       [{ _class_name: 'Leaderboard', _bases: ['BaseObject', 'BaseModel'], columns: [] }, 'SavedView', "builtin_object_class must match the value's own class: Leaderboard != SavedView"],
       [[1], 'AnnotationSpec', 'builtin_object_class cannot be given for a value that is not an object'],
       [{ field_schema: { type: 'no-such-type' } }, 'AnnotationSpec', 'Invalid AnnotationSpec.field_schema: not a valid JSON Schema'],
+      // Patterns run on RE2 (linear time), which has no lookaround and no backreferences.
+      [{ field_schema: { type: 'string', pattern: '^(?!x)' } }, 'AnnotationSpec', 'Invalid AnnotationSpec.field_schema: not a valid JSON Schema (error parsing regexp: invalid or unsupported Perl syntax: `(?!`)'],
+      [{ field_schema: { type: 'string', pattern: '(a)\\1' } }, 'AnnotationSpec', 'Invalid AnnotationSpec.field_schema: not a valid JSON Schema (error parsing regexp: invalid escape sequence: `\\1`)'],
     ];
     for (const [val, cls, reason] of cases) {
       const response = await create('refused', val, cls);
@@ -119,5 +122,26 @@ describe('annotation feedback', () => {
     expect(missing.json()).toEqual({ reason: `Annotation ref weave:///${project}/object/stars:nope not found` });
     const rows = (await post(app, user, '/feedback/query', { project_id: project, fields: ['count(*)'] })).json().result;
     expect(rows).toEqual([{ 'count(*)': 1 }]);
+  });
+
+  it('checks a field_schema pattern in time linear in the value, with ECMAScript escapes', async () => {
+    // On a backtracking engine ^(a+)+$ against a run of a's and one more character takes 2^n steps:
+    // a request with this value would hold the event loop (and this test) for good.
+    const response = await create('code', { field_schema: { type: 'string', pattern: '^(a+)+$|^\\u00e9\\d{2}$' } }, 'AnnotationSpec');
+    const ref = `weave:///${project}/object/code:${response.json().digest}`;
+    const annotate = (value: string) =>
+      post(app, user, '/feedback/create', {
+        project_id: project,
+        weave_ref: `weave:///${project}/call/c2`,
+        feedback_type: 'wandb.annotation.code',
+        annotation_ref: ref,
+        payload: { value },
+      });
+    const refused = await annotate(`${'a'.repeat(50_000)}!`);
+    expect([refused.statusCode, refused.json()]).toEqual([400, { reason: 'Feedback payload does not match annotation spec' }]);
+    for (const value of ['a'.repeat(50_000), '\u00e942']) {
+      const accepted = await annotate(value);
+      expect(accepted.statusCode, accepted.body).toBe(200);
+    }
   });
 });
