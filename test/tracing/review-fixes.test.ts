@@ -4,6 +4,7 @@ import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../
 import { onPostgresServer } from '../helpers/database.js';
 import { depsOf } from '../../src/tracing/http/access.js';
 import { streamThreads, THREADS_BATCH_SIZE } from '../../src/tracing/services/threads.js';
+import { STREAM_BATCH_SIZE } from '../../src/tracing/services/calls.js';
 import { callItems, lines, post } from './helpers.js';
 
 /** Review findings on the tracing API: each case failed (500, hang, lost precision) before its fix. */
@@ -208,12 +209,24 @@ describe('finding 10: threads are streamed in batches', () => {
 });
 
 describe('finding 12: expand_columns and refs into other projects', () => {
-  it('is a 400 naming the ref', async () => {
+  it('leaves a ref into another project unexpanded, in every batch of a stream, and reads nothing of that project', async () => {
     const project = newProject();
-    const foreign = `weave:///someone/else/object/o:abc`;
-    await post(app, user, '/call/upsert_batch', { batch: callItems(project, { id: 'c', inputs: { x: foreign } }) });
-    const response = await post(app, user, '/calls/query', { project_id: project, expand_columns: ['inputs.x'] });
-    expect(await status(response)).toEqual([400, { reason: `Ref ${foreign} names project someone/else; only refs into ${project} can be resolved here.` }]);
+    const own = `weave:///${project}/object/m:${(await post(app, user, '/obj/create', { obj: { project_id: project, object_id: 'm', val: { t: 0.5 } } })).json().digest}`;
+    // Another project of the same user, whose object exists: still not read through a call of this one.
+    const other = newProject();
+    const foreign = `weave:///${other}/object/m:${(await post(app, user, '/obj/create', { obj: { project_id: other, object_id: 'm', val: { t: 0.9 } } })).json().digest}`;
+    const count = STREAM_BATCH_SIZE + 1;
+    const batch = Array.from({ length: count }, (_, i) => callItems(project, { id: `c${i}`, inputs: { x: i === count - 1 ? foreign : own } })).flat();
+    expect((await post(app, user, '/call/upsert_batch', { batch })).statusCode).toBe(200);
+    // The call naming the other project comes in the stream's second batch, after the 200 went out.
+    const response = await post(app, user, '/calls/stream_query', { project_id: project, expand_columns: ['inputs.x'], sort_by: [{ field: 'id', direction: 'asc' }] });
+    expect(response.statusCode).toBe(200);
+    const inputs = new Map(lines(response.body).map((call) => [call.id, call.inputs.x]));
+    expect(inputs.size).toBe(count);
+    expect(inputs.get(`c${count - 1}`)).toBe(foreign);
+    expect(inputs.get('c0')).toMatchObject({ t: 0.5 });
+    const query = await post(app, user, '/calls/query', { project_id: project, expand_columns: ['inputs.x'], filter: { call_ids: [`c${count - 1}`] } });
+    expect(await status(query)).toEqual([200, { calls: [expect.objectContaining({ inputs: { x: foreign } })] }]);
   });
 });
 

@@ -160,8 +160,9 @@ export async function readRefsBatch(deps: TracingDeps, args: { refs: readonly st
 
 /**
  * For expand_columns: the values of those refs that resolve (object and op refs into `projectId`).
- * A ref into another project, at the column or nested in the walk, is a 400 (`ref_other_project`), as
- * everywhere refs are resolved; deleted or missing objects and malformed refs are left as they are.
+ * Anything else is left as it is: deleted or missing objects, malformed refs, and refs into another
+ * project, at the column or nested in the walk (a call may name an object of another project; a read of
+ * calls is never the place to refuse that, and filters and sorts read such a column as missing too).
  */
 export async function expandRefs(db: Executor, projectId: string, refs: readonly string[]): Promise<Map<string, unknown>> {
   const resolver = new RefResolver(db, projectId);
@@ -174,7 +175,7 @@ export async function expandRefs(db: Executor, projectId: string, refs: readonly
       continue; // not a ref we can expand: leave it
     }
     if (ref.kind !== 'object' && ref.kind !== 'op') continue;
-    resolver.checkProject(ref, uri);
+    if (refProjectId(ref) !== projectId) continue;
     if (ref.digest !== 'latest' && ref.digest !== '*') parsed.set(uri, ref);
   }
   await resolver.prefetch([...parsed.values()]);
@@ -185,8 +186,8 @@ export async function expandRefs(db: Executor, projectId: string, refs: readonly
       // Call payloads are plain JSON (docs/tracing.md): expanded values are too.
       if (result.ok) out.set(uri, toPlainJson(result.value));
     } catch (error) {
-      if (error instanceof InvalidRequestError && error.code === 'ref_other_project') throw error;
-      // a malformed nested ref: leave this one unexpanded
+      // a malformed nested ref, or one into another project: leave this one unexpanded
+      if (!(error instanceof InvalidRequestError)) throw error;
     }
   }
   return out;
