@@ -116,8 +116,11 @@ describe('call ingest', () => {
     const project = newProject();
     const before = await databaseFingerprint(app);
     const good = callItems(project, { id: 'ok' });
-    // A value PostgreSQL refuses (a thread id too long for the btree index: 54000); NULs are replaced instead (review-fixes.test.ts).
-    const bad = callItems(project, { id: 'long', thread_id: randomBytes(8000).toString('hex') });
+    // A value PostgreSQL refuses: an op name within the 1,024 characters a call's name may have, but of random
+    // 3-byte characters (no compression brings it under the btree index's 2,704 bytes: 54000). NULs are replaced
+    // instead (review-fixes.test.ts).
+    const opName = String.fromCharCode(...Array.from(randomBytes(2048).subarray(0, 1024), (byte, i) => 0x4e00 + byte * 64 + (i % 64)));
+    const bad = callItems(project, { id: 'long', op_name: opName });
     const response = await post(app, user, '/call/upsert_batch', { batch: [...good, ...bad] });
     expect(response.statusCode).toBe(400);
     expect(response.json()).toEqual({ reason: 'A value in the request is out of the range or form PostgreSQL accepts (SQLSTATE 54000).' });

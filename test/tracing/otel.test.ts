@@ -205,6 +205,30 @@ describe('the OTLP routes by hand', () => {
     expect(await calls(project)).toHaveLength(1);
   });
 
+  it('rejects only the span whose thread id is longer than a call holds, cuts a long display name, and takes attributes named like Object methods', async () => {
+    const project = `${user.entity}/${uniqueName('hand')}`;
+    const attr = (key: string, value: string) => ({ key, value: { stringValue: value } });
+    const spans = [
+      span({ spanId: '0000000000000001', attributes: [attr('wandb.thread_id', 't'.repeat(257))] }),
+      span({ spanId: '0000000000000002', attributes: [attr('wandb.thread_id', 't'.repeat(256)), attr('wandb.display_name', `${'d'.repeat(1020)}😀😀😀`)] }),
+      span({ spanId: '0000000000000003', attributes: [attr('constructor', 'c'), attr('toString', 's'), attr('http.valueOf', 'v')] }),
+      span({ spanId: '0000000000000004', attributes: [attr('__proto__', 'p')] }),
+    ];
+    const response = await send(otlp(spans), { authorization: basicAuth(user.key), project_id: project });
+    expect(response.json()).toEqual({
+      partialSuccess: {
+        rejectedSpans: 2,
+        errorMessage:
+          '2 span(s) rejected: span 0000000000000001 "by hand": wandb.thread_id has 257 characters, more than the 256 a call\'s field holds; ' +
+          'span 0000000000000004 "by hand": attribute "__proto__" has a __proto__ segment',
+      },
+    });
+    const stored = new Map((await calls(project)).map((call) => [call.id, call]));
+    expect([...stored.keys()].sort()).toEqual(['0000000000000002', '0000000000000003']);
+    expect(stored.get('0000000000000002')).toMatchObject({ thread_id: 't'.repeat(256), display_name: `${'d'.repeat(1020)}...` });
+    expect(stored.get('0000000000000003')!.attributes).toMatchObject({ constructor: 'c', toString: 's', http: { valueOf: 'v' } });
+  });
+
   it('answers a protobuf client in protobuf, and an empty export with an empty body', async () => {
     const response = await send(Buffer.alloc(0), { authorization: basicAuth(user.key), 'content-type': 'application/x-protobuf', project_id: `${user.entity}/p` });
     expect(response.statusCode).toBe(200);

@@ -87,6 +87,36 @@ describe('tracing request bounds', () => {
     );
   });
 
+  it('call ids past 256 characters and op or display names past 1,024 answer 422 naming the field', async () => {
+    const start = (fields: Record<string, unknown>) => ({
+      start: { project_id: project, op_name: 'op', started_at: '2026-01-01T00:00:00Z', attributes: {}, inputs: {}, ...fields },
+    });
+    const longId = 'i'.repeat(257);
+    for (const field of ['id', 'trace_id', 'parent_id', 'thread_id', 'turn_id']) {
+      await expectTooBig('/traces/call/start', start({ [field]: longId }), ['body', 'start', field], 'String should have at most 256 characters');
+    }
+    for (const field of ['op_name', 'display_name']) {
+      await expectTooBig('/traces/call/start', start({ [field]: 'n'.repeat(1025) }), ['body', 'start', field], 'String should have at most 1024 characters');
+    }
+    // In a batch, the one long id refuses the whole batch, naming its place.
+    const batch = [{ mode: 'start', req: start({ id: 'ok' }) }, { mode: 'start', req: start({ id: longId }) }];
+    await expectTooBig('/traces/call/upsert_batch', { batch }, ['body', 'batch', 1, 'req', 'start', 'id'], 'String should have at most 256 characters');
+    const ended = { project_id: project, id: longId, trace_id: 't', op_name: 'op', started_at: '2026-01-01T00:00:00Z', ended_at: '2026-01-01T00:00:01Z', attributes: {}, inputs: {}, summary: {} };
+    await expectTooBig(`/traces/v2/${project}/calls/complete`, { batch: [ended] }, ['body', 'batch', 0, 'id'], 'String should have at most 256 characters');
+  });
+
+  it('ids, refs and digests past 2,048 characters in id lists and reads answer 422 naming the field', async () => {
+    const long = 'x'.repeat(2049);
+    const msg = 'String should have at most 2048 characters';
+    await expectTooBig('/traces/calls/delete', { project_id: project, call_ids: ['a', long] }, ['body', 'call_ids', 1], msg);
+    await expectTooBig('/traces/refs/read_batch', { refs: [long] }, ['body', 'refs', 0], msg);
+    await expectTooBig('/traces/obj/delete', { project_id: project, object_id: 'o', digests: [long] }, ['body', 'digests', 0], msg);
+    await expectTooBig('/traces/obj/read', { project_id: project, object_id: long, digest: 'latest' }, ['body', 'object_id'], msg);
+    await expectTooBig('/traces/table/query', { project_id: project, digest: long }, ['body', 'digest'], msg);
+    await expectTooBig('/traces/table/create_from_digests', { project_id: project, row_digests: [long] }, ['body', 'row_digests', 0], msg);
+    await expectTooBig('/traces/feedback/create', { project_id: project, weave_ref: long, feedback_type: 'x', payload: {} }, ['body', 'weave_ref'], msg);
+  });
+
   it('batches past 10,000 items answer 422 naming the batch', async () => {
     const costs = Object.fromEntries(many(10_001, (i) => [`m${i}`, { prompt_token_cost: 0, completion_token_cost: 0 }]));
     await expectTooBig('/traces/cost/create', { project_id: project, costs }, ['body', 'costs'], 'Value error, at most 10000 models in one request');

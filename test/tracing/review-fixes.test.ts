@@ -221,7 +221,7 @@ describe('finding 12: expand_columns and refs into other projects', () => {
     // The call naming the other project comes in the stream's second batch, after the 200 went out.
     const response = await post(app, user, '/calls/stream_query', { project_id: project, expand_columns: ['inputs.x'], sort_by: [{ field: 'id', direction: 'asc' }] });
     expect(response.statusCode).toBe(200);
-    const inputs = new Map(lines(response.body).map((call) => [call.id, call.inputs.x]));
+    const inputs = new Map((lines(response.body) as { id: string; inputs: { x: unknown } }[]).map((call) => [call.id, call.inputs.x]));
     expect(inputs.size).toBe(count);
     expect(inputs.get(`c${count - 1}`)).toBe(foreign);
     expect(inputs.get('c0')).toMatchObject({ t: 0.5 });

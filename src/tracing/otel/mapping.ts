@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../http/json-depth.js';
-import { isValidIsoDateTime } from '../schemas/common.js';
+import { isValidIsoDateTime, TRACING_LIMITS } from '../schemas/common.js';
 import { SPAN_KINDS, STATUS_CODES, STATUS_ERROR, type AttrValue, type KeyValue, type OtlpResourceSpans, type OtlpScope, type OtlpSpan } from './model.js';
 
 /**
@@ -81,19 +81,20 @@ export function unflatten(attributes: readonly KeyValue[]): Tree {
   for (const { key, value } of attributes) {
     let node = root;
     let last = key;
+    if (key === '__proto__') throw new SpanRejected(`attribute ${JSON.stringify(key)} has a __proto__ segment`);
     if (key.includes('.')) {
       const parts = key.split('.');
+      if (parts.includes('__proto__')) throw new SpanRejected(`attribute ${JSON.stringify(key)} has a __proto__ segment`);
       for (let i = 0; i < parts.length - 1; i++) {
         const part = parts[i];
-        if (part === '__proto__') throw new SpanRejected(`attribute ${JSON.stringify(key)} has a __proto__ segment`);
-        const existing = node[part];
+        const existing = Object.hasOwn(node, part) ? node[part] : undefined;
         if (existing === undefined) node = node[part] = {};
         else if (isObject(existing) && !isLeafObject(existing)) node = existing;
         else throw new SpanRejected(`attribute ${JSON.stringify(parts.slice(0, i + 1).join('.'))} is both a value and a prefix of ${JSON.stringify(key)}`);
       }
       last = parts[parts.length - 1];
     }
-    if (node[last] !== undefined) throw new SpanRejected(`attribute ${JSON.stringify(key)} is both a value and a prefix of another attribute`);
+    if (Object.hasOwn(node, last) && node[last] !== undefined) throw new SpanRejected(`attribute ${JSON.stringify(key)} is both a value and a prefix of another attribute`);
     node[last] = isObject(value) ? markLeaf(value) : value;
   }
   return listify(root) as Tree;
@@ -186,6 +187,19 @@ function langfuseTime(value: AttrValue | undefined, what: string): string | unde
   const iso = new Date(value).toISOString();
   if (!isValidIsoDateTime(iso)) throw new SpanRejected(`${what} ${JSON.stringify(value)} is out of range (years 1 to 9999)`);
   return iso;
+}
+
+/** A display name cut to the bound of the call routes (as weave's SDK elides long ones), never mid code point. */
+function displayName(name: string | null): string | null {
+  if (name === null || name.length <= TRACING_LIMITS.callNameLength) return name;
+  const cut = name.slice(0, TRACING_LIMITS.callNameLength - 3);
+  return `${/[\ud800-\udbff]$/.test(cut) ? cut.slice(0, -1) : cut}...`;
+}
+
+/** An id the call routes bound: past it, SpanRejected (cutting it would merge distinct ids). */
+function bounded(value: string | null, attribute: string, max: number): string | null {
+  if (value !== null && value.length > max) throw new SpanRejected(`${attribute} has ${value.length} characters, more than the ${max} a call's field holds`);
+  return value;
 }
 
 function opName(name: string): string {
@@ -360,14 +374,14 @@ export function spanToCall(context: SpanContext, span: OtlpSpan): OtelCall {
     trace_id: span.traceId,
     parent_id: span.parentSpanId || null,
     op_name: opName(span.name),
-    display_name: str(DISPLAY_NAME),
-    thread_id: str(THREAD_ID) ?? vertexSession,
+    display_name: displayName(str(DISPLAY_NAME)),
+    thread_id: bounded(str(THREAD_ID) ?? vertexSession, 'wandb.thread_id', TRACING_LIMITS.callIdLength),
     turn_id: isTurn ? span.spanId : null,
     started_at: startedAt,
     attributes: callAttributes,
     inputs,
     otel_dump: otelDump,
-    wb_run_id: str(RUN_ID),
+    wb_run_id: bounded(str(RUN_ID), 'wandb.wb_run_id', TRACING_LIMITS.keyLength),
     wb_run_step: int(RUN_STEP),
     ended_at: endedAt,
     exception,

@@ -1,38 +1,38 @@
 import { z } from 'zod';
 import { CallsFilter, Query } from '../query/schema.js';
-import { AnyJson, DateTime, FieldList, JsonObject, StoredJson, StoredJsonObject, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
+import { AnyJson, CallIdText, CallNameText, DateTime, FieldList, JsonObject, Key, StoredJson, StoredJsonObject, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
 
 /** Calls (reference §2.2). */
 
 export const StartedCall = z.object({
   project_id: ProjectId,
-  id: z.string().min(1).nullish(),
-  op_name: z.string().min(1),
-  display_name: z.string().nullish(),
-  trace_id: z.string().min(1).nullish(),
-  parent_id: z.string().nullish(),
-  thread_id: z.string().nullish(),
-  turn_id: z.string().nullish(),
+  id: CallIdText.min(1).nullish(),
+  op_name: CallNameText.min(1),
+  display_name: CallNameText.nullish(),
+  trace_id: CallIdText.min(1).nullish(),
+  parent_id: CallIdText.nullish(),
+  thread_id: CallIdText.nullish(),
+  turn_id: CallIdText.nullish(),
   started_at: DateTime,
   attributes: StoredJsonObject,
   inputs: StoredJsonObject,
   otel_dump: StoredJsonObject.nullish(),
-  wb_user_id: z.string().nullish(),
-  wb_run_id: z.string().nullish(),
+  wb_user_id: Key.nullish(),
+  wb_run_id: Key.nullish(),
   wb_run_step: z.number().int().nullish(),
 });
 export type StartedCall = z.infer<typeof StartedCall>;
 
 export const EndedCall = z.object({
   project_id: ProjectId,
-  id: z.string().min(1),
+  id: CallIdText.min(1),
   ended_at: DateTime,
   exception: z.string().nullish(),
   output: StoredJson.optional(),
   summary: StoredJsonObject,
   wb_run_step_end: z.number().int().nullish(),
   /** Sent by the JS SDK inside every `call/end` of a named call. */
-  display_name: z.string().nullish(),
+  display_name: CallNameText.nullish(),
 });
 export type EndedCall = z.infer<typeof EndedCall>;
 
@@ -77,7 +77,7 @@ export const CallSchema = z
 
 export const CallReadBody = z.object({
   project_id: ProjectId,
-  id: z.string(),
+  id: Key,
   include_costs: z.boolean().nullish(),
   include_storage_size: z.boolean().nullish(),
   include_total_storage_size: z.boolean().nullish(),
@@ -86,15 +86,15 @@ export const CallReadResponse = z.object({ call: CallSchema.nullable() });
 
 export const CallUpdateBody = z.object({
   project_id: ProjectId,
-  call_id: z.string(),
-  display_name: z.string().nullish(),
-  wb_user_id: z.string().nullish(),
+  call_id: Key,
+  display_name: CallNameText.nullish(),
+  wb_user_id: Key.nullish(),
 });
 
 export const CallsDeleteBody = z.object({
   project_id: ProjectId,
-  call_ids: z.array(z.string()).describe('At most 1000 ids (400 beyond).'),
-  wb_user_id: z.string().nullish(),
+  call_ids: z.array(Key).describe('At most 1000 ids (400 beyond).'),
+  wb_user_id: Key.nullish(),
 });
 export const CallsDeleteResponse = z.object({ num_deleted: z.number() });
 

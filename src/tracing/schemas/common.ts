@@ -25,12 +25,24 @@ export const TRACING_LIMITS = {
   tableRows: 100_000,
   /** Characters of an id, ref, digest or name in a list, and of a field path. */
   keyLength: 2048,
+  /**
+   * Characters of a call's id, trace_id, parent_id, thread_id and turn_id. Each is indexed after the
+   * project id: PostgreSQL refuses an index entry over 2,704 bytes, which 256 characters (at most 768
+   * bytes of UTF-8) with a 512-character project id stay well below.
+   */
+  callIdLength: 256,
+  /** Characters of a call's op_name and display_name (weave's own bound on display names). */
+  callNameLength: 1024,
 } as const;
 
 /** An id, ref, digest or name as list items and field paths carry them. */
 export const Key = z.string().max(TRACING_LIMITS.keyLength);
 /** A filter or id list. */
 export const KeyList = z.array(Key).max(TRACING_LIMITS.listItems);
+/** A call's id, trace_id, parent_id, thread_id or turn_id. */
+export const CallIdText = z.string().max(TRACING_LIMITS.callIdLength);
+/** A call's op_name or display_name. */
+export const CallNameText = z.string().max(TRACING_LIMITS.callNameLength);
 /** fields, columns, expand_columns. */
 export const FieldList = z.array(Key).max(TRACING_LIMITS.fields);
 

@@ -10,10 +10,10 @@ export const CostCreateInput = z.object({
   // Bounded so that cost totals stay finite numbers (a huge price made include_costs answer null).
   prompt_token_cost: z.number().min(0).max(MAX_TOKEN_COST).describe('Per token, 0 to 1e6.'),
   completion_token_cost: z.number().min(0).max(MAX_TOKEN_COST).describe('Per token, 0 to 1e6.'),
-  prompt_token_cost_unit: z.string().min(1).nullish().describe('Default USD.'),
-  completion_token_cost_unit: z.string().min(1).nullish().describe('Default USD.'),
+  prompt_token_cost_unit: Key.min(1).nullish().describe('Default USD.'),
+  completion_token_cost_unit: Key.min(1).nullish().describe('Default USD.'),
   effective_date: DateTime.nullish().describe('Default: now.'),
-  provider_id: z.string().min(1).nullish().describe('Default "default".'),
+  provider_id: Key.min(1).nullish().describe('Default "default".'),
 });
 export type CostCreateInput = z.infer<typeof CostCreateInput>;
 
@@ -23,7 +23,7 @@ export const CostCreateBody = z.object({
     .record(Key.min(1), CostCreateInput)
     .refine((costs) => Object.keys(costs).length <= TRACING_LIMITS.batchItems, `at most ${TRACING_LIMITS.batchItems} models in one request`)
     .describe(`llm_id → price; at most ${TRACING_LIMITS.batchItems} models`),
-  wb_user_id: z.string().nullish().describe('Ignored: set from the key.'),
+  wb_user_id: Key.nullish().describe('Ignored: set from the key.'),
 });
 export const CostCreateResponse = z.object({ ids: z.array(z.tuple([z.string(), z.string()])).describe('[cost_id, llm_id] pairs') });
 

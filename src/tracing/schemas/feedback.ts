@@ -1,22 +1,22 @@
 import { z } from 'zod';
 import { Query } from '../query/schema.js';
-import { AnyJson, FieldList, JsonObject, StoredJsonObject, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
+import { AnyJson, FieldList, JsonObject, Key, StoredJsonObject, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
 
 /** Feedback (reference §2.7). */
 
 export const FeedbackCreateBody = z.object({
-  id: z.string().min(1).nullish().describe('Honoured when given; a UUID v7 otherwise.'),
+  id: Key.min(1).nullish().describe('Honoured when given; a UUID v7 otherwise.'),
   project_id: ProjectId,
-  weave_ref: z.string().describe('A weave:/// ref in the same project (the target need not exist yet).'),
-  creator: z.string().nullish(),
-  feedback_type: z.string().min(1).describe('wandb.reaction.1, wandb.note.1, wandb.annotation.<name>, wandb.runnable.<name>, or any custom type'),
+  weave_ref: Key.describe('A weave:/// ref in the same project (the target need not exist yet).'),
+  creator: Key.nullish(),
+  feedback_type: Key.min(1).describe('wandb.reaction.1, wandb.note.1, wandb.annotation.<name>, wandb.runnable.<name>, or any custom type'),
   payload: StoredJsonObject.describe('At most 1 MiB serialised.'),
-  annotation_ref: z.string().nullish(),
-  runnable_ref: z.string().nullish(),
-  call_ref: z.string().nullish(),
-  trigger_ref: z.string().nullish(),
-  queue_id: z.string().nullish(),
-  wb_user_id: z.string().nullish().describe('Ignored: set from the key.'),
+  annotation_ref: Key.nullish(),
+  runnable_ref: Key.nullish(),
+  call_ref: Key.nullish(),
+  trigger_ref: Key.nullish(),
+  queue_id: Key.nullish(),
+  wb_user_id: Key.nullish().describe('Ignored: set from the key.'),
 });
 export type FeedbackCreateBody = z.infer<typeof FeedbackCreateBody>;
 
@@ -30,7 +30,7 @@ export const FeedbackCreateResponse = z.object({
 export const FeedbackBatchCreateBody = z.object({ batch: z.array(FeedbackCreateBody).max(TRACING_LIMITS.batchItems) });
 export const FeedbackBatchCreateResponse = z.object({ res: z.array(FeedbackCreateResponse) });
 
-export const FeedbackReplaceBody = FeedbackCreateBody.extend({ feedback_id: z.string().describe('The row to replace.') });
+export const FeedbackReplaceBody = FeedbackCreateBody.extend({ feedback_id: Key.describe('The row to replace.') });
 
 export const FeedbackQueryBody = z.object({
   project_id: ProjectId,

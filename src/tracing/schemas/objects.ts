@@ -6,12 +6,12 @@ import { AnyJson, Key, StoredJson, KeyList, Limit, Offset, ProjectId, SortByList
 export const ObjCreateBody = z.object({
   obj: z.object({
     project_id: ProjectId,
-    object_id: z.string().describe('1 to 128 of [A-Za-z0-9_.-]'),
+    object_id: Key.describe('1 to 128 of [A-Za-z0-9_.-]'),
     val: StoredJson,
-    builtin_object_class: z.string().nullish().describe("A weave builtin class (AnnotationSpec, Leaderboard, SavedView, ...): the value is validated and stored in weave's dumped form; 400 for an unknown class."),
-    set_base_object_class: z.string().nullish().describe('Deprecated alias of builtin_object_class.'),
-    expected_digest: z.string().nullish().describe('409 when the computed digest differs.'),
-    wb_user_id: z.string().nullish(),
+    builtin_object_class: Key.nullish().describe("A weave builtin class (AnnotationSpec, Leaderboard, SavedView, ...): the value is validated and stored in weave's dumped form; 400 for an unknown class."),
+    set_base_object_class: Key.nullish().describe('Deprecated alias of builtin_object_class.'),
+    expected_digest: Key.nullish().describe('409 when the computed digest differs.'),
+    wb_user_id: Key.nullish(),
   }),
 });
 export const ObjCreateResponse = z.object({ digest: z.string(), object_id: z.string() });
@@ -36,7 +36,7 @@ export const ObjSchema = z.object({
 
 export const ObjReadBody = z.object({
   project_id: ProjectId,
-  object_id: z.string(),
+  object_id: Key,
   digest: Key.describe('A digest, "latest", "v<N>" or a user alias.'),
   metadata_only: z.boolean().nullish(),
   include_tags_and_aliases: z.boolean().nullish(),
@@ -68,8 +68,8 @@ export const ObjQueryResponse = z.object({ objs: z.array(ObjSchema) });
 
 export const ObjDeleteBody = z.object({
   project_id: ProjectId,
-  object_id: z.string(),
-  digests: z.array(z.string()).nullish().describe('At most 100; none: every version.'),
+  object_id: Key,
+  digests: z.array(Key).nullish().describe('At most 100; none: every version.'),
 });
 export const ObjDeleteResponse = z.object({ num_deleted: z.number() });
 

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AnyJson, KeyList, StoredJson, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
+import { AnyJson, Key, KeyList, StoredJson, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
 
 /** Tables (reference §2.4). Row values are checked to be objects by the service (400, not 422). */
 
@@ -7,7 +7,7 @@ export const TableCreateBody = z.object({
   table: z.object({
     project_id: ProjectId,
     rows: z.array(StoredJson).max(TRACING_LIMITS.tableRows),
-    expected_digest: z.string().nullish(),
+    expected_digest: Key.nullish(),
   }),
 });
 export const TableCreateResponse = z.object({ digest: z.string(), row_digests: z.array(z.string()) });
@@ -20,14 +20,14 @@ export const TableUpdateSpec = z.union([
 ]);
 export const TableUpdateBody = z.object({
   project_id: ProjectId,
-  base_digest: z.string(),
+  base_digest: Key,
   updates: z.array(TableUpdateSpec).max(TRACING_LIMITS.batchItems),
 });
 export const TableUpdateResponse = z.object({ digest: z.string(), updated_row_digests: z.array(z.string()) });
 
 export const TableQueryBody = z.object({
   project_id: ProjectId,
-  digest: z.string(),
+  digest: Key,
   filter: z.object({ row_digests: KeyList.nullish() }).nullish(),
   limit: Limit,
   offset: Offset,
@@ -36,7 +36,7 @@ export const TableQueryBody = z.object({
 export const TableRow = z.object({ digest: z.string(), val: AnyJson, original_index: z.number() });
 export const TableQueryResponse = z.object({ rows: z.array(TableRow) });
 
-export const TableQueryStatsBody = z.object({ project_id: ProjectId, digest: z.string() });
+export const TableQueryStatsBody = z.object({ project_id: ProjectId, digest: Key });
 export const TableQueryStatsResponse = z.object({ count: z.number() });
 
 export const TableQueryStatsBatchBody = z.object({
@@ -50,8 +50,8 @@ export const TableQueryStatsBatchResponse = z.object({
 
 export const TableCreateFromDigestsBody = z.object({
   project_id: ProjectId,
-  row_digests: z.array(z.string()).max(TRACING_LIMITS.tableRows),
-  expected_digest: z.string().nullish(),
+  row_digests: z.array(Key).max(TRACING_LIMITS.tableRows),
+  expected_digest: Key.nullish(),
 });
 export const TableCreateFromDigestsResponse = z.object({ digest: z.string() });
 

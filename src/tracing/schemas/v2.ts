@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { CallEndBody, CallStartBody, StartedCall } from './calls.js';
-import { DateTime, StoredJson, StoredJsonObject, TRACING_LIMITS } from './common.js';
+import { CallIdText, DateTime, StoredJson, StoredJsonObject, TRACING_LIMITS } from './common.js';
 
 /** The v2 call routes of newer Python clients (reference §2.12). */
 
@@ -8,8 +8,8 @@ export const V2Params = z.object({ entity: z.string(), project: z.string() });
 
 /** A finished call in one record. */
 export const CompletedCall = StartedCall.extend({
-  id: z.string().min(1),
-  trace_id: z.string().min(1),
+  id: CallIdText.min(1),
+  trace_id: CallIdText.min(1),
   ended_at: DateTime,
   exception: z.string().nullish(),
   output: StoredJson.optional(),
