@@ -3,7 +3,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { DATABASE_RETRY_AFTER_SECONDS, databaseFault } from '../db/faults.js';
 import { MAX_BIND_PARAMETERS, TooManyParametersError } from '../db/limits.js';
 import { AppError, UnprocessableError } from '../errors.js';
-import { RequestValidationError, type ValidationDetail } from './validation.js';
+import { boundedInput, RequestValidationError, type ValidationDetail } from './validation.js';
 
 /**
  * The three APIs answer errors in three forms (DESIGN.md, "Errors"):
@@ -127,7 +127,8 @@ function toShape(error: unknown, request: FastifyRequest): ErrorShape | undefine
     return { status: 422, message: error.message, code: 'validation_error', param: null, extra: {}, detail: error.detail };
   }
   if (error instanceof UnprocessableError) {
-    const detail: ValidationDetail = { type: error.code, loc: error.loc, msg: error.message, input: error.input ?? null };
+    // Bounded, and BigInt-safe: a gateway input may be an integer past a double's range, which JSON.stringify refuses.
+    const detail: ValidationDetail = { type: error.code, loc: error.loc, msg: error.message, input: boundedInput(error.input ?? null) };
     if (error.ctx) detail.ctx = error.ctx;
     return { status: 422, message: error.message, code: error.code, param: error.param, extra: {}, detail: [detail] };
   }

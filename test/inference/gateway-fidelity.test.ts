@@ -77,6 +77,19 @@ describe('integers', () => {
     expect(engine.requests.length).toBe(before);
   });
 
+  it('names a priority past a double\'s range that the backend cannot schedule in a full 422 (its body was {})', async () => {
+    const before = engine.requests.length;
+    const response = await postText('/v1/chat/completions', '{"model":"fake/base-model","messages":[{"role":"user","content":"Hi"}],"priority":9223372036854775807}');
+    expect(response.statusCode).toBe(422);
+    const message =
+      'Value error, priority 9223372036854775807 needs priority scheduling, which the backend serving fake/base-model does not use; send priority 0 or omit it';
+    expect(response.json()).toEqual({
+      error: { message: `body.priority: ${message}`, type: 'invalid_request_error', param: 'priority', code: 'value_error' },
+      detail: [{ type: 'value_error', loc: ['body', 'priority'], msg: message, input: 9223372036854775807, ctx: { error: 'priority scheduling is not enabled' } }],
+    });
+    expect(engine.requests.length).toBe(before);
+  });
+
   it('echoes a body holding a big integer in a 422 for another field (found by the fuzz run: it was a 500)', async () => {
     const response = await postText('/v1/chat/completions', '{"model":"","messages":[{"role":"user","content":"Hi"}],"priority":9223372036854775806}');
     expect(response.statusCode).toBe(422);

@@ -1,6 +1,6 @@
 /**
- * An incremental reader of server-sent events, for watching a stream that is passed through as raw
- * chunks (usage metering, error events). Events may be split across chunks and chunks may hold many.
+ * An incremental reader of server-sent events, for tests that read a stream's raw chunks (the gateway's own
+ * reader is EventFilter in src/inference/stream.ts). Events may be split across chunks and chunks may hold many.
  */
 export interface SseEvent {
   /** The `event:` field; vLLM sends none, some engines send `error`. */
