@@ -1,17 +1,16 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { execute, GraphQLError, parse, validate, type DocumentNode } from 'graphql';
+import { execute, GraphQLError, Kind, parse, validate, visit, BREAK, type DocumentNode } from 'graphql';
 import { z } from 'zod';
 import { principalOf } from '../auth/plugin.js';
 import { AppError } from '../errors.js';
 import { registerJsonBodyParser } from '../http/json-body.js';
 import { WandbRequestError, type WandbService } from '../wandb/service.js';
+import { checkExpandedCost, checkWrittenFields, GRAPHQL_LIMITS } from './limits.js';
 import { rootValue, type GraphQLContext } from './resolvers.js';
 import { schema } from './schema.js';
 
-/** The documents the SDKs send are a few thousand characters; the longest, with fragments, about 3,000. */
+/** The documents the SDKs send are a few thousand characters at most; the token bound (limits.ts) is the tighter one. */
 const GRAPHQL_QUERY_LENGTH = 100_000;
-/** graphql-js stops parsing past this many tokens: a bound on the work one document can ask for. */
-const MAX_TOKENS = 20_000;
 
 const GraphQLBody = z.object({
   query: z.string().max(GRAPHQL_QUERY_LENGTH).describe('A GraphQL document over the W&B schema subset in src/graphql/schema.ts.'),
@@ -33,12 +32,55 @@ const UNSUPPORTED_HINT = " trainyard serves only the part of W&B's GraphQL API t
 function isClientError(error: GraphQLError): boolean {
   const original = error.originalError;
   if (!original || original instanceof GraphQLError) return true;
-  if (original instanceof WandbRequestError) return true;
+  if (original instanceof WandbRequestError || isDataException(original)) return true;
   return original instanceof AppError && original.statusCode < 500;
 }
 
+/** U+0000 (which PostgreSQL text cannot hold) or a UTF-16 surrogate without its pair (not Unicode text). */
+const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+function unstorable(where: string, text: string): string | undefined {
+  const found = UNSTORABLE.exec(text)?.[0];
+  if (found === undefined) return undefined;
+  const what = found === '\u0000' ? 'U+0000' : `a lone UTF-16 surrogate (U+${found.charCodeAt(0).toString(16).toUpperCase()})`;
+  return `${where} holds ${what}, which is not text that can be stored; remove it.`;
+}
+
+/** The first string argument or variable (at any depth) holding what `unstorable` refuses, described. */
+function unstorableString(document: DocumentNode, variables: Record<string, unknown>): string | undefined {
+  let message: string | undefined;
+  visit(document, {
+    [Kind.STRING](node) {
+      message = unstorable('A string in the query', node.value);
+      return message ? BREAK : undefined;
+    },
+  });
+  if (message) return message;
+  const walk = (value: unknown, path: string): string | undefined => {
+    if (typeof value === 'string') return unstorable(`Variable ${path}`, value);
+    if (value === null || typeof value !== 'object') return undefined;
+    for (const [key, item] of Object.entries(value)) {
+      const found = unstorable(`A key of variable ${path}`, key) ?? walk(item, Array.isArray(value) ? `${path}[${key}]` : `${path}.${key}`);
+      if (found) return found;
+    }
+    return undefined;
+  };
+  for (const [name, value] of Object.entries(variables)) {
+    const found = walk(value, `$${name}`);
+    if (found) return found;
+  }
+  return undefined;
+}
+
+/** SQLSTATE class 22 (data exception): the database refused a value the request carried. */
+function isDataException(error: unknown): boolean {
+  const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined;
+  return typeof code === 'string' && /^22[0-9A-Z]{3}$/.test(code);
+}
+
 function formatError(error: GraphQLError): { message: string; path?: (string | number)[] } {
-  let message = error.message;
+  // The database's own wording of a refused value names no field and may quote internals.
+  let message = isDataException(error.originalError) ? 'A value in the request is out of the range or form that can be stored.' : error.message;
   if (/^Cannot query field |^Unknown argument |^Field ".*" is not defined by type /.test(message)) message += UNSUPPORTED_HINT;
   return error.path ? { message, path: [...error.path] } : { message };
 }
@@ -50,8 +92,8 @@ function formatError(error: GraphQLError): { message: string; path?: (string | n
  * a field outside the subset is a validation error that says so (HTTP 200, `errors`).
  */
 export const graphqlPlugin: FastifyPluginAsyncZod<{ wandb: WandbService }> = async (app, options) => {
-  // Run and artifact fields are stored as text, which cannot hold U+0000: a 422 naming the field instead.
-  registerJsonBodyParser(app, { rejectNul: true });
+  // Strings holding U+0000 are refused below, as GraphQL errors, wherever they come from.
+  registerJsonBodyParser(app);
   app.post(
     '/graphql',
     {
@@ -69,13 +111,18 @@ export const graphqlPlugin: FastifyPluginAsyncZod<{ wandb: WandbService }> = asy
       const principal = principalOf(request);
       let document: DocumentNode;
       try {
-        document = parse(request.body.query, { maxTokens: MAX_TOKENS, noLocation: true });
+        document = parse(request.body.query, { maxTokens: GRAPHQL_LIMITS.tokens, noLocation: true });
       } catch (error) {
         if (error instanceof GraphQLError) return { errors: [formatError(error)] };
         throw error;
       }
+      // Bounds first: validate() is quadratic in same-named fields, execution exponential in fragment chains.
+      const tooLarge = checkWrittenFields(document);
+      if (tooLarge) return { errors: [{ message: tooLarge }] };
       const invalid = validate(schema, document);
       if (invalid.length) return { errors: invalid.map(formatError) };
+      const refused = checkExpandedCost(document) ?? unstorableString(document, request.body.variables ?? {});
+      if (refused) return { errors: [{ message: refused }] };
       const contextValue: GraphQLContext = { principal, wandb: options.wandb, baseUrl: `${request.protocol}://${request.host}` };
       const result = await execute({
         schema,

@@ -126,9 +126,15 @@ async function runOrNull(ctx: GraphQLContext, scope: ProjectScope, name: string)
   return run ? runNode(ctx, run) : null;
 }
 
-function parseObject(text: string | null): Record<string, unknown> {
+/** A JSONString argument or stored field as an object ({} for anything else); text that is not JSON is the client's mistake. */
+function parseObject(text: string | null, what = 'A JSONString'): Record<string, unknown> {
   if (!text) return {};
-  const value = JSON.parse(text) as unknown;
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new WandbRequestError(`${what} is not valid JSON.`);
+  }
   return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
 }
 
@@ -186,7 +192,7 @@ function collectionNode(ctx: GraphQLContext, collection: CollectionRow) {
     },
     artifacts: async (args: Args) => {
       const filters = str(args, 'filters');
-      if (filters !== null && JSON.stringify(parseObject(filters)) !== '{"state":"COMMITTED"}' && filters.trim() !== '{}') {
+      if (filters !== null && JSON.stringify(parseObject(filters, 'Argument "filters"')) !== '{"state":"COMMITTED"}' && filters.trim() !== '{}') {
         throw new WandbRequestError('Only the filter {"state": "COMMITTED"} is supported on artifact versions.');
       }
       const { offset, limit } = page(args);
@@ -319,6 +325,7 @@ export const rootValue = {
       jobType: str(i, 'jobType'),
       config: str(i, 'config'),
       summaryMetrics: str(i, 'summaryMetrics'),
+      host: str(i, 'host'),
     });
     return { bucket: runNode(ctx, run), inserted };
   },

@@ -51,7 +51,7 @@ export async function insertRun(
   return { row: (await findRun(db, args))!, inserted: false };
 }
 
-export async function updateRun(db: Executor, args: { id: number; displayName?: string; jobType?: string; config?: string; summary?: string }): Promise<RunRow> {
+export async function updateRun(db: Executor, args: { id: number; displayName?: string; jobType?: string; config?: string; summary?: string; reopen?: boolean }): Promise<RunRow> {
   return db
     .updateTable('wandb_runs')
     .set({
@@ -59,6 +59,7 @@ export async function updateRun(db: Executor, args: { id: number; displayName?: 
       ...(args.jobType !== undefined ? { job_type: args.jobType } : {}),
       ...(args.config !== undefined ? { config: args.config } : {}),
       ...(args.summary !== undefined ? { summary: args.summary } : {}),
+      ...(args.reopen ? { completed_at: null, exitcode: null } : {}),
       updated_at: new Date(),
     })
     .where('id', '=', args.id)

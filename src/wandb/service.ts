@@ -142,7 +142,17 @@ export class WandbService {
 
   async upsertRun(
     principal: Principal,
-    input: { id?: string | null; name?: string | null; entity?: string | null; project?: string | null; displayName?: string | null; jobType?: string | null; config?: string | null; summaryMetrics?: string | null },
+    input: {
+      id?: string | null;
+      name?: string | null;
+      entity?: string | null;
+      project?: string | null;
+      displayName?: string | null;
+      jobType?: string | null;
+      config?: string | null;
+      summaryMetrics?: string | null;
+      host?: string | null;
+    },
   ): Promise<{ run: RunRow; inserted: boolean }> {
     const scope = this.scope(principal, input.entity, input.project ?? 'uncategorized');
     if (input.config != null) checkJsonObject('config', input.config);
@@ -157,6 +167,10 @@ export class WandbService {
         jobType: input.jobType ?? undefined,
         config: input.config ?? undefined,
         summary: input.summaryMetrics ?? undefined,
+        // wandb-core sends `host` only in the upsert that starts a run's process: on an existing run, a
+        // resume, which makes a finished run live again. Its later upserts (config updates, the one at
+        // finish) and the public API's run.update() send none, and leave the state as it is.
+        reopen: !inserted && input.host != null,
       });
       return { run, inserted };
     });
@@ -209,22 +223,22 @@ export class WandbService {
     if (!run) throw new NotFoundError('run', `${args.entity}/${args.project}/${args.run}`);
     const files = args.body.files ?? {};
     const history = files['wandb-history.jsonl'];
+    let lines: string[] = [];
     if (history) {
       if (history.offset + history.content.length > MAX_HISTORY_LINE) throw new InvalidRequestError(`A run keeps at most ${MAX_HISTORY_LINE} history lines.`);
-      for (const [i, line] of history.content.entries()) {
+      lines = history.content.map((line, i) => {
         const what = `wandb-history.jsonl line ${history.offset + i}`;
-        checkJsonObject(what, line, (m) => new InvalidRequestError(m));
-        // Lines are read back as jsonb, which cannot hold U+0000.
-        if (line.includes('\\u0000')) throw new InvalidRequestError(`${what} holds U+0000, which cannot be stored.`);
-        // Rows are read back by step: the SDK numbers every line.
-        const step = (JSON.parse(line) as { _step?: unknown })._step;
+        const { value, text } = storableJsonObject(what, line, (m) => new InvalidRequestError(m));
+        // Rows are read back by step (a bigint): the SDK numbers every line.
+        const step = value._step;
         if (!Number.isSafeInteger(step) || (step as number) < 0) throw new InvalidRequestError(`${what} has no "_step" (a non-negative integer).`);
-      }
+        return text;
+      });
     }
-    const summary = files['wandb-summary.json']?.content.at(-1);
-    if (summary !== undefined) checkJsonObject('wandb-summary.json', summary, (m) => new InvalidRequestError(m));
+    const sentSummary = files['wandb-summary.json']?.content.at(-1);
+    const summary = sentSummary === undefined ? undefined : storableJsonObject('wandb-summary.json', sentSummary, (m) => new InvalidRequestError(m)).text;
     await this.db.transaction().execute(async (tx) => {
-      if (history) await repo.putHistoryLines(tx, { runId: run.id, offset: history.offset, lines: history.content });
+      if (history) await repo.putHistoryLines(tx, { runId: run.id, offset: history.offset, lines });
       if (summary !== undefined) await repo.updateRun(tx, { id: run.id, summary });
       if (args.body.complete) await repo.finishRun(tx, { runId: run.id, exitcode: args.body.exitcode ?? null });
     });
@@ -527,6 +541,49 @@ function checkJsonObject(what: string, text: string, error: (message: string) =>
     throw error(`${what} is not valid JSON.`);
   }
   if (value === null || typeof value !== 'object' || Array.isArray(value)) throw error(`${what} must be a JSON object.`);
+}
+
+/** Bare `NaN`, `Infinity` and `-Infinity` outside strings: how wandb-core's simplejsonext writes non-finite floats. */
+const NON_FINITE_TOKEN = /"(?:[^"\\]|\\.)*"|-?Infinity|NaN/g;
+
+/** U+0000 (PostgreSQL text and jsonb cannot hold it) or a UTF-16 surrogate without its pair (jsonb refuses its escape). */
+const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/** The value with non-finite numbers as the strings "NaN", "Infinity" and "-Infinity"; throws on text jsonb cannot hold. */
+function storable(value: unknown, fail: (text: string) => never): unknown {
+  if (typeof value === 'number') return Number.isFinite(value) ? value : String(value);
+  if (typeof value === 'string') return UNSTORABLE.test(value) ? fail(value) : value;
+  if (value === null || typeof value !== 'object') return value;
+  if (Array.isArray(value)) return value.map((item) => storable(item, fail));
+  const out: Record<string, unknown> = {};
+  for (const [key, item] of Object.entries(value)) {
+    if (UNSTORABLE.test(key)) fail(key);
+    // defineProperty: a "__proto__" key stays a key.
+    Object.defineProperty(out, key, { value: storable(item, fail), enumerable: true, writable: true, configurable: true });
+  }
+  return out;
+}
+
+/**
+ * A history line or summary as wandb-core writes it, made into text that reads back the same way
+ * everywhere, PostgreSQL jsonb included: bare NaN / Infinity / -Infinity (and numbers too large for a
+ * double) become the strings "NaN", "Infinity" and "-Infinity", as wandb's own export tooling writes
+ * them, and the JSON is written out again, so `{"_step": 1.0}` is stored as `{"_step":1}`. Strings
+ * holding U+0000 or a lone surrogate are refused: they cannot be stored.
+ */
+function storableJsonObject(what: string, text: string, error: (message: string) => Error): { value: Record<string, unknown>; text: string } {
+  const json = text.includes('NaN') || text.includes('Infinity') ? text.replace(NON_FINITE_TOKEN, (token) => (token.startsWith('"') ? token : `"${token}"`)) : text;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(json);
+  } catch {
+    throw error(`${what} is not valid JSON.`);
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw error(`${what} must be a JSON object.`);
+  const value = storable(parsed, (bad) => {
+    throw error(`${what} holds ${bad.includes('\u0000') ? 'U+0000' : 'a lone UTF-16 surrogate'}, which cannot be stored.`);
+  }) as Record<string, unknown>;
+  return { value, text: JSON.stringify(value) };
 }
 
 function checkAliases(aliases: { alias: string; artifactCollectionName: string }[], collection: string): string[] {

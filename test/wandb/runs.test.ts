@@ -76,6 +76,85 @@ describe('W&B runs', () => {
     }
   });
 
+  it('keeps NaN, Infinity and -Infinity as wandb-core writes them (bare tokens) and reads them back as strings', async () => {
+    const { project, run } = await newRun();
+    const lines = ['{"_step":0,"loss":NaN,"reward":Infinity,"kl":-Infinity,"note":"NaN stays text: Infinity"}', '{"_step":1,"loss":0.5}'];
+    for (const body of [
+      { files: { 'wandb-history.jsonl': { offset: 0, content: lines }, 'wandb-summary.json': { offset: 0, content: ['{"loss":NaN,"best":[1,-Infinity]}'] } } },
+      // The SDK sends the whole summary again with every request: a later one must not fail because of it.
+      { files: { 'wandb-summary.json': { offset: 0, content: ['{"loss":NaN,"best":[1,-Infinity],"done":true}'] } } },
+    ]) {
+      const response = await app.inject(stream(owner, project, run, body));
+      expect(response.statusCode).toBe(200);
+      expect(response.json()).toEqual({ exitcode: null, limits: {} });
+    }
+    const history = await app.inject(jsonRequest('GET', `/v1/preview/wandb-runs/${owner.entity}/${project}/${run}/history`, owner));
+    expect(history.statusCode).toBe(200);
+    expect(history.json()).toMatchObject({
+      summary: { loss: 'NaN', best: [1, '-Infinity'], done: true },
+      history: [
+        { step: 0, values: { _step: 0, loss: 'NaN', reward: 'Infinity', kl: '-Infinity', note: 'NaN stays text: Infinity' } },
+        { step: 1, values: { _step: 1, loss: 0.5 } },
+      ],
+      has_more: false,
+    });
+  });
+
+  it('stores every line it accepts in a form later reads can use: an integral _step written 1.0, a number past a double', async () => {
+    const { project, run } = await newRun();
+    const response = await app.inject(stream(owner, project, run, { files: { 'wandb-history.jsonl': { offset: 0, content: ['{"_step":0,"x":1e999999,"y":-1e999999,"z":1e-999999}', '{"_step":1.0,"x":2}'] } } }));
+    expect(response.statusCode).toBe(200);
+    const history = await app.inject(jsonRequest('GET', `/v1/preview/wandb-runs/${owner.entity}/${project}/${run}/history`, owner));
+    expect(history.statusCode).toBe(200);
+    expect(history.json().history).toEqual([
+      { step: 0, values: { _step: 0, x: 'Infinity', y: '-Infinity', z: 0 } },
+      { step: 1, values: { _step: 1, x: 2 } },
+    ]);
+  });
+
+  it('refuses a line holding a lone surrogate, or NaN as a step, before writing any line of the request', async () => {
+    const { project, run } = await newRun();
+    const good = '{"_step":0,"x":1}';
+    const cases: [string[], string][] = [
+      [[good, '{"_step":2,"s":"\\ud800"}'], 'wandb-history.jsonl line 1 holds a lone UTF-16 surrogate, which cannot be stored.'],
+      [[good, '{"_step":2,"\\udc00":1}'], 'wandb-history.jsonl line 1 holds a lone UTF-16 surrogate, which cannot be stored.'],
+      [[good, '{"_step":NaN}'], 'wandb-history.jsonl line 1 has no "_step" (a non-negative integer).'],
+      [[good, '{"_step":1.5}'], 'wandb-history.jsonl line 1 has no "_step" (a non-negative integer).'],
+      [[good, '{"_step":1,"x":NaNa}'], 'wandb-history.jsonl line 1 is not valid JSON.'],
+    ];
+    for (const [content, detail] of cases) {
+      const before = await databaseFingerprint(app);
+      const response = await app.inject(stream(owner, project, run, { files: { 'wandb-history.jsonl': { offset: 0, content } } }));
+      expect(response.statusCode, content[1]).toBe(400);
+      expect(response.json()).toEqual({ detail });
+      expect(await databaseFingerprint(app)).toEqual(before);
+    }
+    const history = await app.inject(jsonRequest('GET', `/v1/preview/wandb-runs/${owner.entity}/${project}/${run}/history`, owner));
+    expect(history.json()).toMatchObject({ history: [], has_more: false });
+  });
+
+  it('shows a finished run as running again once wandb resumes it, but not after a config update', async () => {
+    const { project, run } = await newRun();
+    const state = async () => (await app.inject(jsonRequest('GET', `/v1/preview/wandb-runs/${owner.entity}/${project}?name=${run}`, owner))).json().data[0].state;
+    const upsert = (variables: Record<string, unknown>) =>
+      app.inject(
+        jsonRequest('POST', '/graphql', owner, {
+          query: 'mutation($name: String, $project: String, $config: JSONString, $host: String) { upsertBucket(input: {name: $name, modelName: $project, config: $config, host: $host}) { bucket { state } inserted } }',
+          variables: { name: run, project, ...variables },
+        }),
+      );
+    await app.inject(stream(owner, project, run, { files: {}, complete: true, exitcode: 1 }));
+    expect(await state()).toBe('failed');
+    // The public API's run.update() and wandb-core's later upserts send no host.
+    expect((await upsert({ config: '{"lr": {"value": 0.2}}' })).json()).toEqual({ data: { upsertBucket: { bucket: { state: 'failed' }, inserted: false } } });
+    expect(await state()).toBe('failed');
+    // wandb-core's first upsert of a resumed run carries the host it runs on.
+    expect((await upsert({ host: 'vm' })).json()).toEqual({ data: { upsertBucket: { bucket: { state: 'running' }, inserted: false } } });
+    expect(await state()).toBe('running');
+    await app.inject(stream(owner, project, run, { files: {}, complete: true, exitcode: 0 }));
+    expect(await state()).toBe('finished');
+  });
+
   it('answers another tenant 404 for the run\'s stream and history', async () => {
     const { project, run } = await newRun();
     // A key's first use is recorded on the key: that write is not the refused request's.
