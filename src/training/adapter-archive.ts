@@ -12,6 +12,10 @@ export const ARCHIVE_LIMITS = {
   files: 16,
   /** Characters of an entry name (ustar's name field). */
   nameLength: 100,
+  /** Bytes of one pax extended header (Python's tarfile writes one per entry: its float mtime). */
+  paxHeader: 64 * 1024,
+  /** Bytes of an entry path a pax header gives (Linux's PATH_MAX). */
+  paxPath: 4096,
   /** Bytes of a safetensors header (the JSON before the tensors). */
   safetensorsHeader: 100 * 1024 * 1024,
 } as const;
@@ -68,8 +72,44 @@ function safeName(raw: string): string {
 }
 
 /**
- * The files of an adapter archive (tar or tar.gz). Entries may sit at the top or under one directory
- * (`tar -C parent -cf x.tar adapter/`); directories are skipped; everything else is checked as above.
+ * The records of a pax extended header (POSIX.1-2001 `pax`): `<length> <key>=<value>\n`, where length
+ * counts the whole record. Only `path` and `size` are kept; every other key (mtime, uid, SCHILY.*, ...)
+ * says nothing an adapter needs.
+ */
+function paxRecords(data: Buffer): { path?: string; size?: number } {
+  const bad = new ArchiveProblem('the archive has a malformed pax extended header');
+  const out: { path?: string; size?: number } = {};
+  let at = 0;
+  while (at < data.length) {
+    if (data[at] === 0) break;
+    const space = data.indexOf(0x20, at);
+    const lengthText = space < 0 ? '' : data.subarray(at, space).toString('latin1');
+    if (!/^[1-9][0-9]{0,6}$/.test(lengthText)) throw bad;
+    const end = at + Number(lengthText);
+    if (end > data.length || end <= space + 1 || data[end - 1] !== 0x0a) throw bad;
+    const record = data.subarray(space + 1, end - 1);
+    const equals = record.indexOf(0x3d);
+    if (equals <= 0) throw bad;
+    const key = record.subarray(0, equals).toString('utf8');
+    const value = record.subarray(equals + 1);
+    if (key === 'path') {
+      if (value.length > ARCHIVE_LIMITS.paxPath) throw new ArchiveProblem(`the archive names a path longer than ${ARCHIVE_LIMITS.paxPath} bytes`);
+      out.path = value.toString('utf8');
+    } else if (key === 'size') {
+      const text = value.toString('latin1');
+      if (!/^[0-9]{1,15}$/.test(text)) throw bad;
+      out.size = Number(text);
+    }
+    at = end;
+  }
+  return out;
+}
+
+/**
+ * The files of an adapter archive (tar or tar.gz; ustar, GNU or pax as Python's tarfile and
+ * shutil.make_archive write it). Entries may sit at the top or under one directory
+ * (`tar -C parent -cf x.tar adapter/`); directories are skipped; everything else is checked as above,
+ * on the path and size a pax header gives the entry after it. Global pax headers are skipped.
  */
 export function readAdapterArchive(archive: Buffer, maxBytes: number): AdapterFile[] {
   let tar = archive;
@@ -84,17 +124,29 @@ export function readAdapterArchive(archive: Buffer, maxBytes: number): AdapterFi
   if (tar.length < BLOCK) throw new ArchiveProblem(`the archive is not a tar file (shorter than one ${BLOCK}-byte header)`);
   const entries: { name: string; content: Buffer }[] = [];
   let offset = 0;
+  /** What the last pax extended header said of the entry that follows it. */
+  let pax: { path?: string; size?: number } = {};
   while (offset + BLOCK <= tar.length) {
     const header = tar.subarray(offset, offset + BLOCK);
     if (header.every((byte) => byte === 0)) break;
     if (octal(header, 148, 8) !== checksumOf(header)) throw new ArchiveProblem('the archive is not a tar file (header checksum mismatch)');
     const prefix = field(header, 345, 155);
-    const raw = prefix ? `${prefix}/${field(header, 0, 100)}` : field(header, 0, 100);
     const type = String.fromCharCode(header[156] || 0x30);
-    const size = octal(header, 124, 12);
+    const headerSize = octal(header, 124, 12);
+    if ((type === 'x' || type === 'g') && headerSize > ARCHIVE_LIMITS.paxHeader) {
+      throw new ArchiveProblem(`the archive has a pax extended header of more than ${ARCHIVE_LIMITS.paxHeader} bytes`);
+    }
+    const raw = type !== 'x' && type !== 'g' && pax.path !== undefined ? pax.path : prefix ? `${prefix}/${field(header, 0, 100)}` : field(header, 0, 100);
+    const size = type !== 'x' && type !== 'g' && pax.size !== undefined ? pax.size : headerSize;
     const start = offset + BLOCK;
     if (start + size > tar.length) throw new ArchiveProblem('the archive is truncated');
     offset = start + Math.ceil(size / BLOCK) * BLOCK;
+    if (type === 'x') {
+      pax = { ...pax, ...paxRecords(tar.subarray(start, start + size)) };
+      continue;
+    }
+    if (type === 'g') continue;
+    pax = {};
     if (type === '1' || type === '2') {
       throw new ArchiveProblem(`archive entry ${JSON.stringify(raw)} is a ${type === '1' ? 'hard' : 'symbolic'} link: only regular files are accepted`);
     }

@@ -50,7 +50,8 @@ export class AdapterService {
    * are removed again when the checkpoint cannot be registered.
    */
   async importArchive(principal: Principal, modelId: string, body: unknown): Promise<CheckpointState> {
-    const model = await this.model(principal, modelId);
+    const scope = await this.deps.training.scope(principal);
+    const model = await this.deps.training.model(scope, modelId);
     if (!Buffer.isBuffer(body) || body.length === 0) {
       throw new UnprocessableError('Value error, send the adapter archive (tar or tar.gz) as the request body with content-type application/gzip or application/x-tar', ['body'], { input: null });
     }
@@ -66,9 +67,16 @@ export class AdapterService {
       throw error;
     }
 
+    // The model is read again with the share lock writers take (repository/models.ts): a delete that ran
+    // while the files were written is waited for and then found, so nothing lands on a deleted model (the
+    // files are removed when the register returns no checkpoint).
     const checkpoint = await writeAdapterDirectory(this.deps.adaptersDir, files, (id, dir) =>
-      this.deps.db.transaction().execute((trx) => repo.registerImportedCheckpoint(trx, { model, id, uri: dir })),
+      this.deps.db.transaction().execute(async (trx) => {
+        if (!(await repo.findModel(trx, { ...scope, modelId: model.id, lock: 'share' }))) return 'model_deleted' as const;
+        return repo.registerImportedCheckpoint(trx, { model, id, uri: dir });
+      }),
     );
+    if (checkpoint === 'model_deleted') throw new NotFoundError('model', modelId);
     if (checkpoint === 'job_running' || checkpoint === 'step_taken') {
       throw new ConflictError(`A training job of model ${model.id} is running and will register the next step; import when it has ended.`, {
         code: 'job_running',

@@ -10,14 +10,16 @@ export interface LifecycleServiceDeps {
   db: repo.TrainingDb;
   training: TrainingService;
   releaser: CheckpointReleaser;
+  /** Models the TTL sweep reads per query (default 100); every model with a TTL is swept, page by page. */
+  ttlSweepPageSize?: number;
 }
 
 /** Metric names ART's log computes for its two splits: a policy may name them before the first log. */
 const STANDARD_METRICS = ['train', 'val'].flatMap((split) => ['reward', 'reward_std_dev', 'exception_rate'].map((name) => `${split}/${name}`));
 /** How many known names a 422 lists. */
 const LISTED_METRICS = 20;
-/** Models whose checkpoints one TTL sweep expires. */
-const TTL_SWEEP_MODELS = 100;
+/** Models with a TTL read per query of the expiry sweep; each model is applied in its own transaction. */
+const TTL_SWEEP_PAGE = 100;
 
 function stateJson(state: repo.CheckpointState): CheckpointState {
   const { uri: _uri, ...shown } = state;
@@ -98,14 +100,24 @@ export class LifecycleService {
     if (model) await this.apply(model);
   }
 
-  /** Deletes expired checkpoints of every model with a TTL; safe in every process at once. */
+  /**
+   * Deletes expired checkpoints of every model with a TTL; safe in every process at once. Pages through
+   * the models by id until a short page (a single page of 100 left the models with the highest ids never
+   * swept), one small transaction per model.
+   */
   async expireCheckpoints(): Promise<number> {
+    const limit = this.deps.ttlSweepPageSize ?? TTL_SWEEP_PAGE;
     let count = 0;
-    for (const model of await repo.modelsWithTtl(this.db, { limit: TTL_SWEEP_MODELS })) {
-      const { deleted, expired } = await this.apply(model);
-      count += deleted.length + expired.length;
+    let after: string | undefined;
+    for (;;) {
+      const models = await repo.modelsWithTtl(this.db, { after, limit });
+      for (const model of models) {
+        const { deleted, expired } = await this.apply(model);
+        count += deleted.length + expired.length;
+      }
+      if (models.length < limit) return count;
+      after = models[models.length - 1].id;
     }
-    return count;
   }
 
   async listCheckpointStates(principal: Principal, modelId: string, query: CheckpointListQuery): Promise<PageOf<CheckpointState>> {

@@ -38,10 +38,19 @@ export const TRAINING_LIMITS = {
   /** Keys of one metrics map, and characters of a metric name. */
   metrics: 1000,
   metricName: 256,
-  /** Steps of one checkpoint delete. */
-  steps: 1000,
+  /**
+   * Steps of one checkpoint delete: ART's delete_checkpoints names every step but the latest and the best,
+   * so a long run sends thousands (and does not retry a 422).
+   */
+  steps: 100_000,
   /** Characters of a checkpoint URI a worker registers (Linux's PATH_MAX). */
   checkpointUri: 4096,
+  /** Characters of a model's base model (a claim's `base_models` filter takes names up to this long). */
+  baseModel: 512,
+  /** Characters of an SFT job's `training_data_url` (a weave:/// ref or a file digest is far shorter). */
+  url: 4096,
+  /** Keys of a trajectory's or group's `metadata` map. */
+  metadataKeys: 10_000,
 } as const;
 
 /** A map of metrics sent to the server: at most TRAINING_LIMITS.metrics keys of at most metricName characters. */
@@ -55,6 +64,10 @@ const MetricMap = boundedMetrics(MetricValue);
 /** Numbers a worker sends: gradient step data and checkpoint metrics. */
 const WorkerNumberMap = boundedMetrics(z.number());
 const NumberMap = z.record(z.string(), z.number());
+/** A `metadata` map: any values (bounded in depth with the group), at most TRAINING_LIMITS.metadataKeys keys. */
+const MetadataMap = z
+  .record(z.string(), z.unknown())
+  .refine((map) => Object.keys(map).length <= TRAINING_LIMITS.metadataKeys, `at most ${TRAINING_LIMITS.metadataKeys} keys in one metadata map`);
 
 // ---------------------------------------------------------------------------------------------------------
 // Pagination
@@ -88,7 +101,7 @@ export const ModelCreate = z.object({
   entity: z.string().min(1).max(MAX_NAME_LENGTH).nullish(),
   project: z.string().min(1).max(MAX_NAME_LENGTH),
   name: z.string().min(1).max(MAX_NAME_LENGTH),
-  base_model: z.string().min(1),
+  base_model: z.string().min(1).max(TRAINING_LIMITS.baseModel),
   return_existing: z.boolean().default(false),
 });
 export type ModelCreate = z.infer<typeof ModelCreate>;
@@ -150,6 +163,9 @@ export const DeleteCheckpointsResponse = z.object({
   deleted_count: z.number().int(),
   not_found_steps: z.array(z.number().int()),
   pinned_steps: z.array(z.number().int()).describe('Steps spared because they are pinned (unpin to delete them)'),
+  in_use_steps: z
+    .array(z.number().int())
+    .describe('Steps spared because a running job trains from them (its base checkpoint); delete them again once it ends'),
 });
 export type DeleteCheckpointsResponse = z.infer<typeof DeleteCheckpointsResponse>;
 
@@ -198,10 +214,10 @@ export const History = z
 /** Generation C: raw request/response pairs captured from HTTP clients, kept for the trainer. */
 export const Exchanges = z
   .object({
-    chat_completions: z.array(z.unknown()).optional(),
-    completions: z.array(z.unknown()).optional(),
-    responses: z.array(z.unknown()).optional(),
-    messages: z.array(z.unknown()).optional(),
+    chat_completions: z.array(z.unknown()).max(TRAINING_LIMITS.messages).optional(),
+    completions: z.array(z.unknown()).max(TRAINING_LIMITS.messages).optional(),
+    responses: z.array(z.unknown()).max(TRAINING_LIMITS.messages).optional(),
+    messages: z.array(z.unknown()).max(TRAINING_LIMITS.messages).optional(),
   })
   .loose();
 
@@ -220,7 +236,7 @@ export const Trajectory = z
     final_policy_version: z.int().nullish(),
     metrics: MetricMap.optional(),
     auto_metrics: MetricMap.optional(),
-    metadata: z.record(z.string(), z.unknown()).optional(),
+    metadata: MetadataMap.optional(),
     logs: z.array(z.string()).max(TRAINING_LIMITS.items).optional(),
     start_time: z.string().nullish(),
     exchanges: Exchanges.optional(),
@@ -241,7 +257,7 @@ export const TrajectoryGroup = z
   .object({
     trajectories: z.array(Trajectory).max(TRAINING_LIMITS.items).optional(),
     exceptions: z.array(GroupException).max(TRAINING_LIMITS.items).optional(),
-    metadata: z.record(z.string(), z.unknown()).optional(),
+    metadata: MetadataMap.optional(),
     metrics: MetricMap.optional(),
     logs: z.array(z.string()).max(TRAINING_LIMITS.items).optional(),
   })
@@ -374,8 +390,8 @@ export type SFTTrainingConfig = z.infer<typeof SFTTrainingConfig>;
 export const CreateSFTTrainingJob = z
   .object({
     model_id: Uuid,
-    training_data_url: z.string().min(1).optional(),
-    training_folder_url: z.string().min(1).optional(),
+    training_data_url: z.string().min(1).max(TRAINING_LIMITS.url).optional(),
+    training_folder_url: z.string().min(1).max(TRAINING_LIMITS.url).optional(),
     config: boundedDepth(SFTTrainingConfig).nullish(),
     experimental_config: boundedDepth(z.record(z.string(), z.unknown())).nullish(),
   })
@@ -468,7 +484,7 @@ export type ResidentTrainer = z.infer<typeof ResidentTrainer>;
 export const ClaimRequest = z.object({
   worker_id: z.string().min(1).max(200),
   kinds: z.array(JobKind).min(1).max(10).optional(),
-  base_models: z.array(z.string().min(1).max(512)).min(1).max(100).optional(),
+  base_models: z.array(z.string().min(1).max(TRAINING_LIMITS.baseModel)).min(1).max(100).optional(),
   wait_seconds: z.number().min(0).max(30).default(0),
   resident_trainers: z
     .array(ResidentTrainer)

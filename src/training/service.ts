@@ -209,12 +209,13 @@ export class TrainingService {
     return mapPage(page, ({ id, step, metrics }): Checkpoint => ({ id, step, metrics }));
   }
 
-  /** Deletes by step; pinned checkpoints are spared and listed in `pinned_steps`. */
+  /** Deletes by step; pinned checkpoints and running jobs' base checkpoints are spared and listed. */
   async deleteCheckpoints(principal: Principal, modelId: string, body: DeleteCheckpointsRequest): Promise<DeleteCheckpointsResponse> {
     const model = await this.model(await this.scope(principal), modelId);
     const result = await this.db.transaction().execute((trx) => repo.deleteCheckpoints(trx, { model, steps: body.steps }));
     await this.deps.releaser.released(model, result.deleted);
-    return { deleted_count: result.deleted_count, not_found_steps: result.not_found_steps, pinned_steps: result.pinned_steps };
+    const { deleted_count, not_found_steps, pinned_steps, in_use_steps } = result;
+    return { deleted_count, not_found_steps, pinned_steps, in_use_steps };
   }
 
   // -------------------------------------------------------------------------------------------------------

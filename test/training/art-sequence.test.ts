@@ -112,7 +112,7 @@ describe('the ART ServerlessBackend call sequence', () => {
     for await (const checkpoint of listAll(`/preview/models/${modelId}/checkpoints`, {})) all.push(checkpoint);
     expect(all.map((c) => c.step)).toEqual([1, 2]);
     const deleted = await client('DELETE', `/preview/models/${modelId}/checkpoints`, { steps: [1] });
-    expect(deleted).toEqual({ status: 200, body: { deleted_count: 1, not_found_steps: [], pinned_steps: [] } });
+    expect(deleted).toEqual({ status: 200, body: { deleted_count: 1, not_found_steps: [], pinned_steps: [], in_use_steps: [] } });
     expect(await getStep(modelId)).toBe(2);
 
     const removed = await client('DELETE', `/preview/models/${modelId}`);
@@ -152,7 +152,7 @@ describe('the ART ServerlessBackend call sequence', () => {
 
     expect(await client('DELETE', `/preview/models/${modelId}/checkpoints`, { steps: [1, 7] })).toEqual({
       status: 200,
-      body: { deleted_count: 1, not_found_steps: [7], pinned_steps: [] },
+      body: { deleted_count: 1, not_found_steps: [7], pinned_steps: [], in_use_steps: [] },
     });
     expect((await client('DELETE', `/preview/models/${modelId}`)).body).toEqual({ model_id: modelId, deleted_checkpoints: 0, deleted_run: true });
   });

@@ -2,10 +2,13 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
+import * as repo from '../../src/training/repository.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
 import { createWorkerKey, type TestUser } from '../helpers/app.js';
+import { onPostgresServer } from '../helpers/database.js';
 import { createTenants, databaseFingerprint, expectOtherTenantRefused, jsonRequest as json } from '../helpers/tenants.js';
 import { backendEntry, chat, createGatewayApp } from '../inference/gateway-helpers.js';
 import { waitFor } from '../inference/helpers.js';
@@ -65,6 +68,53 @@ function tarGz(dir: string, extraArgs: string[] = []): Buffer {
   return fs.readFileSync(out);
 }
 
+/** The archive Python's tarfile (default PAX format) and shutil.make_archive write of the directory, gzipped. */
+function pythonTarGz(dir: string): Buffer {
+  const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'adapter-py-')), 'adapter');
+  const script = 'import shutil, sys, os; shutil.make_archive(sys.argv[2], "gztar", root_dir=os.path.dirname(sys.argv[1]), base_dir=os.path.basename(sys.argv[1]))';
+  execFileSync('python3', ['-c', script, dir, out]);
+  return fs.readFileSync(`${out}.tar.gz`);
+}
+
+/** One tar entry by hand: a ustar header of `type` (checksum filled in), then the data padded to blocks. */
+function tarEntry(name: string, type: string, data: Buffer): Buffer {
+  const header = Buffer.alloc(512);
+  header.write(name.slice(0, 100), 0, 'utf8');
+  header.write('0000644\0', 100, 'ascii');
+  header.write(data.length.toString(8).padStart(11, '0') + '\0', 124, 'ascii');
+  header.write('00000000000\0', 136, 'ascii');
+  header.write(type, 156, 'ascii');
+  header.write('ustar\0' + '00', 257, 'ascii');
+  header.fill(0x20, 148, 156);
+  const sum = header.reduce((total, byte) => total + byte, 0);
+  header.write(sum.toString(8).padStart(6, '0') + '\0 ', 148, 'ascii');
+  return Buffer.concat([header, data, Buffer.alloc((512 - (data.length % 512)) % 512)]);
+}
+
+/** A pax extended header's records: `<length> <key>=<value>\n`, the length counting the whole record. */
+function paxData(records: Record<string, string>): Buffer {
+  return Buffer.concat(
+    Object.entries(records).map(([key, value]) => {
+      const body = ` ${key}=${value}\n`;
+      let length = Buffer.byteLength(body) + 1;
+      while (String(length).length + Buffer.byteLength(body) !== length) length++;
+      return Buffer.from(`${length}${body}`);
+    }),
+  );
+}
+
+/** A tar of the adapter's two files, each preceded by a pax header giving its path under `top`. */
+function paxTar(top: string, paths: { config?: string; weights?: string } = {}): Buffer {
+  const config = Buffer.from(JSON.stringify({ base_model_name_or_path: BASE, peft_type: 'LORA' }));
+  return Buffer.concat([
+    tarEntry('././@PaxHeader', 'x', paxData({ path: paths.config ?? `${top}/adapter_config.json`, mtime: '1700000000.25' })),
+    tarEntry('truncated-name-1', '0', config),
+    tarEntry('././@PaxHeader', 'x', paxData({ path: paths.weights ?? `${top}/adapter_model.safetensors` })),
+    tarEntry('truncated-name-2', '0', safetensors()),
+    Buffer.alloc(1024),
+  ]);
+}
+
 async function newModel(user: TestUser = owner): Promise<{ id: string; name: string; base: string }> {
   const name = `agent-${crypto.randomUUID().slice(0, 8)}`;
   const reply = await call(app, user.headers, 'POST', '/v1/preview/models', { project: 'proj', name, base_model: BASE });
@@ -108,7 +158,7 @@ describe('importing an adapter', () => {
 
     // Deleted: trainyard owns these files, so it removes them (and records nothing for the workers' side).
     const deleted = await call(app, owner.headers, 'DELETE', `${model.base}/checkpoints`, { steps: [1] });
-    expect(deleted.body).toEqual({ deleted_count: 1, not_found_steps: [], pinned_steps: [] });
+    expect(deleted.body).toEqual({ deleted_count: 1, not_found_steps: [], pinned_steps: [], in_use_steps: [] });
     await waitFor(() => !importedDirs().includes(state.id));
     const releases = await app.db.selectFrom('checkpoint_releases').select('uri').where('uri', 'like', `%${state.id}%`).execute();
     expect(releases).toEqual([]);
@@ -132,6 +182,79 @@ describe('importing an adapter', () => {
     const next = await worker.claim(5);
     expect(next!.job.base_checkpoint).toEqual({ id: imported.json().id, step: 2, uri: path.join(adaptersDir, imported.json().id) });
     expect((await worker.complete(next!)).status).toBe(200);
+  });
+});
+
+describe('archives in pax format', () => {
+  it('imports an archive made by Python\'s shutil.make_archive (tarfile\'s PAX format)', async () => {
+    const model = await newModel();
+    const reply = await upload(owner, model.base, pythonTarGz(adapterDir({ extra: { 'README.md': '# adapter' } })));
+    expect(reply.statusCode, reply.body).toBe(200);
+    expect(reply.json()).toMatchObject({ step: 1, source: 'imported', metrics: {} });
+    expect(fs.readdirSync(path.join(adaptersDir, reply.json().id)).sort()).toEqual(['README.md', 'adapter_config.json', 'adapter_model.safetensors']);
+    expect(fs.readFileSync(path.join(adaptersDir, reply.json().id, 'adapter_model.safetensors'))).toEqual(safetensors());
+  });
+
+  it('takes each entry\'s path from its pax header, past ustar\'s 100 characters, and skips global headers', async () => {
+    const model = await newModel();
+    const top = `adapter-${'x'.repeat(200)}`;
+    const archive = Buffer.concat([tarEntry('pax_global_header', 'g', paxData({ comment: 'made by hand' })), paxTar(top)]);
+    const reply = await upload(owner, model.base, archive, 'application/x-tar');
+    expect(reply.statusCode, reply.body).toBe(200);
+    expect(fs.readdirSync(path.join(adaptersDir, reply.json().id)).sort()).toEqual(['adapter_config.json', 'adapter_model.safetensors']);
+  });
+});
+
+describe('an imported checkpoint a running job trains from', () => {
+  it('is spared by Delete Model Checkpoints, its files kept, until the job has ended', async () => {
+    const model = await newModel();
+    const worker = await ScriptedWorker.create(app, owner, [BASE]);
+    const imported = await upload(owner, model.base, tarGz(adapterDir()));
+    expect(imported.statusCode, imported.body).toBe(200);
+    const id = imported.json().id;
+    await call(app, owner.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()] });
+    const claimed = (await worker.claim(5))!;
+    expect(claimed.job.base_checkpoint).toEqual({ id, step: 1, uri: path.join(adaptersDir, id) });
+
+    const spared = await call(app, owner.headers, 'DELETE', `${model.base}/checkpoints`, { steps: [1] });
+    expect(spared).toMatchObject({ status: 200, body: { deleted_count: 0, not_found_steps: [], pinned_steps: [], in_use_steps: [1] } });
+    expect(importedDirs()).toContain(id);
+    expect(fs.readdirSync(path.join(adaptersDir, id)).sort()).toEqual(['adapter_config.json', 'adapter_model.safetensors']);
+
+    expect((await worker.complete(claimed)).status).toBe(200);
+    const deleted = await call(app, owner.headers, 'DELETE', `${model.base}/checkpoints`, { steps: [1] });
+    expect(deleted.body).toEqual({ deleted_count: 1, not_found_steps: [], pinned_steps: [], in_use_steps: [] });
+    await waitFor(() => !importedDirs().includes(id));
+  });
+});
+
+/** On a PostgreSQL server (PGlite has one connection, so nothing runs concurrently there). */
+describe.skipIf(!onPostgresServer)('an import while its model is deleted (PostgreSQL)', () => {
+  it('waits for the delete, then answers 404, registers nothing and leaves no files', async () => {
+    const model = await newModel();
+    const before = importedDirs();
+    const [entityId] = (await repo.findEntityIds(app.db, { names: [owner.entity] })).values();
+    let importing: Promise<Awaited<ReturnType<typeof upload>>> | undefined;
+    // The delete holds the model row while the import reads it, writes its files and registers them.
+    await app.db.transaction().execute(async (trx) => {
+      const locked = await repo.findModel(trx, { entityIds: [entityId], modelId: model.id, lock: 'delete' });
+      await repo.deleteModel(trx, { model: locked! });
+      importing = upload(owner, model.base, tarGz(adapterDir()));
+      let settled = false;
+      void importing.finally(() => (settled = true));
+      for (let waiting = 0; !settled && waiting === 0; ) {
+        await new Promise((resolve) => setTimeout(resolve, 25));
+        const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
+          where datname = current_database() and wait_event_type = 'Lock'`.execute(app.db);
+        waiting = rows[0].n;
+      }
+    });
+    const reply = await importing!;
+    expect(reply.statusCode, reply.body).toBe(404);
+    expect(reply.json()).toEqual({ detail: `model ${model.id} not found` });
+    const left = await sql<{ n: number }>`select count(*)::int as n from checkpoints where model_id = ${model.id}`.execute(app.db);
+    expect(left.rows[0].n).toBe(0);
+    expect(importedDirs()).toEqual(before);
   });
 });
 
@@ -197,6 +320,16 @@ describe('archives that are refused', () => {
     const dotdot = path.join(path.dirname(dir), 'dotdot.tar');
     execFileSync('tar', ['-C', dir, '-cPf', dotdot, 'adapter_config.json', '../my-adapter/adapter_model.safetensors']);
     await refused(fs.readFileSync(dotdot), 422, problem('archive entry "../my-adapter/adapter_model.safetensors": ".." is not allowed in paths'), 'application/x-tar');
+  });
+
+  it('checks the path a pax header gives, and refuses a pax header that is malformed or too large', async () => {
+    await refused(paxTar('a', { weights: '../escape/adapter_model.safetensors' }), 422, problem('archive entry "../escape/adapter_model.safetensors": ".." is not allowed in paths'), 'application/x-tar');
+    await refused(paxTar('a', { weights: '/etc/adapter_model.safetensors' }), 422, problem('archive entry "/etc/adapter_model.safetensors": absolute paths are not allowed'), 'application/x-tar');
+    await refused(paxTar('a', { weights: `${'d/'.repeat(2100)}adapter_model.safetensors` }), 422, problem('the archive names a path longer than 4096 bytes'), 'application/x-tar');
+    const huge = Buffer.concat([tarEntry('././@PaxHeader', 'x', paxData({ comment: 'c'.repeat(70_000) })), paxTar('a')]);
+    await refused(huge, 422, problem('the archive has a pax extended header of more than 65536 bytes'), 'application/x-tar');
+    const malformed = Buffer.concat([tarEntry('././@PaxHeader', 'x', Buffer.from('99 path=a/adapter_config.json\n')), paxTar('a')]);
+    await refused(malformed, 422, problem('the archive has a malformed pax extended header'), 'application/x-tar');
   });
 
   it('refuses too many files, something that is not an archive, and a body over ADAPTER_ARCHIVE_LIMIT_MB', async () => {

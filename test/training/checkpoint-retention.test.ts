@@ -1,6 +1,10 @@
 import { sql } from 'kysely';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
+import { CheckpointReleaser } from '../../src/training/checkpoint-release.js';
+import { LifecycleService } from '../../src/training/lifecycle-service.js';
+import type { TrainingService } from '../../src/training/service.js';
 import { createTestApp, createWorkerKey, type TestUser } from '../helpers/app.js';
 import { createTenants, databaseFingerprint, expectOtherTenantRefused, jsonRequest as json } from '../helpers/tenants.js';
 import { call, groupGenerationA, ScriptedWorker, userWithModel } from './fixtures.js';
@@ -141,12 +145,37 @@ describe('pins', () => {
     expect(pinned.body).toMatchObject({ step: 1, pinned: true, latest: false, best: false, source: 'trained', metrics: { 'val/reward': 0.1 } });
 
     const spared = await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [1, 2, 7] });
-    expect(spared.body).toEqual({ deleted_count: 1, not_found_steps: [7], pinned_steps: [1] });
+    expect(spared.body).toEqual({ deleted_count: 1, not_found_steps: [7], pinned_steps: [1], in_use_steps: [] });
     expect(await steps(t)).toEqual([1]);
 
     expect((await call(app, t.user.headers, 'POST', `${t.base}/checkpoints/1/unpin`)).body).toMatchObject({ step: 1, pinned: false, latest: true });
-    expect((await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [1] })).body).toEqual({ deleted_count: 1, not_found_steps: [], pinned_steps: [] });
+    expect((await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [1] })).body).toEqual({ deleted_count: 1, not_found_steps: [], pinned_steps: [], in_use_steps: [] });
     expect(await steps(t)).toEqual([]);
+  });
+});
+
+describe('checkpoints a running job trains from', () => {
+  it('spares a running job\'s base checkpoint from Delete Model Checkpoints, releasing nothing, and deletes it once the job ends', async () => {
+    const t = await modelWithWorker();
+    await train(t, rewards(0.1, 0.2));
+    const job = await call(app, t.user.headers, 'POST', '/v1/preview/training-jobs', { model_id: t.model.id, trajectory_groups: [groupGenerationA()] });
+    expect(job.status, job.text).toBe(200);
+    const claimed = (await t.worker.claim(5))!;
+    expect(claimed.job.base_checkpoint?.step).toBe(2);
+
+    const spared = await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [1, 2, 9] });
+    expect(spared).toMatchObject({ status: 200, body: { deleted_count: 1, not_found_steps: [9], pinned_steps: [], in_use_steps: [2] } });
+    expect(await steps(t)).toEqual([2]);
+    const released = () =>
+      app.db.selectFrom('checkpoint_releases').select('uri').where('uri', 'like', `s3://checkpoints/${t.model.name}/%`).orderBy('id').execute();
+    expect(await released()).toEqual([{ uri: `s3://checkpoints/${t.model.name}/1` }]);
+    expect(deletedEvents.filter((e) => e.model === t.model.name).map((e) => e.steps)).toEqual([[1]]);
+
+    expect((await t.worker.complete(claimed, { 'val/reward': 0.3 })).status).toBe(200);
+    const after = await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [2] });
+    expect(after.body).toEqual({ deleted_count: 1, not_found_steps: [], pinned_steps: [], in_use_steps: [] });
+    expect(await steps(t)).toEqual([3]);
+    expect(await released()).toEqual([{ uri: `s3://checkpoints/${t.model.name}/1` }, { uri: `s3://checkpoints/${t.model.name}/2` }]);
   });
 });
 
@@ -187,6 +216,26 @@ describe('time to live', () => {
       app = main;
       await sweeping.close();
     }
+  });
+
+  it('sweeps every model with a TTL, page after page, not only the first page of models', async () => {
+    const models = [await modelWithWorker(), await modelWithWorker(), await modelWithWorker()];
+    for (const t of models) {
+      await train(t, rewards(0.1, 0.2));
+      await setPolicy(t, { ttl_seconds: 60 });
+      await ageCheckpoints(t);
+    }
+    // Two models a page, so that at least one of these three is past the first page (ordered by id).
+    // The sweep reaches no principal's scope: it needs no training service.
+    const sweep = new LifecycleService({
+      db: app.db,
+      training: {} as TrainingService,
+      releaser: new CheckpointReleaser(app.events, path.resolve(app.config.adaptersDir), app.log),
+      ttlSweepPageSize: 2,
+    });
+    expect(await sweep.expireCheckpoints()).toBeGreaterThanOrEqual(3);
+    for (const t of models) expect(await steps(t)).toEqual([2]);
+    expect(deletedEvents.filter((e) => models.some((t) => t.model.name === e.model)).map((e) => e.steps)).toEqual([[1], [1], [1]]);
   });
 
   async function expiresBySweep(): Promise<void> {

@@ -136,6 +136,23 @@ describe('bounds of the database\'s columns', () => {
     expect(await del(url, { steps: [2147483647] })).toMatchObject({ status: 200, body: { deleted_count: 0, not_found_steps: [2147483647] } });
   });
 
+  it('a checkpoint delete takes up to 100,000 steps (ART names every step but the latest and the best)', async () => {
+    const { model } = await userWithModel(app, user);
+    for (const step of [1, 2, 3]) await addCheckpoint(model.id, step);
+    const url = `/v1/preview/models/${model.id}/checkpoints`;
+    const steps = Array.from({ length: 100_000 }, (_, i) => i).filter((step) => step !== 3);
+    steps.push(100_000);
+    const reply = await del(url, { steps });
+    expect(reply.status, reply.text.slice(0, 500)).toBe(200);
+    expect(reply.body).toEqual({ deleted_count: 2, not_found_steps: steps.filter((step) => step !== 1 && step !== 2), pinned_steps: [], in_use_steps: [] });
+    expect((await get(`${url}?limit=100`)).body.data.map((c: { step: number }) => c.step)).toEqual([3]);
+    const tooMany = await del(url, { steps: [...steps, 100_001] });
+    expect(tooMany.status).toBe(422);
+    expect(tooMany.body.detail).toMatchObject([
+      { type: 'too_long', loc: ['body', 'steps'], msg: 'List should have at most 100000 items after validation, not 100001', ctx: { field_type: 'List', max_length: 100000, actual_length: 100001 } },
+    ]);
+  });
+
   it('names and splits are at most 128 characters (a 422 rather than an index row too large)', async () => {
     const { model } = await userWithModel(app, user);
     const long = 'x'.repeat(2000); // short enough to come back whole as the input
@@ -158,6 +175,65 @@ describe('bounds of the database\'s columns', () => {
     const name = `${uniqueName('m')}-`.padEnd(128, 'n');
     expect(await post('/v1/preview/models', { project: 'p'.repeat(128), name, base_model: 'b' })).toMatchObject({ status: 200, body: { name } });
     expect((await post(`/v1/preview/models/${model.id}/log`, { split: 's'.repeat(128), trajectory_groups: [] })).status).toBe(200);
+  });
+
+  it('a base model is at most 512 characters, the longest name a worker\'s claim filters on', async () => {
+    const before = await databaseFingerprint(app);
+    const long = 'b'.repeat(513);
+    expect(await post('/v1/preview/models', { project: 'p', name: uniqueName('m'), base_model: long })).toEqual({
+      status: 422,
+      body: { detail: [{ type: 'string_too_long', loc: ['body', 'base_model'], msg: 'String should have at most 512 characters', input: long, ctx: { max_length: 512 } }] },
+      text: expect.any(String),
+    });
+    expect(await databaseFingerprint(app)).toEqual(before);
+    const longest = 'b'.repeat(512);
+    expect(await post('/v1/preview/models', { project: 'p', name: uniqueName('m'), base_model: longest })).toMatchObject({ status: 200, body: { base_model: longest } });
+  });
+
+  it('an SFT data URL is at most 4,096 characters, and the 422 echoes only the start of a longer one', async () => {
+    const { model } = await userWithModel(app, user);
+    const url = `weave:///${user.entity}/datasets/object/${'d'.repeat(3_000_000)}`;
+    const before = await databaseFingerprint(app);
+    for (const field of ['training_data_url', 'training_folder_url']) {
+      const reply = await post('/v1/preview/sft-training-jobs', { model_id: model.id, [field]: url });
+      expect(reply, field).toEqual({
+        status: 422,
+        body: {
+          detail: [
+            { type: 'string_too_long', loc: ['body', field], msg: 'String should have at most 4096 characters', input: `${JSON.stringify(url).slice(0, 2048)}…`, ctx: { max_length: 4096 } },
+          ],
+        },
+        text: expect.any(String),
+      });
+      expect(reply.text.length, field).toBeLessThan(3000);
+    }
+    expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
+  it('a trajectory\'s exchanges lists and metadata maps are bounded (100,000 items, 10,000 keys)', async () => {
+    const { model } = await userWithModel(app, user);
+    const group = (trajectory: Record<string, unknown>) => ({ trajectories: [{ messages_and_choices: [], reward: 1, ...trajectory }] });
+    const before = await databaseFingerprint(app);
+    const exchanges = await post(`/v1/preview/models/${model.id}/log`, { split: 'val', trajectory_groups: [group({ exchanges: { responses: new Array(100_001).fill(0) } })] });
+    expect(exchanges.status).toBe(422);
+    expect(exchanges.body.detail).toEqual([
+      {
+        type: 'too_long',
+        loc: ['body', 'trajectory_groups', 0, 'trajectories', 0, 'exchanges', 'responses'],
+        msg: 'List should have at most 100000 items after validation, not 100001',
+        input: expect.any(String),
+        ctx: { field_type: 'List', max_length: 100000, actual_length: 100001 },
+      },
+    ]);
+    const metadata = Object.fromEntries(Array.from({ length: 10_001 }, (_, i) => [`k${i}`, i]));
+    const tooManyKeys = await post(`/v1/preview/models/${model.id}/log`, { split: 'val', trajectory_groups: [{ ...group({ metadata }) }] });
+    expect(tooManyKeys.status).toBe(422);
+    expect(tooManyKeys.body.detail).toMatchObject([
+      { type: 'value_error', loc: ['body', 'trajectory_groups', 0, 'trajectories', 0, 'metadata'], msg: 'Value error, at most 10000 keys in one metadata map' },
+    ]);
+    const groupKeys = await post(`/v1/preview/models/${model.id}/log`, { split: 'val', trajectory_groups: [{ ...group({}), metadata }] });
+    expect(groupKeys.body.detail).toMatchObject([{ type: 'value_error', loc: ['body', 'trajectory_groups', 0, 'metadata'], msg: 'Value error, at most 10000 keys in one metadata map' }]);
+    expect(await databaseFingerprint(app)).toEqual(before);
   });
 
   it('an SFT ref whose version number is past int4 is a 422 like any ref that names nothing', async () => {
@@ -347,5 +423,27 @@ describe.skipIf(!onPostgresServer)('deleting a model while it is written to (Pos
     expect(heard).toEqual([{ entity: user.entity, project: 'proj', model: model.name, steps: [1], uris: ['s3://late/1'] }]);
     const left = await sql<{ n: number }>`select count(*)::int as n from checkpoints where model_id = ${model.id}`.execute(app.db);
     expect(left.rows[0].n).toBe(0);
+  });
+
+  it('a job requeued by a retryable failure while the delete is in flight ends CANCELED, not QUEUED', async () => {
+    const { model, baseModel } = await userWithModel(app, user);
+    const created = await post('/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()] });
+    expect(created.status, created.text).toBe(200);
+    const worker = await ScriptedWorker.create(app, user, [baseModel]);
+    const claimed = (await worker.claim())!;
+    let deleting: Promise<Reply> | undefined;
+    // The failure holds the job row and requeues it; the delete waits for that row and must then cancel
+    // what it finds QUEUED (two statements, queued then running, let it slip between them).
+    await app.db.transaction().execute(async (trx) => {
+      const requeued = await repo.failJob(trx, { jobId: claimed.job.id, leaseToken: claimed.lease.token, errorMessage: 'CUDA out of memory', retryable: true });
+      expect(requeued).toMatchObject({ status: 'QUEUED', attempt: 2 });
+      deleting = del(`/v1/preview/models/${model.id}`);
+      expect(await blockedOrSettled(deleting)).toBe('blocked');
+    });
+    expect(await deleting!).toEqual({ status: 200, body: { model_id: model.id, deleted_checkpoints: 0, deleted_run: true }, text: expect.any(String) });
+    const job = await sql<{ status: string; error_message: string }>`select status, error_message from training_jobs where id = ${claimed.job.id}`.execute(app.db);
+    expect(job.rows).toEqual([{ status: 'CANCELED', error_message: 'training job was canceled' }]);
+    const events = await sql<{ type: string }>`select type from job_events where job_id = ${claimed.job.id} order by seq`.execute(app.db);
+    expect(events.rows.map((e) => e.type)).toEqual(['training_failed']);
   });
 });

@@ -332,6 +332,25 @@ describe('canceling', () => {
     expect(await findJob(db, { entityIds: [model.entity_id], jobId: queued.id })).toMatchObject({ status: 'CANCELED' });
     expect(await findJob(db, { entityIds: [model.entity_id], jobId: running.id })).toMatchObject({ status: 'RUNNING', cancel_requested: true });
   });
+
+  it('cancels, not requeues, an attempt that ends on a deleted model (a retryable failure or a lapsed lease)', async () => {
+    // A delete whose cancel missed the attempt (the requeue race it now closes) left it running without
+    // cancel_requested: the model is marked deleted here directly, as such a delete would have left it.
+    for (const end of ['fail', 'lease'] as const) {
+      const model = await newModel();
+      await newJob(model);
+      const { job, lease_token } = (await claim(model))!;
+      await db.updateTable('models').set({ deleted_at: new Date() }).where('id', '=', model.id).execute();
+      const ended =
+        end === 'fail'
+          ? await fail(job.id, lease_token, true)
+          : (await expireLease(job.id), (await db.transaction().execute((trx) => sweepExpiredLeases(trx, { limit: 100 }))).find((j) => j.id === job.id));
+      expect(ended, end).toMatchObject({ status: 'CANCELED', attempt: 1, error_message: 'training job was canceled' });
+      expect((await listEvents(db, { job, limit: 20 })).data.map((e) => [e.type, e.data]), end).toEqual([
+        ['training_failed', { error_message: 'training job was canceled' }],
+      ]);
+    }
+  });
 });
 
 describe('workers', () => {

@@ -179,7 +179,7 @@ describe('deleteCheckpoints', () => {
 
   it('does nothing for an empty list', async () => {
     const model = await newModel();
-    expect(await deleteCheckpoints(db, { model, steps: [] })).toEqual({ deleted_count: 0, not_found_steps: [], pinned_steps: [], deleted: [] });
+    expect(await deleteCheckpoints(db, { model, steps: [] })).toEqual({ deleted_count: 0, not_found_steps: [], pinned_steps: [], in_use_steps: [], deleted: [] });
   });
 });
 

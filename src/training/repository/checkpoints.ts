@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import type { DeleteCheckpointsResponse, PageOf } from '../schemas.js';
 import { isUuid, jsonb, lockClaims, toPage, type TrainingDb } from './db.js';
 import { recordReleases } from './retention.js';
@@ -48,37 +49,46 @@ export async function latestCheckpoint(db: TrainingDb, args: { model: Pick<Store
 
 /**
  * Deletes checkpoints by step, sparing pinned ones (reported in `pinned_steps`): a pin protects a
- * checkpoint from clients that delete every step but the ones they think best. `deleted` names what went,
- * for the inference router to unload adapters and the storage to be released. Several statements: run it
- * in a transaction.
+ * checkpoint from clients that delete every step but the ones they think best; and sparing the base
+ * checkpoint of a job running now (reported in `in_use_steps`), which its trainer is reading: retention
+ * keeps it for the same reason, and its storage would otherwise be released (an imported one's files are
+ * removed right after the commit). The claim lock is held, so no job starts from a step while it is being
+ * deleted. `deleted` names what went, for the inference router to unload adapters and the storage to be
+ * released. The steps travel as one array parameter (a request may name 100,000). Several statements: run
+ * it in a transaction.
  */
 export async function deleteCheckpoints(
   db: TrainingDb,
   args: { model: StoredModel; steps: readonly number[] },
-): Promise<DeleteCheckpointsResponse & { pinned_steps: number[]; deleted: DeletedCheckpoint[] }> {
+): Promise<DeleteCheckpointsResponse & { deleted: DeletedCheckpoint[] }> {
   const steps = [...new Set(args.steps)];
-  if (steps.length === 0) return { deleted_count: 0, not_found_steps: [], pinned_steps: [], deleted: [] };
+  if (steps.length === 0) return { deleted_count: 0, not_found_steps: [], pinned_steps: [], in_use_steps: [], deleted: [] };
+  await lockClaims(db);
+  const requested = sql<boolean>`step = any(${steps}::int4[])`;
+  const inUse = sql<boolean>`step in (select j.base_step from training_jobs j
+    where j.model_id = ${args.model.id} and j.status = 'RUNNING' and j.base_step is not null)`;
   const deleted = await db
     .deleteFrom('checkpoints')
     .where('model_id', '=', args.model.id)
-    .where('step', 'in', steps)
+    .where(requested)
     .where('pinned', '=', false)
+    .where(sql<boolean>`not ${inUse}`)
     .returning(['step', 'uri', 'source'])
     .execute();
-  const pinned = await db
+  const spared = await db
     .selectFrom('checkpoints')
-    .select('step')
+    .select(['step', 'pinned', inUse.as('in_use')])
     .where('model_id', '=', args.model.id)
-    .where('step', 'in', steps)
-    .where('pinned', '=', true)
+    .where(requested)
     .orderBy('step')
     .execute();
   await recordReleases(db, { model: args.model, checkpoints: deleted, reason: 'deleted' });
-  const found = new Set([...deleted, ...pinned].map((row) => row.step));
+  const found = new Set([...deleted, ...spared].map((row) => row.step));
   return {
     deleted_count: deleted.length,
     not_found_steps: steps.filter((step) => !found.has(step)),
-    pinned_steps: pinned.map((row) => row.step),
+    pinned_steps: spared.filter((row) => row.pinned).map((row) => row.step),
+    in_use_steps: spared.filter((row) => !row.pinned && row.in_use).map((row) => row.step),
     deleted,
   };
 }

@@ -142,22 +142,30 @@ export async function cancelJob(db: TrainingDb, args: EntityScope & { jobId: str
   return toJob(locked);
 }
 
-/** Cancels every queued or running job of a model (used when the model is deleted). Several statements. */
+/**
+ * Cancels every queued or running job of a model (used when the model is deleted, after the model row is
+ * updated). Both states are locked in ONE statement and each row is acted on by the status it has once
+ * locked: with two statements (queued, then running), an attempt requeued between them (a retryable fail,
+ * the lease sweep) committed QUEUED after the first and was skipped by the second, stranded on the deleted
+ * model. A row another transaction holds is waited for and re-read, so a requeue that commits first is
+ * canceled here, and one that waits for this commit finds `cancel_requested` and ends CANCELED. Lock order:
+ * model row, then job rows; endAttempt holds a job row and reads the model without a lock, so the two never
+ * wait on each other. Several statements.
+ */
 export async function cancelModelJobs(db: TrainingDb, args: { modelId: string }): Promise<void> {
-  const queued = await db
+  const live = await db
     .selectFrom('training_jobs')
-    .select(['id', 'attempt'])
+    .select(['id', 'attempt', 'status', 'cancel_requested'])
     .where('model_id', '=', args.modelId)
-    .where('status', '=', 'QUEUED')
+    .where('status', 'in', ['QUEUED', 'RUNNING'])
+    .orderBy('id')
     .forUpdate()
     .execute();
-  for (const job of queued) await finish(db, job, { status: 'CANCELED', errorMessage: CANCELED_MESSAGE });
-  await db
-    .updateTable('training_jobs')
-    .set({ cancel_requested: true })
-    .where('model_id', '=', args.modelId)
-    .where('status', '=', 'RUNNING')
-    .execute();
+  for (const job of live) {
+    if (job.status === 'QUEUED') await finish(db, job, { status: 'CANCELED', errorMessage: CANCELED_MESSAGE });
+  }
+  const running = live.filter((job) => job.status === 'RUNNING' && !job.cancel_requested).map((job) => job.id);
+  if (running.length > 0) await db.updateTable('training_jobs').set({ cancel_requested: true }).where('id', 'in', running).execute();
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -383,6 +391,10 @@ async function endAttempt(
   args: { errorMessage: string; retryable: boolean },
 ): Promise<StoredJob> {
   if (row.cancel_requested) return finish(db, row, { status: 'CANCELED', errorMessage: CANCELED_MESSAGE });
+  // A job of a deleted model is never claimed again: canceled, not requeued. Read without a lock (a model
+  // delete holds the model row and waits for this job row: a share lock here would deadlock with it).
+  const model = await db.selectFrom('models').select('deleted_at').where('id', '=', row.model_id).executeTakeFirst();
+  if (!model || model.deleted_at !== null) return finish(db, row, { status: 'CANCELED', errorMessage: CANCELED_MESSAGE });
   if (!args.retryable || row.attempt >= row.max_attempts) {
     return finish(db, row, { status: 'FAILED', errorMessage: args.errorMessage });
   }

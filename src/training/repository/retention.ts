@@ -196,9 +196,11 @@ function modelRows(db: TrainingDb) {
     .where('m.deleted_at', 'is', null);
 }
 
-/** Live models with a TTL, for the sweeper to expire their checkpoints. */
-export async function modelsWithTtl(db: TrainingDb, args: { limit: number }): Promise<StoredModel[]> {
-  const rows = await modelRows(db).where('m.checkpoint_ttl_seconds', 'is not', null).orderBy('m.id').limit(args.limit).execute();
+/** A page of the live models with a TTL by id, after the model `after`, for the sweeper to expire their checkpoints. */
+export async function modelsWithTtl(db: TrainingDb, args: { after?: string; limit: number }): Promise<StoredModel[]> {
+  let query = modelRows(db).where('m.checkpoint_ttl_seconds', 'is not', null);
+  if (args.after !== undefined) query = query.where('m.id', '>', args.after);
+  const rows = await query.orderBy('m.id').limit(args.limit).execute();
   return rows.map((row) => ({ ...row, created_at: iso(row.created_at) }));
 }
 
@@ -207,6 +209,9 @@ export async function findLiveModelById(db: TrainingDb, args: { modelId: string 
   const row = await modelRows(db).where('m.id', '=', args.modelId).executeTakeFirst();
   return row && { ...row, created_at: iso(row.created_at) };
 }
+
+/** Releases one insert writes (3 parameters each; a statement holds at most 65,535). */
+const RELEASE_BATCH = 5000;
 
 /**
  * Records the storage of deleted trained checkpoints for the workers' side to release: their adapters
@@ -221,14 +226,17 @@ export async function recordReleases(
 ): Promise<void> {
   const uris = [...new Set(args.checkpoints.filter((c) => c.source === 'trained').map((c) => c.uri))];
   if (uris.length === 0) return;
-  const named = new Set((await db.selectFrom('checkpoints').select('uri').where('uri', 'in', uris).execute()).map((row) => row.uri));
+  const named = new Set((await db.selectFrom('checkpoints').select('uri').where(sql<boolean>`uri = any(${uris}::text[])`).execute()).map((row) => row.uri));
   const released = uris.filter((uri) => !named.has(uri));
   if (released.length === 0) return;
-  await db
-    .insertInto('checkpoint_releases')
-    .values(released.map((uri) => ({ entity_id: args.model.entity_id, uri, reason: args.reason })))
-    .execute();
+  for (let i = 0; i < released.length; i += RELEASE_BATCH) {
+    await db
+      .insertInto('checkpoint_releases')
+      .values(released.slice(i, i + RELEASE_BATCH).map((uri) => ({ entity_id: args.model.entity_id, uri, reason: args.reason })))
+      .execute();
+  }
 }
+
 
 /** Storage releases of the entities a worker key reaches (by name; 'all' for an admin's key), oldest first. */
 export async function listReleases(
