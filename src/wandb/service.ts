@@ -533,7 +533,7 @@ export class WandbService {
   }
 }
 
-function checkJsonObject(what: string, text: string, error: (message: string) => Error = (m) => new WandbRequestError(m)): void {
+function parseJsonObject(what: string, text: string, error: (message: string) => Error): Record<string, unknown> {
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -541,6 +541,11 @@ function checkJsonObject(what: string, text: string, error: (message: string) =>
     throw error(`${what} is not valid JSON.`);
   }
   if (value === null || typeof value !== 'object' || Array.isArray(value)) throw error(`${what} must be a JSON object.`);
+  return value as Record<string, unknown>;
+}
+
+function checkJsonObject(what: string, text: string): void {
+  parseJsonObject(what, text, (m) => new WandbRequestError(m));
 }
 
 /** Bare `NaN`, `Infinity` and `-Infinity` outside strings: how wandb-core's simplejsonext writes non-finite floats. */
@@ -573,14 +578,7 @@ function storable(value: unknown, fail: (text: string) => never): unknown {
  */
 function storableJsonObject(what: string, text: string, error: (message: string) => Error): { value: Record<string, unknown>; text: string } {
   const json = text.includes('NaN') || text.includes('Infinity') ? text.replace(NON_FINITE_TOKEN, (token) => (token.startsWith('"') ? token : `"${token}"`)) : text;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(json);
-  } catch {
-    throw error(`${what} is not valid JSON.`);
-  }
-  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw error(`${what} must be a JSON object.`);
-  const value = storable(parsed, (bad) => {
+  const value = storable(parseJsonObject(what, json, error), (bad) => {
     throw error(`${what} holds ${bad.includes('\u0000') ? 'U+0000' : 'a lone UTF-16 surrogate'}, which cannot be stored.`);
   }) as Record<string, unknown>;
   return { value, text: JSON.stringify(value) };

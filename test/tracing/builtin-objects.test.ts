@@ -128,19 +128,11 @@ describe('annotation feedback', () => {
     // On a backtracking engine ^(a+)+$ against a run of a's and one more character takes 2^n steps:
     // a request with this value would hold the event loop (and this test) for good.
     const response = await create('code', { field_schema: { type: 'string', pattern: '^(a+)+$|^\\u00e9\\d{2}$' } }, 'AnnotationSpec');
-    const ref = `weave:///${project}/object/code:${response.json().digest}`;
-    const annotate = (value: string) =>
-      post(app, user, '/feedback/create', {
-        project_id: project,
-        weave_ref: `weave:///${project}/call/c2`,
-        feedback_type: 'wandb.annotation.code',
-        annotation_ref: ref,
-        payload: { value },
-      });
-    const refused = await annotate(`${'a'.repeat(50_000)}!`);
+    const code = { feedback_type: 'wandb.annotation.code', annotation_ref: `weave:///${project}/object/code:${response.json().digest}` };
+    const refused = await annotate(`${'a'.repeat(50_000)}!`, code);
     expect([refused.statusCode, refused.json()]).toEqual([400, { reason: 'Feedback payload does not match annotation spec' }]);
     for (const value of ['a'.repeat(50_000), '\u00e942']) {
-      const accepted = await annotate(value);
+      const accepted = await annotate(value, code);
       expect(accepted.statusCode, accepted.body).toBe(200);
     }
   });
