@@ -131,7 +131,8 @@ export class ChatGateway {
 
     // A model that cannot be routed reached no engine and is not metered; nor is a refused priority below.
     const route = await this.router.resolve(call.principal, modelId);
-    const priority = 'priority' in body ? body.priority : undefined;
+    // Only generation is scheduled: vLLM's /tokenize and /detokenize ignore a priority, and so does the gateway.
+    const priority = (call.endpoint === 'chat' || call.endpoint === 'completions') && 'priority' in body ? body.priority : undefined;
     if (priority !== undefined && priority !== 0 && !route.backend.backend.priorityScheduling) {
       // The engine would answer 400 (vLLM: "Priority scheduling is not enabled"); the seed makes it a validation error.
       throw new UnprocessableError(

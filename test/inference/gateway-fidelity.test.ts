@@ -294,6 +294,11 @@ describe('text completions, tokenize and detokenize', () => {
     const detokenized = await post('/detokenize', { model: 'fake/base-model', tokens: [72, 105] });
     expect(detokenized.json()).toEqual({ prompt: 'Hi' });
 
+    // A priority means nothing to them (vLLM ignores it there), even on a backend without priority scheduling.
+    const prioritized = await post('/tokenize', { model: 'fake/base-model', prompt: 'Hi', priority: 5 });
+    expect([prioritized.statusCode, prioritized.json().tokens]).toEqual([200, [72, 105]]);
+    expect((await post('/detokenize', { model: 'fake/base-model', tokens: [72, 105], priority: 5 })).json()).toEqual({ prompt: 'Hi' });
+
     const both = await post('/tokenize', { model: 'fake/base-model', prompt: 'Hi', messages: [] });
     expect(both.statusCode).toBe(422);
     const unknown = await post('/detokenize', { model: `${owner.entity}/proj/agent`, tokens: [1] }, other);
