@@ -237,7 +237,6 @@ export async function recordReleases(
   }
 }
 
-
 /** Storage releases of the entities a worker key reaches (by name; 'all' for an admin's key), oldest first. */
 export async function listReleases(
   db: TrainingDb,
