@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { execute, GraphQLError, Kind, parse, validate, visit, BREAK, type DocumentNode } from 'graphql';
 import { z } from 'zod';
 import { principalOf } from '../auth/plugin.js';
+import { isRefusedValue, UNSTORABLE_CHARACTER } from '../db/refusals.js';
 import { AppError } from '../errors.js';
 import { registerJsonBodyParser } from '../http/json-body.js';
 import { WandbRequestError, type WandbService } from '../wandb/service.js';
@@ -32,15 +33,12 @@ const UNSUPPORTED_HINT = " trainyard serves only the part of W&B's GraphQL API t
 function isClientError(error: GraphQLError): boolean {
   const original = error.originalError;
   if (!original || original instanceof GraphQLError) return true;
-  if (original instanceof WandbRequestError || isDataException(original)) return true;
+  if (original instanceof WandbRequestError || isRefusedValue(original)) return true;
   return original instanceof AppError && original.statusCode < 500;
 }
 
-/** U+0000 (which PostgreSQL text cannot hold) or a UTF-16 surrogate without its pair (not Unicode text). */
-const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
-
 function unstorable(where: string, text: string): string | undefined {
-  const found = UNSTORABLE.exec(text)?.[0];
+  const found = UNSTORABLE_CHARACTER.exec(text)?.[0];
   if (found === undefined) return undefined;
   const what = found === '\u0000' ? 'U+0000' : `a lone UTF-16 surrogate (U+${found.charCodeAt(0).toString(16).toUpperCase()})`;
   return `${where} holds ${what}, which is not text that can be stored; remove it.`;
@@ -72,15 +70,9 @@ function unstorableString(document: DocumentNode, variables: Record<string, unkn
   return undefined;
 }
 
-/** SQLSTATE class 22 (data exception): the database refused a value the request carried. */
-function isDataException(error: unknown): boolean {
-  const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined;
-  return typeof code === 'string' && /^22[0-9A-Z]{3}$/.test(code);
-}
-
 function formatError(error: GraphQLError): { message: string; path?: (string | number)[] } {
   // The database's own wording of a refused value names no field and may quote internals.
-  let message = isDataException(error.originalError) ? 'A value in the request is out of the range or form that can be stored.' : error.message;
+  let message = isRefusedValue(error.originalError) ? 'A value in the request is out of the range or form that can be stored.' : error.message;
   if (/^Cannot query field |^Unknown argument |^Field ".*" is not defined by type /.test(message)) message += UNSUPPORTED_HINT;
   return error.path ? { message, path: [...error.path] } : { message };
 }

@@ -2,6 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { DATABASE_RETRY_AFTER_SECONDS, databaseFault } from '../db/faults.js';
 import { MAX_BIND_PARAMETERS, TooManyParametersError } from '../db/limits.js';
+import { isRefusedValue, sqlState } from '../db/refusals.js';
 import { AppError, UnprocessableError } from '../errors.js';
 import { boundedInput, RequestValidationError, type ValidationDetail } from './validation.js';
 
@@ -96,20 +97,6 @@ function isTooDeep(error: unknown): boolean {
   return (error instanceof RangeError && /call stack/i.test(error.message)) || sqlState(error) === '54001';
 }
 
-function sqlState(error: unknown): string | undefined {
-  const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined;
-  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
-}
-
-/**
- * A value the database refuses: a data exception (class 22: out of range, NUL bytes, bad encoding)
- * or a value too large to index (54000). Schemas bound what they can; this keeps whatever slips past
- * them a client error rather than a 500.
- */
-function isRefusedValue(error: unknown): boolean {
-  const state = sqlState(error);
-  return state !== undefined && (state.startsWith('22') || state === '54000');
-}
 
 function valueError(msg: string, error: string): ErrorShape {
   return {

@@ -1,3 +1,5 @@
+import { UNSTORABLE_CHARACTER } from '../db/refusals.js';
+
 /**
  * Call payloads (upsert_batch, call/start, call/end, call/update, OTel, v2) are stored with the
  * characters PostgreSQL cannot hold replaced rather than refused (docs/tracing.md, "NUL characters and
@@ -5,7 +7,7 @@
  * digested (objects, tables) keep refusing them, since a replacement would change the digest.
  */
 
-const BAD_CHARS = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+const BAD_CHARS = new RegExp(UNSTORABLE_CHARACTER.source, 'g');
 
 /** The string with U+0000 and lone surrogates replaced by U+FFFD (a surrogate pair is kept). */
 export function cleanString(text: string): string {

@@ -1,6 +1,7 @@
 import { request } from 'undici';
 import type { Principal } from '../auth/principal.js';
 import { AppError, ForbiddenError, UnprocessableError } from '../errors.js';
+import { isRefusedValue } from '../db/refusals.js';
 import { boundedDepth } from '../http/json-depth.js';
 import { WandbRequestError } from '../wandb/service.js';
 import { SFTRow } from './schemas.js';
@@ -25,12 +26,6 @@ const HTTP_TIMEOUT_MS = 30_000;
 
 function unresolvable(url: string, why: string): UnprocessableError {
   return new UnprocessableError(`Value error, training_data_url ${url} cannot be used: ${why}`, LOC, { input: url, ctx: { error: why } });
-}
-
-/** A PostgreSQL data exception (SQLSTATE class 22): a value out of range or form, not a server fault. */
-function isDataException(error: unknown): boolean {
-  const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined;
-  return typeof code === 'string' && /^22[0-9A-Z]{3}$/.test(code);
 }
 
 /** Splits JSON Lines text into values; blank lines are skipped. */
@@ -85,7 +80,7 @@ export class SftDataResolver {
       if (error instanceof ForbiddenError) throw error;
       if (error instanceof AppError && error.statusCode < 500) throw unresolvable(url, error.message);
       // A part of the ref the database cannot take as a value (a number out of range, say) names nothing.
-      if (isDataException(error)) throw unresolvable(url, 'it names nothing that can exist (a part of it is out of range)');
+      if (isRefusedValue(error)) throw unresolvable(url, 'it names nothing that can exist (a part of it is out of range)');
       throw error;
     }
   }

@@ -3,6 +3,7 @@ import type { Readable } from 'node:stream';
 import type { Kysely } from 'kysely';
 import type { Principal } from '../auth/principal.js';
 import type { Database } from '../db/schema.js';
+import { UNSTORABLE_CHARACTER } from '../db/refusals.js';
 import { ConflictError, InvalidRequestError, NotFoundError, PayloadTooLargeError } from '../errors.js';
 import { CheckpointArtifacts, LORA } from './checkpoint-artifacts.js';
 import { b64ToHex, manifestDigest, md5, newToken, WandbRequestError } from './common.js';
@@ -551,18 +552,15 @@ function checkJsonObject(what: string, text: string): void {
 /** Bare `NaN`, `Infinity` and `-Infinity` outside strings: how wandb-core's simplejsonext writes non-finite floats. */
 const NON_FINITE_TOKEN = /"(?:[^"\\]|\\.)*"|-?Infinity|NaN/g;
 
-/** U+0000 (PostgreSQL text and jsonb cannot hold it) or a UTF-16 surrogate without its pair (jsonb refuses its escape). */
-const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
-
 /** The value with non-finite numbers as the strings "NaN", "Infinity" and "-Infinity"; throws on text jsonb cannot hold. */
 function storable(value: unknown, fail: (text: string) => never): unknown {
   if (typeof value === 'number') return Number.isFinite(value) ? value : String(value);
-  if (typeof value === 'string') return UNSTORABLE.test(value) ? fail(value) : value;
+  if (typeof value === 'string') return UNSTORABLE_CHARACTER.test(value) ? fail(value) : value;
   if (value === null || typeof value !== 'object') return value;
   if (Array.isArray(value)) return value.map((item) => storable(item, fail));
   const out: Record<string, unknown> = {};
   for (const [key, item] of Object.entries(value)) {
-    if (UNSTORABLE.test(key)) fail(key);
+    if (UNSTORABLE_CHARACTER.test(key)) fail(key);
     // defineProperty: a "__proto__" key stays a key.
     Object.defineProperty(out, key, { value: storable(item, fail), enumerable: true, writable: true, configurable: true });
   }

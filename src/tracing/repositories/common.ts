@@ -1,5 +1,6 @@
 import { sql, type Kysely, type RawBuilder } from 'kysely';
 import type { Database } from '../../db/index.js';
+import { isRefusedValue, sqlState } from '../../db/refusals.js';
 import { InvalidRequestError } from '../../errors.js';
 
 /** Every tracing repository function takes the executor: the database or a transaction. */
@@ -33,8 +34,8 @@ export const NUL_REASON =
  * out-of-range numbers and dates (22003, 22008, 22007). Undefined for any other error.
  */
 export function tracingValueError(error: unknown): InvalidRequestError | undefined {
-  const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined;
-  if (typeof code !== 'string') return undefined;
+  const code = sqlState(error);
+  if (code === undefined) return undefined;
   switch (code) {
     case '22P05':
     case '22021':
@@ -50,7 +51,7 @@ export function tracingValueError(error: unknown): InvalidRequestError | undefin
     case '22008':
       return new InvalidRequestError('A date or time in the request is not one PostgreSQL accepts (invalid or out of range).', { code: 'invalid_datetime' });
     default:
-      if (code.startsWith('22') || code === '54000') {
+      if (isRefusedValue(error)) {
         return new InvalidRequestError(`A value in the request is out of the range or form PostgreSQL accepts (SQLSTATE ${code}).`, { code: 'invalid_value' });
       }
       return undefined;
