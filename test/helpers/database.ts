@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
+import { sql, type Kysely } from 'kysely';
 import { inject } from 'vitest';
 import { createPglite, createPgPool, pgliteHandle, postgresHandle, type DatabaseHandle } from '../../src/db/index.js';
 import { adminPool, databaseUrl, TEST_DATABASE_URL } from './postgres.js';
@@ -36,4 +37,21 @@ export async function freshDatabase(): Promise<DatabaseHandle> {
   }
   const dump = fs.readFileSync(inject('pgliteTemplate'));
   return pgliteHandle(await createPglite({ loadDataDir: new Blob([dump]) }));
+}
+
+/**
+ * On a PostgreSQL server: whether a request now waits for a row lock another transaction of the test
+ * holds ('blocked'), or finished first ('settled'); polled for up to 5 s.
+ */
+export async function blockedOrSettled(db: Kysely<any>, request: Promise<unknown>): Promise<'blocked' | 'settled'> {
+  let settled = false;
+  void request.finally(() => (settled = true));
+  for (let i = 0; i < 200; i++) {
+    if (settled) return 'settled';
+    const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and wait_event_type = 'Lock'`.execute(db);
+    if (rows[0].n > 0) return 'blocked';
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  throw new Error('the request neither finished nor waited for a lock');
 }

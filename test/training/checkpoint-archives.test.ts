@@ -8,7 +8,7 @@ import type { App } from '../../src/app.js';
 import * as repo from '../../src/training/repository.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
 import { createWorkerKey, type TestUser } from '../helpers/app.js';
-import { onPostgresServer } from '../helpers/database.js';
+import { blockedOrSettled, onPostgresServer } from '../helpers/database.js';
 import { createTenants, databaseFingerprint, expectOtherTenantRefused, jsonRequest as json } from '../helpers/tenants.js';
 import { backendEntry, chat, createGatewayApp } from '../inference/gateway-helpers.js';
 import { waitFor } from '../inference/helpers.js';
@@ -240,14 +240,7 @@ describe.skipIf(!onPostgresServer)('an import while its model is deleted (Postgr
       const locked = await repo.findModel(trx, { entityIds: [entityId], modelId: model.id, lock: 'delete' });
       await repo.deleteModel(trx, { model: locked! });
       importing = upload(owner, model.base, tarGz(adapterDir()));
-      let settled = false;
-      void importing.finally(() => (settled = true));
-      for (let waiting = 0; !settled && waiting === 0; ) {
-        await new Promise((resolve) => setTimeout(resolve, 25));
-        const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
-          where datname = current_database() and wait_event_type = 'Lock'`.execute(app.db);
-        waiting = rows[0].n;
-      }
+      expect(await blockedOrSettled(app.db, importing)).toBe('blocked');
     });
     const reply = await importing!;
     expect(reply.statusCode, reply.body).toBe(404);

@@ -6,7 +6,7 @@ import { UnprocessableError } from '../../src/errors.js';
 import * as repo from '../../src/training/repository.js';
 import { SftDataResolver } from '../../src/training/sft-data.js';
 import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
-import { onPostgresServer } from '../helpers/database.js';
+import { blockedOrSettled, onPostgresServer } from '../helpers/database.js';
 import { databaseFingerprint } from '../helpers/tenants.js';
 import { call, groupGenerationA, ScriptedWorker, userWithModel, type Reply } from './fixtures.js';
 
@@ -360,20 +360,6 @@ describe('log metrics that overflow', () => {
  * must wait for it.
  */
 describe.skipIf(!onPostgresServer)('deleting a model while it is written to (PostgreSQL)', () => {
-  /** Resolves when a backend of this database waits for a lock, or when `request` settles first. */
-  async function blockedOrSettled(request: Promise<unknown>): Promise<'blocked' | 'settled'> {
-    let settled = false;
-    void request.finally(() => (settled = true));
-    for (let i = 0; i < 200; i++) {
-      if (settled) return 'settled';
-      const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
-        where datname = current_database() and wait_event_type = 'Lock'`.execute(app.db);
-      if (rows[0].n > 0) return 'blocked';
-      await new Promise((resolve) => setTimeout(resolve, 25));
-    }
-    throw new Error('the request neither finished nor waited for a lock');
-  }
-
   async function scopeOf(owner: TestUser): Promise<repo.EntityScope> {
     return { entityIds: [...(await repo.findEntityIds(app.db, { names: [owner.entity] })).values()] };
   }
@@ -390,7 +376,7 @@ describe.skipIf(!onPostgresServer)('deleting a model while it is written to (Pos
           write === 'job'
             ? post('/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()] })
             : post(`/v1/preview/models/${model.id}/log`, { split: 'val', trajectory_groups: [groupGenerationA()] });
-        await blockedOrSettled(request);
+        await blockedOrSettled(app.db, request);
       });
       expect(await request!, write).toEqual({ status: 404, body: { detail: `model ${model.id} not found` }, text: expect.any(String) });
       const left = await sql<{ jobs: number; logs: number }>`select
@@ -414,7 +400,7 @@ describe.skipIf(!onPostgresServer)('deleting a model while it is written to (Pos
         const done = await repo.completeJob(trx, { jobId: claimed.job.id, leaseToken: claimed.lease.token, uri: 's3://late/1', metrics: {} });
         expect(done.outcome).toBe('completed');
         deleting = del(`/v1/preview/models/${model.id}`);
-        expect(await blockedOrSettled(deleting)).toBe('blocked');
+        expect(await blockedOrSettled(app.db, deleting)).toBe('blocked');
       });
       expect(await deleting!).toEqual({ status: 200, body: { model_id: model.id, deleted_checkpoints: 1, deleted_run: true }, text: expect.any(String) });
     } finally {
@@ -438,7 +424,7 @@ describe.skipIf(!onPostgresServer)('deleting a model while it is written to (Pos
       const requeued = await repo.failJob(trx, { jobId: claimed.job.id, leaseToken: claimed.lease.token, errorMessage: 'CUDA out of memory', retryable: true });
       expect(requeued).toMatchObject({ status: 'QUEUED', attempt: 2 });
       deleting = del(`/v1/preview/models/${model.id}`);
-      expect(await blockedOrSettled(deleting)).toBe('blocked');
+      expect(await blockedOrSettled(app.db, deleting)).toBe('blocked');
     });
     expect(await deleting!).toEqual({ status: 200, body: { model_id: model.id, deleted_checkpoints: 0, deleted_run: true }, text: expect.any(String) });
     const job = await sql<{ status: string; error_message: string }>`select status, error_message from training_jobs where id = ${claimed.job.id}`.execute(app.db);
