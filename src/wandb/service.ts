@@ -156,18 +156,22 @@ export class WandbService {
     },
   ): Promise<{ run: RunRow; inserted: boolean }> {
     const scope = this.scope(principal, input.entity, input.project ?? 'uncategorized');
-    if (input.config != null) checkJsonObject('config', input.config);
-    if (input.summaryMetrics != null) checkJsonObject('summaryMetrics', input.summaryMetrics);
+    // As wandb-core writes them: a NaN in config or summary is kept, as the string "NaN" (the text is
+    // otherwise stored as sent: a seed past 2^53 keeps its digits).
+    const config = input.config == null ? input.config : nonFiniteAsStrings(input.config);
+    const summaryMetrics = input.summaryMetrics == null ? input.summaryMetrics : nonFiniteAsStrings(input.summaryMetrics);
+    if (config != null) checkJsonObject('config', config);
+    if (summaryMetrics != null) checkJsonObject('summaryMetrics', summaryMetrics);
     const name = checkName('run name', input.name ?? randomBytes(4).toString('hex'));
     return this.db.transaction().execute(async (tx) => {
-      const { row, inserted } = await repo.insertRun(tx, { ...scope, name, displayName: input.displayName ?? name, jobType: input.jobType ?? null, config: input.config ?? null });
-      if (inserted && input.summaryMetrics == null) return { run: row, inserted };
+      const { row, inserted } = await repo.insertRun(tx, { ...scope, name, displayName: input.displayName ?? name, jobType: input.jobType ?? null, config: config ?? null });
+      if (inserted && summaryMetrics == null) return { run: row, inserted };
       const run = await repo.updateRun(tx, {
         id: row.id,
         displayName: input.displayName ?? undefined,
         jobType: input.jobType ?? undefined,
-        config: input.config ?? undefined,
-        summary: input.summaryMetrics ?? undefined,
+        config: config ?? undefined,
+        summary: summaryMetrics ?? undefined,
         // wandb-core sends `host` only in the upsert that starts a run's process: on an existing run, a
         // resume, which makes a finished run live again. Its later upserts (config updates, the one at
         // finish) and the public API's run.update() send none, and leave the state as it is.
@@ -552,6 +556,11 @@ function checkJsonObject(what: string, text: string): void {
 /** Bare `NaN`, `Infinity` and `-Infinity` outside strings: how wandb-core's simplejsonext writes non-finite floats. */
 const NON_FINITE_TOKEN = /"(?:[^"\\]|\\.)*"|-?Infinity|NaN/g;
 
+/** JSON text with wandb-core's bare non-finite tokens written as strings ("NaN"), the rest as it was. */
+function nonFiniteAsStrings(text: string): string {
+  return text.includes('NaN') || text.includes('Infinity') ? text.replace(NON_FINITE_TOKEN, (token) => (token.startsWith('"') ? token : `"${token}"`)) : text;
+}
+
 /** The value with non-finite numbers as the strings "NaN", "Infinity" and "-Infinity"; throws on text jsonb cannot hold. */
 function storable(value: unknown, fail: (text: string) => never): unknown {
   if (typeof value === 'number') return Number.isFinite(value) ? value : String(value);
@@ -575,8 +584,7 @@ function storable(value: unknown, fail: (text: string) => never): unknown {
  * holding U+0000 or a lone surrogate are refused: they cannot be stored.
  */
 function storableJsonObject(what: string, text: string, error: (message: string) => Error): { value: Record<string, unknown>; text: string } {
-  const json = text.includes('NaN') || text.includes('Infinity') ? text.replace(NON_FINITE_TOKEN, (token) => (token.startsWith('"') ? token : `"${token}"`)) : text;
-  const value = storable(parseJsonObject(what, json, error), (bad) => {
+  const value = storable(parseJsonObject(what, nonFiniteAsStrings(text), error), (bad) => {
     throw error(`${what} holds ${bad.includes('\u0000') ? 'U+0000' : 'a lone UTF-16 surrogate'}, which cannot be stored.`);
   }) as Record<string, unknown>;
   return { value, text: JSON.stringify(value) };

@@ -100,6 +100,29 @@ describe('W&B runs', () => {
     });
   });
 
+  it('keeps NaN in the config and summary an upsert carries, as the string "NaN", and the rest of the text as sent', async () => {
+    const project = uniqueName('p');
+    const run = uniqueName('r');
+    const response = await app.inject(
+      jsonRequest('POST', '/graphql', owner, {
+        query: 'mutation($name: String, $project: String, $config: JSONString, $summary: JSONString) { upsertBucket(input: {name: $name, modelName: $project, config: $config, summaryMetrics: $summary}) { inserted } }',
+        variables: { name: run, project, config: '{"lr": {"value": NaN}, "seed": {"value": 12345678901234567890}}', summary: '{"loss": -Infinity, "note": "NaN"}' },
+      }),
+    );
+    expect(response.json()).toEqual({ data: { upsertBucket: { inserted: true } } });
+    const read = await app.inject(
+      jsonRequest('POST', '/graphql', owner, {
+        query: 'query($name: String!, $project: String!) { project(name: $project) { run(name: $name) { config summaryMetrics } } }',
+        variables: { name: run, project },
+      }),
+    );
+    expect(read.json()).toEqual({
+      data: { project: { run: { config: '{"lr": {"value": "NaN"}, "seed": {"value": 12345678901234567890}}', summaryMetrics: '{"loss": "-Infinity", "note": "NaN"}' } } },
+    });
+    const history = await app.inject(jsonRequest('GET', `/v1/preview/wandb-runs/${owner.entity}/${project}/${run}/history`, owner));
+    expect(history.json()).toMatchObject({ summary: { loss: '-Infinity', note: 'NaN' } });
+  });
+
   it('stores every line it accepts in a form later reads can use: an integral _step written 1.0, a number past a double', async () => {
     const { project, run } = await newRun();
     const response = await app.inject(stream(owner, project, run, { files: { 'wandb-history.jsonl': { offset: 0, content: ['{"_step":0,"x":1e999999,"y":-1e999999,"z":1e-999999}', '{"_step":1.0,"x":2}'] } } }));
