@@ -113,7 +113,7 @@ export const graphqlPlugin: FastifyPluginAsyncZod<{ wandb: WandbService }> = asy
       if (tooLarge) return { errors: [{ message: tooLarge }] };
       const invalid = validate(schema, document);
       if (invalid.length) return { errors: invalid.map(formatError) };
-      const refused = checkExpandedCost(document) ?? unstorableString(document, request.body.variables ?? {});
+      const refused = checkExpandedCost(document, request.body.variables ?? {}) ?? unstorableString(document, request.body.variables ?? {});
       if (refused) return { errors: [{ message: refused }] };
       const contextValue: GraphQLContext = { principal, wandb: options.wandb, baseUrl: `${request.protocol}://${request.host}` };
       const result = await execute({

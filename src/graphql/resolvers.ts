@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Principal } from '../auth/principal.js';
 import type { ArtifactRow, ArtifactWithCollection, CollectionRow, ProjectScope, RunRow } from '../wandb/repository.js';
 import { encodeId, FEATURES, WandbRequestError, type WandbService } from '../wandb/service.js';
+import { PAGE_SIZE } from './limits.js';
 
 /**
  * The values the GraphQL engine walks: the root fields, and one small object per W&B type whose
@@ -18,8 +19,6 @@ export interface GraphQLContext {
 
 type Args = Record<string, unknown>;
 
-/** Page sizes the SDK asks for are 50 (versions) and 5000 (files); larger pages are cut to this. */
-const MAX_PAGE = 10_000;
 
 function str(args: Args, name: string): string | null {
   const value = args[name];
@@ -48,8 +47,9 @@ function page(args: Args): { offset: number; limit: number } {
   const after = str(args, 'after');
   const offset = after === null ? 0 : Number(after);
   if (!Number.isSafeInteger(offset) || offset < 0) throw new WandbRequestError(`Invalid cursor ${JSON.stringify(after!.slice(0, 100))}.`);
-  const first = typeof args.first === 'number' ? args.first : 50;
-  return { offset, limit: Math.max(1, Math.min(first, MAX_PAGE)) };
+  // The SDK asks for 50 versions and 5,000 files a page.
+  const first = typeof args.first === 'number' ? args.first : PAGE_SIZE.default;
+  return { offset, limit: Math.max(1, Math.min(first, PAGE_SIZE.max)) };
 }
 
 function pageInfo(offset: number, count: number, total: number) {

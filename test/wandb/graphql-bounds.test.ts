@@ -164,6 +164,23 @@ describe('GraphQL bounds on the work one document asks for', () => {
     expect(answer).toEqual({ errors: [{ message: 'The query asks for more than 2000 fields once fragments are expanded.' }] });
   });
 
+  it('refuses pages of artifacts each asking for a page of files when the full pages would pass 100,000 values, resolving nothing', async () => {
+    const find = vi.spyOn(WandbService.prototype, 'collection');
+    try {
+      const query = `query($n: Int = 1000) { project(name: "${project}") { artifactCollection(name: "ds") { artifacts(first: $n) { edges { node { files(first: $n) { edges { node { name } } } } } } } } }`;
+      const message = 'The query asks for more than 100000 values once its paged lists are full (first: N, 50 when not given); ask for smaller pages.';
+      expect(await gql(query)).toEqual({ errors: [{ message }] });
+      expect(await gql(query, { n: 10_000 })).toEqual({ errors: [{ message }] });
+      expect(find).not.toHaveBeenCalled();
+      // Pages of 50 (the default) are within the bound, and answered.
+      const answer = await gql(query, { n: null });
+      expect(answer.errors).toBeUndefined();
+      expect(answer.data!.project.artifactCollection.artifacts.edges[0].node.files.edges).toEqual([{ node: { name: 'train.jsonl' } }]);
+    } finally {
+      find.mockRestore();
+    }
+  });
+
   it('still answers a short fragment chain', async () => {
     const answer = await gql(fragmentChain(2, 2));
     const level1 = { project: { id: expect.any(String) } };
