@@ -41,6 +41,11 @@ function checkName(kind: string, name: string, param: string): void {
  */
 export class AuthService {
   private readonly cache = new Map<string, { principal: Principal; expiresAt: number }>();
+  /**
+   * Counts the changes that drop cached principals (a revoke, a membership). A principal read before one of
+   * them is not cached: the revoke may have committed between reading the key and caching what was read.
+   */
+  private changes = 0;
 
   constructor(
     private readonly db: Kysely<Database>,
@@ -82,6 +87,7 @@ export class AuthService {
     const user = await repo.findUser(this.db, { username: args.username });
     if (!user) throw new NotFoundError('user', args.username, { param: 'username' });
     await repo.upsertMembership(this.db, { entityId: team.id, userId: user.id, role: args.role ?? 'member' });
+    this.changes++;
     this.cache.clear(); // memberships changed: cached principals may now reach more
   }
 
@@ -114,6 +120,7 @@ export class AuthService {
     if (!UUID.test(args.keyId) || !(await repo.revokeApiKey(this.db, { keyId: args.keyId, at: new Date() }))) {
       throw new NotFoundError('API key', args.keyId, { param: 'key_id' });
     }
+    this.changes++;
     for (const [hash, entry] of this.cache) if (entry.principal.keyId === args.keyId) this.cache.delete(hash);
   }
 
@@ -130,13 +137,14 @@ export class AuthService {
     const cached = this.cache.get(hash);
     if (cached && cached.expiresAt > now) return cached.principal;
 
+    const changes = this.changes;
     const owner = await repo.findKeyOwner(this.db, { keyHash: hash });
     if (!owner) {
       this.cache.delete(hash);
       return undefined;
     }
     const principal = await this.principalOf(owner, now);
-    if (this.cacheTtlMs > 0) this.cache.set(hash, { principal, expiresAt: now + this.cacheTtlMs });
+    if (this.cacheTtlMs > 0 && this.changes === changes) this.cache.set(hash, { principal, expiresAt: now + this.cacheTtlMs });
     return principal;
   }
 

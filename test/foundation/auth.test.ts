@@ -53,6 +53,21 @@ describe('API keys', () => {
   });
 });
 
+describe('revocation racing a first use', () => {
+  it('a key revoked while its first request is being authenticated is not cached as valid', async () => {
+    // The key's first use reads its row, then records the use and reads its memberships: a revoke that
+    // commits in between must not be undone by the principal read before it.
+    for (let i = 0; i < 5; i++) {
+      const user = await createUserWithKey(app);
+      // The request in flight may see the key or not (on the embedded database it does: queries run in order).
+      await Promise.all([app.auth.authenticate(user.key), app.auth.revokeKey({ keyId: user.keyId })]);
+      expect(await app.auth.authenticate(user.key)).toBeUndefined();
+      const refused = await app.inject({ method: 'GET', url: '/v1/probe', headers: user.headers });
+      expect(refused.statusCode).toBe(401);
+    }
+  });
+});
+
 describe('401 in the error form of the API called', () => {
   const missing = 'Missing API key. Send it as "Authorization: Bearer <key>" (or HTTP Basic with the key as the password).';
 
