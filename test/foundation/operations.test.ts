@@ -80,6 +80,23 @@ describe('logs', () => {
       await logged.close();
     }
   });
+
+  it('leave out the capability token of a W&B upload URL, which needs no key', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logged = await buildApp(testConfig({ LOG_LEVEL: 'info' }), {
+      database: await freshDatabase(),
+      logStream: { write: (line: string) => void lines.push(JSON.parse(line)) },
+    });
+    try {
+      const token = 'secret-capability-token';
+      await logged.inject({ method: 'PUT', url: `/wandb/artifact-files/${token}?part=1`, headers: { 'x-request-id': 'upload-1' }, payload: 'x' });
+      const mine = lines.filter((line) => line.request_id === 'upload-1');
+      expect(mine[0]).toMatchObject({ msg: 'incoming request', req: { method: 'PUT', url: '/wandb/artifact-files/<token>?part=1' } });
+      expect(JSON.stringify(lines)).not.toContain(token);
+    } finally {
+      await logged.close();
+    }
+  });
 });
 
 describe('metrics', () => {
