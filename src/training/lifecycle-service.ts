@@ -103,9 +103,11 @@ export class LifecycleService {
   /**
    * Deletes expired checkpoints of every model with a TTL; safe in every process at once. Pages through
    * the models by id until a short page (a single page of 100 left the models with the highest ids never
-   * swept), one small transaction per model.
+   * swept), one small transaction per model. Also forgets the deleted checkpoints kept as page cursors
+   * for longer than DELETED_CURSOR_HOURS.
    */
   async expireCheckpoints(): Promise<number> {
+    await repo.forgetOldDeletedCheckpoints(this.db);
     const limit = this.deps.ttlSweepPageSize ?? TTL_SWEEP_PAGE;
     let count = 0;
     let after: string | undefined;

@@ -58,6 +58,22 @@ const boundedMetrics = <T extends z.ZodType>(value: T) =>
   z
     .record(z.string().max(TRAINING_LIMITS.metricName), value)
     .refine((metrics) => Object.keys(metrics).length <= TRAINING_LIMITS.metrics, `at most ${TRAINING_LIMITS.metrics} metrics in one map`);
+/**
+ * An object with any other keys (kept as sent), bounded like a metrics map: at most TRAINING_LIMITS.metrics
+ * keys of at most metricName characters, each refused as the map's are.
+ */
+const boundedKeys = <T extends z.ZodType<Record<string, unknown>>>(schema: T, what: string) => {
+  const bounds = z
+    .record(z.string().max(TRAINING_LIMITS.metricName), z.unknown())
+    .refine((map) => Object.keys(map).length <= TRAINING_LIMITS.metrics, `at most ${TRAINING_LIMITS.metrics} keys in ${what}`);
+  // A refinement, not an intersection: zod's intersection drops the record's key issues, and the OpenAPI
+  // document keeps the object's own shape.
+  return schema.check((payload) => {
+    const checked = bounds.safeParse(payload.value);
+    // The bounds' own issues, at the paths the map's are reported at (a key's at [..., key, '[key]']).
+    if (!checked.success) payload.issues.push(...(checked.error.issues as z.core.$ZodRawIssue[]));
+  });
+};
 /** Metric values from clients: numbers, and booleans that newer ART versions put in `metrics`. */
 const MetricValue = z.union([z.number(), z.boolean()]);
 const MetricMap = boundedMetrics(MetricValue);
@@ -541,7 +557,7 @@ export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;
 export const WorkerEvent = z.discriminatedUnion('type', [
   z.object({
     type: z.literal('training_started'),
-    data: boundedDepth(z.object({ num_sequences: z.int().min(0) }).loose()),
+    data: boundedDepth(boundedKeys(z.object({ num_sequences: z.int().min(0) }).loose(), 'training_started data')),
   }),
   z.object({
     type: z.literal('gradient_step'),

@@ -3,9 +3,10 @@ import type { FastifyBaseLogger } from 'fastify';
 /**
  * Background work of the training API, one timer each: the lease sweep (ends the attempts of workers that
  * stopped renewing their lease: requeued with attempts left, else FAILED; CANCELED when a cancel was
- * asked) and the checkpoint expiry sweep (deletes checkpoints whose TTL passed). Every process runs them;
- * both skip or tolerate rows another process handles, so they never end an attempt or release a
- * checkpoint twice. Runs of one sweeper never overlap in a process.
+ * asked) and the checkpoint expiry sweep (deletes checkpoints whose TTL passed, and forgets deleted
+ * checkpoints kept as page cursors for a day). Every process runs them; both skip or tolerate rows another
+ * process handles, so they never end an attempt or release a checkpoint twice. Runs of one sweeper never
+ * overlap in a process.
  */
 export class Sweeper {
   private timer: NodeJS.Timeout | undefined;

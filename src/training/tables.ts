@@ -50,6 +50,17 @@ export interface CheckpointTable {
   source: ColumnType<CheckpointSource, CheckpointSource | undefined, CheckpointSource>;
 }
 
+/**
+ * A deleted checkpoint's id and step, kept a day (or until its model is deleted) so that a page cursor
+ * naming it still says where the next page starts.
+ */
+export interface DeletedCheckpointTable {
+  id: string;
+  model_id: string;
+  step: number;
+  deleted_at: Generated<Date>;
+}
+
 /** Storage of deleted checkpoints that trainyard does not own, for the workers' side to release. */
 export interface CheckpointReleaseTable {
   id: Generated<Identity>;
@@ -141,6 +152,7 @@ export interface WorkerTable {
 export interface TrainingTables {
   models: ModelTable;
   checkpoints: CheckpointTable;
+  deleted_checkpoints: DeletedCheckpointTable;
   trajectory_logs: TrajectoryLogTable;
   metric_history: MetricHistoryTable;
   training_jobs: TrainingJobTable;

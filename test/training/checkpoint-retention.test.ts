@@ -4,10 +4,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { CheckpointReleaser } from '../../src/training/checkpoint-release.js';
 import { LifecycleService } from '../../src/training/lifecycle-service.js';
+import * as repo from '../../src/training/repository.js';
 import type { TrainingService } from '../../src/training/service.js';
 import { createTestApp, createWorkerKey, type TestUser } from '../helpers/app.js';
+import { blockedOrSettled, onPostgresServer } from '../helpers/database.js';
 import { createTenants, databaseFingerprint, expectOtherTenantRefused, jsonRequest as json } from '../helpers/tenants.js';
-import { call, groupGenerationA, ScriptedWorker, userWithModel } from './fixtures.js';
+import { call, groupGenerationA, ScriptedWorker, userWithModel, type Reply } from './fixtures.js';
 
 /**
  * Retention per model: the latest N, the best K by a metric, pinned checkpoints; a TTL for the rest;
@@ -176,6 +178,108 @@ describe('checkpoints a running job trains from', () => {
     expect(after.body).toEqual({ deleted_count: 1, not_found_steps: [], pinned_steps: [], in_use_steps: [] });
     expect(await steps(t)).toEqual([3]);
     expect(await released()).toEqual([{ uri: `s3://checkpoints/${t.model.name}/1` }, { uri: `s3://checkpoints/${t.model.name}/2` }]);
+  });
+});
+
+/**
+ * On a PostgreSQL server (PGlite has one connection, so nothing runs concurrently there): applying a
+ * policy holds the claim lock, as Delete Model Checkpoints does, so that no job starts from a checkpoint
+ * it is deleting and it sees every job that has started.
+ */
+describe.skipIf(!onPostgresServer)('retention while a job is being claimed (PostgreSQL)', () => {
+  it('waits for a claim in flight, then keeps the checkpoint the claimed job trains from', async () => {
+    const t = await modelWithWorker();
+    await train(t, rewards(0.1, 0.2, 0.3));
+    await setPolicy(t, { keep_latest: 1 });
+    const job = await call(app, t.user.headers, 'POST', '/v1/preview/training-jobs', { model_id: t.model.id, trajectory_groups: [groupGenerationA()] });
+    expect(job.status, job.text).toBe(200);
+    let applying: Promise<Reply> | undefined;
+    await app.db.transaction().execute(async (trx) => {
+      const claim = await repo.claimJob(trx, { reach: [t.user.entity], workerId: t.worker.workerId, baseModels: t.worker.baseModels, leaseSeconds: 600 });
+      expect(claim?.base_checkpoint?.step).toBe(3);
+      applying = call(app, t.user.headers, 'POST', `${t.base}/retention/apply`);
+      expect(await blockedOrSettled(app.db, applying)).toBe('blocked');
+    });
+    expect(await applying!).toEqual({ status: 200, body: { deleted_steps: [1, 2], expired_steps: [] }, text: expect.any(String) });
+    expect(await steps(t)).toEqual([3]);
+  });
+});
+
+describe('paging while checkpoints are deleted', () => {
+  async function page(t: Trained, query: string): Promise<Reply> {
+    return call(app, t.user.headers, 'GET', `${t.base}/checkpoints?${query}`);
+  }
+  const item = (id: string, step: number) => ({ id, step, metrics: { 'val/reward': step / 10 } });
+
+  it('pages on from the cursor of a checkpoint deleted between two pages, in both orders and on the lifecycle list', async () => {
+    const t = await modelWithWorker();
+    await train(t, rewards(0.1, 0.2, 0.3, 0.4, 0.5));
+    const ids = new Map<number, string>((await page(t, 'limit=100')).body.data.map((c: { id: string; step: number }) => [c.step, c.id]));
+    const id = (step: number) => ids.get(step)!;
+    expect((await page(t, 'limit=2')).body.last_id).toBe(id(2));
+    expect((await page(t, 'limit=2&order=desc')).body.last_id).toBe(id(4));
+
+    // A user deletes the two cursors' checkpoints before the clients ask for their next pages.
+    expect((await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [2, 4] })).status).toBe(200);
+    expect(await page(t, `limit=2&after=${id(2)}`)).toEqual({
+      status: 200,
+      body: { object: 'list', data: [item(id(3), 3), item(id(5), 5)], first_id: id(3), last_id: id(5), has_more: false },
+      text: expect.any(String),
+    });
+    expect(await page(t, `limit=2&order=desc&after=${id(4)}`)).toEqual({
+      status: 200,
+      body: { object: 'list', data: [item(id(3), 3), item(id(1), 1)], first_id: id(3), last_id: id(1), has_more: false },
+      text: expect.any(String),
+    });
+
+    // Retention deletes steps 1 and 3 in its turn.
+    await setPolicy(t, { keep_latest: 1 });
+    expect((await call(app, t.user.headers, 'POST', `${t.base}/retention/apply`)).body).toEqual({ deleted_steps: [1, 3], expired_steps: [] });
+    expect(await page(t, `limit=2&after=${id(3)}`)).toEqual({
+      status: 200,
+      body: { object: 'list', data: [item(id(5), 5)], first_id: id(5), last_id: id(5), has_more: false },
+      text: expect.any(String),
+    });
+    const lifecyclePage = await call(app, t.user.headers, 'GET', `${t.base}/checkpoints/lifecycle?after=${id(1)}`);
+    expect(lifecyclePage.status, lifecyclePage.text).toBe(200);
+    expect(lifecyclePage.body).toMatchObject({ object: 'list', data: [{ id: id(5), step: 5, latest: true }], first_id: id(5), last_id: id(5), has_more: false });
+  });
+
+  it('still refuses an id that was never a checkpoint of the model, and forgets deleted ones after a day or with their model', async () => {
+    const t = await modelWithWorker();
+    await train(t, rewards(0.1, 0.2));
+    const other = await modelWithWorker();
+    await train(other, rewards(0.1));
+    const [first] = (await page(t, 'limit=1')).body.data;
+    const [foreign] = (await page(other, 'limit=1')).body.data;
+    await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [1] });
+    await call(app, other.user.headers, 'DELETE', `${other.base}/checkpoints`, { steps: [1] });
+    const refused = (after: string) => ({
+      status: 422,
+      body: { detail: [{ type: 'value_error', loc: ['query', 'after'], msg: `Value error, after is not the id of a checkpoint of model ${t.model.id}`, input: after }] },
+      text: expect.any(String),
+    });
+    // Another model's deleted checkpoint, and an id that names nothing.
+    expect(await page(t, `after=${foreign.id}`)).toEqual(refused(foreign.id));
+    const unknown = crypto.randomUUID();
+    expect(await page(t, `after=${unknown}`)).toEqual(refused(unknown));
+    expect((await page(t, `after=${first.id}`)).body.data.map((c: { step: number }) => c.step)).toEqual([2]);
+
+    // A day after the delete, the expiry sweep forgets the cursor.
+    await app.db.updateTable('deleted_checkpoints').set({ deleted_at: sql<Date>`deleted_at - interval '25 hours'` }).where('id', '=', first.id).execute();
+    const sweep = new LifecycleService({
+      db: app.db,
+      training: {} as TrainingService,
+      releaser: new CheckpointReleaser(app.events, path.resolve(app.config.adaptersDir), app.log),
+    });
+    await sweep.expireCheckpoints();
+    expect(await page(t, `after=${first.id}`)).toEqual(refused(first.id));
+
+    // Deleting a model forgets its deleted checkpoints.
+    const remembered = () => app.db.selectFrom('deleted_checkpoints').select('id').where('model_id', '=', other.model.id).execute();
+    expect(await remembered()).toEqual([{ id: foreign.id }]);
+    expect((await call(app, other.user.headers, 'DELETE', other.base)).status).toBe(200);
+    expect(await remembered()).toEqual([]);
   });
 });
 

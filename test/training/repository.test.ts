@@ -2,6 +2,7 @@ import type { Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as training from '../../migrations/0002_training.js';
 import * as checkpointLifecycle from '../../migrations/0009_checkpoint_lifecycle.js';
+import * as deletedCheckpoints from '../../migrations/0016_deleted_checkpoints.js';
 import type { DatabaseHandle } from '../../src/db/index.js';
 import {
   createModel,
@@ -221,18 +222,21 @@ describe('trajectory logs and metrics', () => {
   });
 });
 
-describe('migrations 0002 and 0009', () => {
+describe('migrations 0002, 0009 and 0016', () => {
   it('drops every training table on down and creates them again on up', async () => {
     const scratch = await openTrainingDb();
     const raw = scratch.db as unknown as Kysely<unknown>;
     const tables = async () => (await raw.introspection.getTables()).map((t) => t.name).sort();
+    await deletedCheckpoints.down(raw);
+    expect(await tables()).not.toContain('deleted_checkpoints');
     await checkpointLifecycle.down(raw);
     expect(await tables()).not.toContain('entity_claim_turns');
     await training.down(raw);
     expect(await tables()).toEqual(['api_keys', 'entities', 'memberships', 'users']);
     await training.up(raw);
     await checkpointLifecycle.up(raw);
-    expect(await tables()).toEqual(expect.arrayContaining(['job_events', 'checkpoint_releases', 'entity_claim_turns']));
+    await deletedCheckpoints.up(raw);
+    expect(await tables()).toEqual(expect.arrayContaining(['job_events', 'checkpoint_releases', 'entity_claim_turns', 'deleted_checkpoints']));
     await scratch.handle.close();
   });
 });

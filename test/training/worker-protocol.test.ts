@@ -275,6 +275,26 @@ describe('completing', () => {
     expect(events.map((e) => e.type)).toEqual(['training_started', 'gradient_step', 'training_ended']);
     expect(events[2].data).toEqual({ step: 1, checkpoint_id: first.body.checkpoint.id });
   });
+
+  it('a repeat of a completion whose checkpoint retention has since deleted answers as the first did, writing nothing', async () => {
+    const { user, model, worker, queue } = await setup();
+    expect((await call(app, user.headers, 'PUT', `/v1/preview/models/${model.id}/retention`, { keep_latest: 1 })).status).toBe(200);
+    await queue();
+    const claimed = (await worker.claim())!;
+    await worker.events(claimed, [started, step(0.5)]);
+    const first = await worker.complete(claimed, { 'loss/train': 0.5 });
+    expect(first.status).toBe(200);
+    // The next step lands and keep_latest deletes the first job's checkpoint.
+    await queue();
+    const next = (await worker.claim())!;
+    expect((await worker.complete(next, { 'loss/train': 0.4 })).status).toBe(200);
+    expect((await call(app, user.headers, 'GET', `/v1/preview/models/${model.id}/checkpoints`)).body.data.map((c: { step: number }) => c.step)).toEqual([2]);
+
+    const before = await databaseFingerprint(app);
+    const repeat = await worker.complete(claimed, { 'loss/train': 0.5 });
+    expect(repeat).toEqual({ status: 200, body: first.body, text: expect.any(String) });
+    expect(await databaseFingerprint(app)).toEqual(before);
+  });
 });
 
 describe('bounds', () => {
@@ -311,6 +331,44 @@ describe('bounds', () => {
       { type: 'string_too_long', loc: ['body', 'events', 1, 'data', 'k'.repeat(257), '[key]'], msg: 'String should have at most 256 characters', input: 'k'.repeat(257), ctx: { max_length: 256 } },
     ]);
     expect(await eventsOf(user, jobId)).toEqual([]);
+  });
+
+  it('refuses training_started data with more than 1,000 keys or a key over 256 characters, appending nothing', async () => {
+    const { user, worker, queue } = await setup();
+    const jobId = await queue();
+    const claimed = (await worker.claim())!;
+    const before = await databaseFingerprint(app);
+    const many = { num_sequences: 2, ...Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`k${i}`, i])) };
+    expect(await worker.events(claimed, [{ type: 'training_started', data: many }])).toEqual({
+      status: 422,
+      body: {
+        detail: [
+          {
+            type: 'value_error',
+            loc: ['body', 'events', 0, 'data'],
+            msg: 'Value error, at most 1000 keys in training_started data',
+            input: `${JSON.stringify(many).slice(0, 2048)}…`,
+            ctx: { error: 'at most 1000 keys in training_started data' },
+          },
+        ],
+      },
+      text: expect.any(String),
+    });
+    const longKey = 'k'.repeat(257);
+    expect(await worker.events(claimed, [{ type: 'training_started', data: { num_sequences: 2, [longKey]: 1 } }])).toEqual({
+      status: 422,
+      body: {
+        detail: [
+          { type: 'string_too_long', loc: ['body', 'events', 0, 'data', longKey, '[key]'], msg: 'String should have at most 256 characters', input: longKey, ctx: { max_length: 256 } },
+        ],
+      },
+      text: expect.any(String),
+    });
+    expect(await databaseFingerprint(app)).toEqual(before);
+    expect(await eventsOf(user, jobId)).toEqual([]);
+    // At the bounds it is accepted.
+    const atBound = { num_sequences: 2, ...Object.fromEntries(Array.from({ length: 999 }, (_, i) => [`${'k'.repeat(250)}${i}`, i])) };
+    expect((await worker.events(claimed, [{ type: 'training_started', data: atBound }])).status).toBe(200);
   });
 });
 

@@ -1,12 +1,14 @@
 import { sql } from 'kysely';
 import type { DeleteCheckpointsResponse, PageOf } from '../schemas.js';
 import { isUuid, jsonb, lockClaims, toPage, type TrainingDb } from './db.js';
+import { cursorStep, rememberDeletedCheckpoints } from './deleted.js';
 import { recordReleases } from './retention.js';
 import { toCheckpoint, type DeletedCheckpoint, type StoredCheckpoint, type StoredModel } from './rows.js';
 
 /**
- * A page of the model's checkpoints ordered by step. `after` is a checkpoint id of this model; undefined is
- * returned when it is not one, for the service to answer 422 (a cursor the client made up is its error).
+ * A page of the model's checkpoints ordered by step. `after` is a checkpoint id of this model, also one
+ * deleted since the client read it (repository/deleted.ts); undefined is returned when it was never one,
+ * for the service to answer 422 (a cursor the client made up is its error).
  */
 export async function listCheckpoints(
   db: TrainingDb,
@@ -14,9 +16,9 @@ export async function listCheckpoints(
 ): Promise<PageOf<StoredCheckpoint> | undefined> {
   let query = db.selectFrom('checkpoints').selectAll().where('model_id', '=', args.model.id);
   if (args.after !== undefined) {
-    const cursor = await findCheckpoint(db, { model: args.model, checkpointId: args.after });
-    if (!cursor) return undefined;
-    query = query.where('step', args.order === 'asc' ? '>' : '<', cursor.step);
+    const step = await cursorStep(db, { model: args.model, after: args.after });
+    if (step === undefined) return undefined;
+    query = query.where('step', args.order === 'asc' ? '>' : '<', step);
   }
   const rows = await query.orderBy('step', args.order).limit(args.limit + 1).execute();
   return toPage(rows.map(toCheckpoint), args.limit);
@@ -53,9 +55,9 @@ export async function latestCheckpoint(db: TrainingDb, args: { model: Pick<Store
  * checkpoint of a job running now (reported in `in_use_steps`), which its trainer is reading: retention
  * keeps it for the same reason, and its storage would otherwise be released (an imported one's files are
  * removed right after the commit). The claim lock is held, so no job starts from a step while it is being
- * deleted. `deleted` names what went, for the inference router to unload adapters and the storage to be
- * released. The steps travel as one array parameter (a request may name 100,000). Several statements: run
- * it in a transaction.
+ * deleted. The deleted ids stay page cursors for a while (repository/deleted.ts). `deleted` names what
+ * went, for the inference router to unload adapters and the storage to be released. The steps travel as
+ * one array parameter (a request may name 100,000). Several statements: run it in a transaction.
  */
 export async function deleteCheckpoints(
   db: TrainingDb,
@@ -67,14 +69,16 @@ export async function deleteCheckpoints(
   const requested = sql<boolean>`step = any(${steps}::int4[])`;
   const inUse = sql<boolean>`step in (select j.base_step from training_jobs j
     where j.model_id = ${args.model.id} and j.status = 'RUNNING' and j.base_step is not null)`;
-  const deleted = await db
+  const deletedRows = await db
     .deleteFrom('checkpoints')
     .where('model_id', '=', args.model.id)
     .where(requested)
     .where('pinned', '=', false)
     .where(sql<boolean>`not ${inUse}`)
-    .returning(['step', 'uri', 'source'])
+    .returning(['id', 'step', 'uri', 'source'])
     .execute();
+  await rememberDeletedCheckpoints(db, { model: args.model, checkpoints: deletedRows });
+  const deleted = deletedRows.map(({ step, uri, source }) => ({ step, uri, source }));
   const spared = await db
     .selectFrom('checkpoints')
     .select(['step', 'pinned', inUse.as('in_use')])

@@ -72,8 +72,9 @@ export function chunkBySize<T>(items: readonly T[], size: (item: T) => number, m
 const CLAIM_LOCK_KEY = 7_310_512_023;
 
 /**
- * Holds the claim lock until the transaction ends: claims serialize on it (repository/jobs.ts), and an
- * import takes it so that no job starts toward the step it registers.
+ * Holds the claim lock until the transaction ends: claims serialize on it (repository/jobs.ts), an import
+ * takes it so that no job starts toward the step it registers, and checkpoint deletes (Delete Model
+ * Checkpoints, retention) take it so that no job starts from a checkpoint they are deleting.
  */
 export async function lockClaims(db: TrainingDb): Promise<void> {
   await sql`select pg_advisory_xact_lock(${CLAIM_LOCK_KEY})`.execute(db);

@@ -319,16 +319,22 @@ async function lockLeasedRow(db: TrainingDb, args: { jobId: string; leaseToken: 
     .executeTakeFirst();
 }
 
+/** The checkpoint a completion registered, as the worker's complete answers it. */
+export type CompletedCheckpoint = Pick<StoredCheckpoint, 'id' | 'step' | 'uri' | 'metrics'>;
+
 export type CompleteResult =
-  | { outcome: 'completed'; job: StoredJob; checkpoint: StoredCheckpoint }
+  | { outcome: 'completed'; job: StoredJob; checkpoint: CompletedCheckpoint }
   | { outcome: 'canceled'; job: StoredJob }
   | { outcome: 'stale' };
 
 /**
  * Completes the leased job: the checkpoint at `target_step`, the `training_ended` event, COMPLETED and
  * `training_end`, so that a client seeing `training_ended` always finds the checkpoint (reference §4).
- * Repeating it with the same token returns the first result. A job asked to cancel ends CANCELED without a
- * checkpoint. Several statements: run it in ONE transaction.
+ * Repeating it with the same token returns the first result and writes nothing, also once the checkpoint
+ * has been deleted (retention may delete it as soon as the next step lands, before a worker that lost the
+ * first response retries): the answer then names it by the id and step its `training_ended` event records,
+ * with the uri and metrics the repeat carries. A job asked to cancel ends CANCELED without a checkpoint.
+ * Several statements: run it in ONE transaction.
  */
 export async function completeJob(
   db: TrainingDb,
@@ -343,9 +349,24 @@ export async function completeJob(
     .forUpdate()
     .executeTakeFirst();
   if (!row) return { outcome: 'stale' };
-  if (row.status === 'COMPLETED' && row.checkpoint_id !== null) {
-    const checkpoint = await db.selectFrom('checkpoints').selectAll().where('id', '=', row.checkpoint_id).executeTakeFirst();
-    if (checkpoint) return { outcome: 'completed', job: toJob(row), checkpoint: toCheckpoint(checkpoint) };
+  if (row.status === 'COMPLETED') {
+    if (row.checkpoint_id !== null) {
+      const checkpoint = await db.selectFrom('checkpoints').selectAll().where('id', '=', row.checkpoint_id).executeTakeFirst();
+      if (checkpoint) return { outcome: 'completed', job: toJob(row), checkpoint: toCheckpoint(checkpoint) };
+    }
+    // Deleted since (checkpoint_id was set null): the completion's own record says which it was.
+    const ended = await db
+      .selectFrom('job_events')
+      .select('data')
+      .where('job_id', '=', row.id)
+      .where('type', '=', 'training_ended')
+      .orderBy('seq', 'desc')
+      .limit(1)
+      .executeTakeFirst();
+    const { step, checkpoint_id: id } = (ended?.data ?? {}) as { step?: unknown; checkpoint_id?: unknown };
+    if (typeof step === 'number' && typeof id === 'string') {
+      return { outcome: 'completed', job: toJob(row), checkpoint: { id, step, uri: args.uri, metrics: args.metrics } };
+    }
   }
   if (row.status === 'CANCELED') return { outcome: 'canceled', job: toJob(row) };
   if (row.status !== 'RUNNING') return { outcome: 'stale' };

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import type { PageOf } from '../schemas.js';
 import { isUuid, toPage, type EntityScope, type TrainingDb } from './db.js';
+import { forgetModelDeletedCheckpoints } from './deleted.js';
 import { cancelModelJobs } from './jobs.js';
 import { recordReleases } from './retention.js';
 import { toModel, type DeletedCheckpoint, type StoredModel } from './rows.js';
@@ -120,8 +121,8 @@ export async function currentStep(db: TrainingDb, { model }: { model: StoredMode
 }
 
 /**
- * Deletes a model: the row is kept, marked deleted, so that its jobs stay readable; its checkpoints, logged
- * trajectories and metrics go; queued jobs are canceled and running ones asked to stop. Several statements:
+ * Deletes a model: the row is kept, marked deleted, so that its jobs stay readable; its checkpoints (and
+ * the ids of deleted ones kept as page cursors), logged trajectories and metrics go; queued jobs are canceled and running ones asked to stop. Several statements:
  * run it in a transaction, on a model read with the `delete` lock.
  *
  * The jobs come first: flagging them locks their rows, so a worker's complete in flight either commits
@@ -137,6 +138,7 @@ export async function deleteModel(
   await cancelModelJobs(db, { modelId: model.id });
   const deleted = await db.deleteFrom('checkpoints').where('model_id', '=', model.id).returning(['step', 'uri', 'source']).execute();
   await recordReleases(db, { model, checkpoints: deleted, reason: 'deleted' });
+  await forgetModelDeletedCheckpoints(db, { model });
   await db.deleteFrom('trajectory_logs').where('model_id', '=', model.id).execute();
   await db.deleteFrom('metric_history').where('model_id', '=', model.id).execute();
   return { deleted_checkpoints: deleted.length, deleted };

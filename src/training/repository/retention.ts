@@ -1,7 +1,8 @@
 import { sql } from 'kysely';
 import type { PageOf } from '../schemas.js';
 import type { BestMode, CheckpointSource } from '../tables.js';
-import { iso, isUuid, toPage, type TrainingDb } from './db.js';
+import { iso, lockClaims, toPage, type TrainingDb } from './db.js';
+import { cursorStep, rememberDeletedCheckpoints } from './deleted.js';
 import type { DeletedCheckpoint, StoredModel } from './rows.js';
 
 /**
@@ -120,7 +121,7 @@ function toState(row: StateRow): CheckpointState {
 
 /**
  * A page of the model's checkpoints with their lifecycle state, by step; `after` is a checkpoint id of the
- * model (undefined is returned when it is not one, for a 422).
+ * model, also one deleted since (undefined is returned when it was never one, for a 422).
  */
 export async function listCheckpointStates(
   db: TrainingDb,
@@ -128,10 +129,9 @@ export async function listCheckpointStates(
 ): Promise<PageOf<CheckpointState> | undefined> {
   let cursor = sql`true`;
   if (args.after !== undefined) {
-    if (!isUuid(args.after)) return undefined;
-    const row = await db.selectFrom('checkpoints').select('step').where('model_id', '=', args.model.id).where('id', '=', args.after).executeTakeFirst();
-    if (!row) return undefined;
-    cursor = args.order === 'asc' ? sql`s.step > ${row.step}` : sql`s.step < ${row.step}`;
+    const step = await cursorStep(db, { model: args.model, after: args.after });
+    if (step === undefined) return undefined;
+    cursor = args.order === 'asc' ? sql`s.step > ${step}` : sql`s.step < ${step}`;
   }
   const direction = args.order === 'asc' ? sql`asc` : sql`desc`;
   const { rows } = await sql<StateRow>`
@@ -165,7 +165,9 @@ export async function setPinned(db: TrainingDb, args: { model: StoredModel; step
 /**
  * Deletes what the policy does not keep and what has expired, in one statement. The delete checks `pinned`
  * again on the row it deletes: a pin committed while this ran wins (PostgreSQL re-reads a row that changed
- * under a waiting delete). Several statements with the releases: run it in a transaction.
+ * under a waiting delete). The claim lock is held, as `deleteCheckpoints` holds it: no job starts from a
+ * checkpoint while it is being deleted, and the running jobs whose base checkpoints are kept are all
+ * committed ones. Several statements with the releases: run it in a transaction.
  */
 export async function applyRetention(
   db: TrainingDb,
@@ -173,14 +175,16 @@ export async function applyRetention(
 ): Promise<{ deleted: DeletedCheckpoint[]; expired: DeletedCheckpoint[] }> {
   const { policy } = args;
   if (policy.keep_latest === null && policy.ttl_seconds === null) return { deleted: [], expired: [] };
-  const { rows } = await sql<DeletedCheckpoint & { expired: boolean }>`
+  await lockClaims(db);
+  const { rows } = await sql<DeletedCheckpoint & { id: string; expired: boolean }>`
     with doomed as (
       select s.id, not s.kept as dropped from (${states(args.model, policy)}) s
       where not s.kept or s.expires_at <= now()
     )
     delete from checkpoints c using doomed d
     where c.id = d.id and not c.pinned
-    returning c.step, c.uri, c.source, not d.dropped as expired`.execute(db);
+    returning c.id, c.step, c.uri, c.source, not d.dropped as expired`.execute(db);
+  await rememberDeletedCheckpoints(db, { model: args.model, checkpoints: rows });
   const deleted = rows.filter((row) => !row.expired).map(({ step, uri, source }) => ({ step, uri, source }));
   const expired = rows.filter((row) => row.expired).map(({ step, uri, source }) => ({ step, uri, source }));
   await recordReleases(db, { model: args.model, checkpoints: deleted, reason: 'retention' });

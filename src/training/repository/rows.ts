@@ -6,7 +6,8 @@ import { iso } from './db.js';
 /**
  * The rows the training repository modules share, as the domain objects above them see them, with one
  * mapper per table. They live here, not in their table's module, so that the modules import each other
- * one way only (models -> jobs -> events, checkpoints -> retention; every one -> rows -> db).
+ * one way only (models -> jobs -> events, checkpoints -> retention, each deleting module -> deleted; every
+ * one -> rows -> db).
  */
 
 /** A live model the caller may reach. Functions on a model's checkpoints, logs and jobs take one of these. */
