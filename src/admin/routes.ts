@@ -97,6 +97,25 @@ export const adminRoutes: FastifyPluginAsyncZod = async (app) => {
     },
   );
 
+  app.delete(
+    '/teams/:team/members/:username',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Remove a user from a team',
+        description: "The user's keys, and the workers running with them, stop reaching the team's projects and jobs (at once in this process, within AUTH_CACHE_TTL_MS in others).",
+        params: z.object({ team: Name, username: Name }),
+        response: { 200: z.object({ team: z.string(), username: z.string(), removed: z.literal(true) }) },
+      },
+    },
+    async (request) => {
+      const { team, username } = request.params;
+      await app.auth.removeMember({ team, username });
+      return { team, username, removed: true as const };
+    },
+  );
+
   app.post(
     '/keys',
     {

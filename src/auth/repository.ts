@@ -60,6 +60,12 @@ export async function upsertMembership(db: Executor, args: { entityId: string; u
     .execute();
 }
 
+/** Removes a user from an entity; false when the user was not a member. */
+export async function deleteMembership(db: Executor, args: { entityId: string; userId: string }): Promise<boolean> {
+  const deleted = await db.deleteFrom('memberships').where('entity_id', '=', args.entityId).where('user_id', '=', args.userId).returning('user_id').executeTakeFirst();
+  return deleted !== undefined;
+}
+
 export async function findEntity(db: Executor, args: { name: string }) {
   return db.selectFrom('entities').select(['id', 'name', 'kind']).where('name', '=', args.name).executeTakeFirst();
 }

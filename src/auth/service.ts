@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema.js';
-import { ConflictError, InvalidRequestError, NotFoundError } from '../errors.js';
+import { ConflictError, NotFoundError, UnprocessableError } from '../errors.js';
 import { randomBytes } from 'node:crypto';
 import { displayPrefix, generateApiKey, hashApiKey } from './keys.js';
 import type { KeyKind, Principal } from './principal.js';
@@ -26,11 +26,13 @@ export interface CreatedKey {
   record: repo.ApiKeyRecord;
 }
 
+/** A name the admin API's body carries (`param`), refused in the 422 form every API uses for invalid requests. */
 function checkName(kind: string, name: string, param: string): void {
   if (!NAME.test(name)) {
-    throw new InvalidRequestError(
-      `Invalid ${kind} name ${JSON.stringify(name)}: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit.`,
-      { param },
+    throw new UnprocessableError(
+      `Value error, invalid ${kind} name ${JSON.stringify(name)}: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit.`,
+      ['body', param],
+      { input: name },
     );
   }
 }
@@ -89,6 +91,22 @@ export class AuthService {
     await repo.upsertMembership(this.db, { entityId: team.id, userId: user.id, role: args.role ?? 'member' });
     this.changes++;
     this.cache.clear(); // memberships changed: cached principals may now reach more
+  }
+
+  /**
+   * Takes a user out of a team: the user's keys (and their workers) stop reaching the team's projects and
+   * jobs, at once in this process and within the cache's TTL in others. A user's own entity is not a team.
+   */
+  async removeMember(args: { team: string; username: string }): Promise<void> {
+    const team = await repo.findEntity(this.db, { name: args.team });
+    if (!team || team.kind !== 'team') throw new NotFoundError('team', args.team, { param: 'team' });
+    const user = await repo.findUser(this.db, { username: args.username });
+    if (!user) throw new NotFoundError('user', args.username, { param: 'username' });
+    if (!(await repo.deleteMembership(this.db, { entityId: team.id, userId: user.id }))) {
+      throw new NotFoundError('membership', undefined, { param: 'username', message: `${args.username} is not a member of team ${args.team}` });
+    }
+    this.changes++;
+    this.cache.clear();
   }
 
   async createKey(args: { username: string; name?: string; kind?: KeyKind }): Promise<CreatedKey> {

@@ -7,6 +7,7 @@ export interface AdminClient {
   listUsers(): Promise<unknown>;
   createTeam(name: string): Promise<unknown>;
   addMember(team: string, username: string, role: 'admin' | 'member'): Promise<unknown>;
+  removeMember(team: string, username: string): Promise<unknown>;
   createKey(username: string, name: string | undefined, kind: 'user' | 'worker'): Promise<unknown>;
   listKeys(username: string | undefined): Promise<unknown>;
   revokeKey(keyId: string): Promise<unknown>;
@@ -22,6 +23,10 @@ export function directClient(auth: AuthService): AdminClient {
     addMember: async (team, username, role) => {
       await auth.addMember({ team, username, role });
       return { team, username, role };
+    },
+    removeMember: async (team, username) => {
+      await auth.removeMember({ team, username });
+      return { team, username, removed: true };
     },
     createKey: async (username, name, kind) => {
       const { key, record } = await auth.createKey({ username, name, kind });
@@ -63,6 +68,7 @@ export function httpClient(baseUrl: string, key: string): AdminClient {
     listUsers: () => call('GET', '/users'),
     createTeam: (name) => call('POST', '/teams', { name }),
     addMember: (team, username, role) => call('POST', `/teams/${encodeURIComponent(team)}/members`, { username, role }),
+    removeMember: (team, username) => call('DELETE', `/teams/${encodeURIComponent(team)}/members/${encodeURIComponent(username)}`),
     createKey: (username, name, kind) => call('POST', '/keys', { username, name, kind }),
     listKeys: (username) => call('GET', `/keys${q(username)}`),
     revokeKey: (keyId) => call('POST', `/keys/${encodeURIComponent(keyId)}/revoke`),

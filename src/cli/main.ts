@@ -15,6 +15,7 @@ const USAGE = `Usage: npm run cli -- <command>
   users list
   teams create <name>                       create a team entity
   teams add-member <team> <username> [--role admin|member]
+  teams remove-member <team> <username>     the user's keys and workers stop reaching the team
   keys create <username> [--name NAME] [--kind user|worker]
                                             create an API key; the key is printed once. A worker
                                             key runs the jobs of the user's entities (an admin's: all)
@@ -79,6 +80,10 @@ async function run(argv: string[], config: Config): Promise<unknown> {
       case 'teams add-member': {
         const [team, username] = need(2);
         return client.addMember(team, username, role);
+      }
+      case 'teams remove-member': {
+        const [team, username] = need(2);
+        return client.removeMember(team, username);
       }
       case 'keys create':
         return client.createKey(need(1)[0], values.name, kind);

@@ -101,6 +101,24 @@ describe('401 in the error form of the API called', () => {
   });
 });
 
+describe('admin API', () => {
+  it('refuses a user or team name that is not 1 to 64 name characters with a 422 naming the field, creating nothing', async () => {
+    const admin = await createUserWithKey(app, { isAdmin: true });
+    // A key's first use is recorded on the key: that write is not the refused request's.
+    await app.inject({ method: 'GET', url: '/v1/admin/users', headers: admin.headers });
+    const rule = "use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit.";
+    for (const [url, field, kind] of [['/v1/admin/users', 'username', 'user'], ['/v1/admin/teams', 'name', 'team']] as const) {
+      const before = await databaseFingerprint(app);
+      const response = await app.inject({ method: 'POST', url, headers: admin.headers, payload: { [field]: 'a/b' } });
+      expect(response.statusCode).toBe(422);
+      expect(response.json()).toEqual({
+        detail: [{ type: 'value_error', loc: ['body', field], msg: `Value error, invalid ${kind} name "a/b": ${rule}`, input: 'a/b' }],
+      });
+      expect(await databaseFingerprint(app)).toEqual(before);
+    }
+  });
+});
+
 describe('key kinds', () => {
   it('a worker key is refused outside /v1/workers', async () => {
     const worker = await createUserWithKey(app, { kind: 'worker', isAdmin: true });
@@ -120,6 +138,31 @@ describe('tenancy', () => {
     expect([...principal.entities].sort()).toEqual([owner.entity, team].sort());
     const otherPrincipal = (await app.auth.authenticate(other.key))!;
     expect([...otherPrincipal.entities]).toEqual([other.entity]);
+  });
+
+  it('removing a user from a team ends its keys\' reach into the team at once; a second removal is a 404', async () => {
+    const { owner } = await createTenants(app);
+    const admin = await createUserWithKey(app, { isAdmin: true });
+    const team = uniqueName('team');
+    await app.auth.createTeam({ name: team });
+    await app.auth.addMember({ team, username: owner.username });
+    expect((await app.auth.authenticate(owner.key))!.entities.has(team)).toBe(true);
+    const remove = (teamName: string, username: string) => app.inject({ method: 'DELETE', url: `/v1/admin/teams/${teamName}/members/${username}`, headers: admin.headers });
+
+    const removed = await remove(team, owner.username);
+    expect(removed.statusCode).toBe(200);
+    expect(removed.json()).toEqual({ team, username: owner.username, removed: true });
+    expect([...(await app.auth.authenticate(owner.key))!.entities]).toEqual([owner.entity]);
+
+    const again = await remove(team, owner.username);
+    expect(again.statusCode).toBe(404);
+    expect(again.json()).toEqual({ detail: `${owner.username} is not a member of team ${team}` });
+    // A user's own entity is not a team.
+    const own = await remove(owner.entity, owner.username);
+    expect(own.statusCode).toBe(404);
+    expect(own.json()).toEqual({ detail: `team ${owner.entity} not found` });
+    const notAdmin = await app.inject({ method: 'DELETE', url: `/v1/admin/teams/${team}/members/${owner.username}`, headers: owner.headers });
+    expect(notAdmin.statusCode).toBe(403);
   });
 
   it('the two-tenant helper detects a route that answers the other tenant', async () => {

@@ -95,6 +95,32 @@ describe('a worker key of an ordinary user', () => {
     const claimed = (await (await ScriptedWorker.create(app, member, [model.base_model])).claim())!;
     expect(claimed.job).toMatchObject({ id: jobId, model: { entity: team } });
   });
+
+  it('stops reaching a team\'s jobs, and the lease it holds on one, once its user is removed from the team', async () => {
+    const team = uniqueName('team');
+    await app.auth.createTeam({ name: team });
+    await app.auth.addMember({ team, username: owner.username });
+    const member = await createUserWithKey(app, { prefix: 'member' });
+    await app.auth.addMember({ team, username: member.username });
+    const { model } = await queuedJob(owner, team);
+    const worker = await ScriptedWorker.create(app, member, [model.base_model]);
+    const claimed = (await worker.claim())!;
+    expect((await worker.heartbeat(claimed)).status).toBe(200);
+
+    // A second job of the team on the same base model, which the worker could run.
+    const body = { entity: team, project: 'proj', name: uniqueName('agent'), base_model: model.base_model };
+    const second = await call(app, owner.headers, 'POST', '/v1/preview/models', body);
+    expect(second.status, second.text).toBe(200);
+    const job = await call(app, owner.headers, 'POST', '/v1/preview/training-jobs', { model_id: second.body.id, trajectory_groups: [groupGenerationA()] });
+    expect(job.status, job.text).toBe(200);
+
+    await app.auth.removeMember({ team, username: member.username });
+    expect((await worker.heartbeat(claimed)).status).toBe(409);
+    expect(await worker.claim()).toBeUndefined();
+    // Its user's keys reach the team again once added back.
+    await app.auth.addMember({ team, username: member.username });
+    expect((await worker.claim())!.job).toMatchObject({ id: job.body.id });
+  });
 });
 
 describe('a worker key of an admin (the operator\'s shared pool)', () => {
