@@ -13,6 +13,7 @@ import {
   LogRequest,
   LogResponse,
   MetricHistory,
+  METRIC_PAGE_LIMIT,
   MetricHistoryQuery,
   Model,
   ModelCreate,
@@ -169,13 +170,13 @@ export const previewRoutes: FastifyPluginAsyncZod<{ service: TrainingService }> 
       schema: {
         tags,
         summary: 'Get Model Metric History',
-        description: 'The metrics of every log call, oldest step first, optionally of one split.',
+        description: `The metrics of every log call, oldest step first (then in log order), optionally of one split; pages of up to ${METRIC_PAGE_LIMIT} records (\`after\` = the last record's id).`,
         params: ModelParams,
         querystring: MetricHistoryQuery,
         response: { 200: MetricHistory },
       },
     },
-    async (request) => service.metricHistory(principalOf(request), request.params.model_id, request.query.split),
+    async (request) => service.metricHistory(principalOf(request), request.params.model_id, request.query),
   );
 
   app.post(

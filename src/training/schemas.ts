@@ -315,12 +315,22 @@ export const StoredTrajectoryGroup = z.object({
 });
 export type StoredTrajectoryGroup = z.infer<typeof StoredTrajectoryGroup>;
 
+/** A page of metric records holds at most this many (a long run logs one or two a step). */
+export const METRIC_PAGE_LIMIT = 10_000;
+
 export const MetricHistoryQuery = z.object({
   split: queryText().min(1).max(MAX_NAME_LENGTH).optional(),
+  after: z
+    .string()
+    .regex(/^[0-9]{1,18}$/, 'must be the id of a metric record')
+    .optional()
+    .describe('Cursor: the id of the last record of the previous page.'),
+  limit: z.coerce.number().int().min(1).max(METRIC_PAGE_LIMIT).default(METRIC_PAGE_LIMIT),
 });
 export type MetricHistoryQuery = z.infer<typeof MetricHistoryQuery>;
 
 export const MetricRecord = z.object({
+  id: z.string(),
   step: z.number().int(),
   split: z.string(),
   metrics: NumberMap,
@@ -328,10 +338,7 @@ export const MetricRecord = z.object({
 });
 export type MetricRecord = z.infer<typeof MetricRecord>;
 
-export const MetricHistory = z.object({
-  object: z.literal('list'),
-  data: z.array(MetricRecord),
-});
+export const MetricHistory = Page(MetricRecord);
 export type MetricHistory = z.infer<typeof MetricHistory>;
 
 // ---------------------------------------------------------------------------------------------------------
@@ -569,6 +576,13 @@ export type WorkerEvent = z.infer<typeof WorkerEvent>;
 export const PostEventsRequest = z.object({
   lease_token: LeaseToken,
   events: z.array(WorkerEvent).min(1).max(1000),
+  first_seq: z
+    .int()
+    .min(0)
+    .optional()
+    .describe(
+      'How many events this worker posted in this attempt before this batch (0 for the first). With it a repeated batch is not appended again: the events already stored answer their stored ids. Beyond what is stored: 422.',
+    ),
 });
 export type PostEventsRequest = z.infer<typeof PostEventsRequest>;
 

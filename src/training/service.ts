@@ -18,6 +18,7 @@ import type {
   LogRequest,
   LogResponse,
   MetricHistory,
+  MetricHistoryQuery,
   Model,
   ModelCreate,
   ModelListQuery,
@@ -237,9 +238,11 @@ export class TrainingService {
     });
   }
 
-  async metricHistory(principal: Principal, modelId: string, split: string | undefined): Promise<MetricHistory> {
+  async metricHistory(principal: Principal, modelId: string, query: MetricHistoryQuery): Promise<MetricHistory> {
     const model = await this.model(await this.scope(principal), modelId);
-    return { object: 'list', data: await repo.listMetricHistory(this.db, { model, split }) };
+    const page = await repo.listMetricHistory(this.db, { model, ...query });
+    if (!page) throw new UnprocessableError(`Value error, after is not the id of a metric record of model ${model.id}`, ['query', 'after'], { input: query.after });
+    return page;
   }
 
   /** Stored trajectory groups at one (split, step), for the web UI's rollouts view. */

@@ -349,7 +349,7 @@ describe('log metrics that overflow', () => {
       { id: expect.any(String), step: 1, metrics: { 'loss/train': 0.5, ...expected } },
     ]);
     expect((await get(`/v1/preview/models/${model.id}/metrics`)).body.data).toEqual([
-      { step: 1, split: 'val', metrics: expected, created_at: expect.any(String) },
+      { id: expect.any(String), step: 1, split: 'val', metrics: expected, created_at: expect.any(String) },
     ]);
   });
 });

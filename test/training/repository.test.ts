@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as training from '../../migrations/0002_training.js';
 import * as checkpointLifecycle from '../../migrations/0009_checkpoint_lifecycle.js';
 import * as deletedCheckpoints from '../../migrations/0016_deleted_checkpoints.js';
+import * as workerKeys from '../../migrations/0017_worker_keys.js';
 import type { DatabaseHandle } from '../../src/db/index.js';
 import {
   createModel,
@@ -216,17 +217,18 @@ describe('trajectory logs and metrics', () => {
     await recordMetrics(db, { model, split: 'val', step: 0, metrics: { 'val/reward': 0.1 } });
     await recordMetrics(db, { model, split: 'train', step: 0, metrics: { 'train/reward': 0.2 } });
     await recordMetrics(db, { model, split: 'val', step: 1, metrics: { 'val/reward': 0.3 } });
-    const history = await listMetricHistory(db, { model, split: 'val' });
-    expect(history.map((h) => [h.step, h.metrics])).toEqual([[0, { 'val/reward': 0.1 }], [1, { 'val/reward': 0.3 }]]);
-    expect(await listMetricHistory(db, { model })).toHaveLength(3);
+    const history = (await listMetricHistory(db, { model, split: 'val', limit: 10 }))!;
+    expect(history.data.map((h) => [h.step, h.metrics])).toEqual([[0, { 'val/reward': 0.1 }], [1, { 'val/reward': 0.3 }]]);
+    expect((await listMetricHistory(db, { model, limit: 10 }))!.data).toHaveLength(3);
   });
 });
 
-describe('migrations 0002, 0009 and 0016', () => {
+describe('migrations 0002, 0009, 0016 and 0017', () => {
   it('drops every training table on down and creates them again on up', async () => {
     const scratch = await openTrainingDb();
     const raw = scratch.db as unknown as Kysely<unknown>;
     const tables = async () => (await raw.introspection.getTables()).map((t) => t.name).sort();
+    await workerKeys.down(raw);
     await deletedCheckpoints.down(raw);
     expect(await tables()).not.toContain('deleted_checkpoints');
     await checkpointLifecycle.down(raw);
@@ -236,6 +238,7 @@ describe('migrations 0002, 0009 and 0016', () => {
     await training.up(raw);
     await checkpointLifecycle.up(raw);
     await deletedCheckpoints.up(raw);
+    await workerKeys.up(raw);
     expect(await tables()).toEqual(expect.arrayContaining(['job_events', 'checkpoint_releases', 'entity_claim_turns', 'deleted_checkpoints']));
     await scratch.handle.close();
   });

@@ -196,14 +196,53 @@ describe('log', () => {
     expect((await get(`/v1/preview/models/${model.id}/checkpoints`)).body.data[0].metrics).toMatchObject({ 'loss/train': 0.5, 'train/reward': 0.75 });
 
     const history = await get(`/v1/preview/models/${model.id}/metrics`);
+    const [first, second] = history.body.data.map((r: any) => r.id);
     expect(history.body).toEqual({
       object: 'list',
       data: [
-        { step: 0, split: 'val', metrics: atZero.body.metrics, created_at: expect.any(String) },
-        { step: 1, split: 'train', metrics: atOne.body.metrics, created_at: expect.any(String) },
+        { id: first, step: 0, split: 'val', metrics: atZero.body.metrics, created_at: expect.any(String) },
+        { id: second, step: 1, split: 'train', metrics: atOne.body.metrics, created_at: expect.any(String) },
       ],
+      first_id: first,
+      last_id: second,
+      has_more: false,
     });
     expect((await get(`/v1/preview/models/${model.id}/metrics?split=train`)).body.data.map((r: any) => r.step)).toEqual([1]);
+  });
+
+  it('pages the metric history by step, then log order, with after = the last record\'s id', async () => {
+    const { model } = await userWithModel(app, user);
+    const url = `/v1/preview/models/${model.id}/log`;
+    // Two log calls at step 0 (val and train), one at step 1.
+    await post(url, { split: 'val', trajectory_groups: [groupGenerationA([1, 0])] });
+    await post(url, { split: 'train', trajectory_groups: [groupGenerationA([0, 0])] });
+    await addCheckpoints(model.id, [1]);
+    await post(url, { split: 'val', trajectory_groups: [groupGenerationA([1, 1])] });
+
+    const seen: [number, string][] = [];
+    let after: string | undefined;
+    for (;;) {
+      const page = await get(`/v1/preview/models/${model.id}/metrics?limit=1${after ? `&after=${after}` : ''}`);
+      expect(page.status).toBe(200);
+      expect(page.body.data).toHaveLength(1);
+      seen.push([page.body.data[0].step, page.body.data[0].split]);
+      after = page.body.last_id;
+      if (!page.body.has_more) break;
+    }
+    expect(seen).toEqual([[0, 'val'], [0, 'train'], [1, 'val']]);
+    const valOnly = await get(`/v1/preview/models/${model.id}/metrics?split=val&limit=1`);
+    expect((await get(`/v1/preview/models/${model.id}/metrics?split=val&after=${valOnly.body.last_id}`)).body.data.map((r: any) => r.step)).toEqual([1]);
+
+    // A cursor that is not a record of this model is the client's error.
+    const other = await userWithModel(app, user);
+    await post(`/v1/preview/models/${other.model.id}/log`, { split: 'val', trajectory_groups: [groupGenerationA([1, 0])] });
+    const foreign = (await get(`/v1/preview/models/${other.model.id}/metrics`)).body.last_id;
+    expect((await get(`/v1/preview/models/${model.id}/metrics?after=${foreign}`)).body).toEqual({
+      detail: [{ type: 'value_error', loc: ['query', 'after'], msg: `Value error, after is not the id of a metric record of model ${model.id}`, input: foreign }],
+    });
+    const invalid = await get(`/v1/preview/models/${model.id}/metrics?after=x&limit=10001`);
+    expect(invalid.status).toBe(422);
+    expect(invalid.body.detail.map((d: any) => d.loc)).toEqual([['query', 'after'], ['query', 'limit']]);
   });
 });
 

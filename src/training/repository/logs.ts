@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
-import type { MetricRecord, TrajectoryGroup } from '../schemas.js';
-import { chunkBySize, iso, jsonb, jsonbText, type TrainingDb } from './db.js';
+import type { MetricRecord, PageOf, TrajectoryGroup } from '../schemas.js';
+import { chunkBySize, iso, jsonb, jsonbText, toPage, type TrainingDb } from './db.js';
 import type { StoredModel } from './rows.js';
 
 /**
@@ -52,18 +52,34 @@ export async function recordMetrics(
   return { merged_into_checkpoint: Number(merged.numUpdatedRows) > 0 };
 }
 
-/** The model's logged metrics, oldest step first. */
+/**
+ * A page of the model's logged metrics, by step and then in the order they were logged. `after` is the id
+ * of a record of this model; undefined is returned when it is not one, for a 422.
+ */
 export async function listMetricHistory(
   db: TrainingDb,
-  args: { model: StoredModel; split?: string },
-): Promise<MetricRecord[]> {
+  args: { model: StoredModel; split?: string; after?: string; limit: number },
+): Promise<PageOf<MetricRecord> | undefined> {
   let query = db
     .selectFrom('metric_history')
-    .select(['step', 'split', 'metrics', 'created_at'])
+    .select(['id', 'step', 'split', 'metrics', 'created_at'])
     .where('model_id', '=', args.model.id);
+  if (args.after !== undefined) {
+    const cursor = await db
+      .selectFrom('metric_history')
+      .select(['id', 'step'])
+      .where('model_id', '=', args.model.id)
+      .where(sql<boolean>`id = cast(${args.after} as bigint)`)
+      .executeTakeFirst();
+    if (!cursor) return undefined;
+    query = query.where(sql<boolean>`(step, id) > (${cursor.step}, cast(${String(cursor.id)} as bigint))`);
+  }
   if (args.split !== undefined) query = query.where('split', '=', args.split);
-  const rows = await query.orderBy('step').orderBy('id').execute();
-  return rows.map((row) => ({ ...row, created_at: iso(row.created_at) }));
+  const rows = await query.orderBy('step').orderBy('id').limit(args.limit + 1).execute();
+  return toPage(
+    rows.map((row) => ({ ...row, id: String(row.id), created_at: iso(row.created_at) })),
+    args.limit,
+  );
 }
 
 /** Logged groups of one split and step, in the order they were sent (for export and tests). */
