@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
@@ -112,19 +113,46 @@ describe('call ingest', () => {
     expect([none.statusCode, none.json()]).toEqual([400, { reason: 'Nothing to update: send display_name (the only updatable field; "" removes the name).' }]);
   });
 
-  it('writes a batch all or nothing: one bad item leaves the database unchanged', async () => {
+  it('writes a batch all or nothing: an item the database refuses leaves the database unchanged', async () => {
     const project = newProject();
+    // Validation leaves nothing the database refuses, so a trigger plays a refused value (a data exception)
+    // on the batch's second call, after the first was written in the same transaction.
+    await sql`create function refuse_op() returns trigger language plpgsql as $$
+      begin if new.op_name = 'refused-op' then raise exception 'refused' using errcode = '22023'; end if; return new; end $$`.execute(app.db);
+    await sql`create trigger refuse_op before insert or update on trace_calls for each row execute function refuse_op()`.execute(app.db);
+    try {
+      // A key's first use is recorded on the key: not the refused request's write.
+      await post(app, user, '/calls/query_stats', { project_id: project });
+      const before = await databaseFingerprint(app);
+      const batch = [...callItems(project, { id: 'ok' }), ...callItems(project, { id: 'refused', op_name: 'refused-op' })];
+      const response = await post(app, user, '/call/upsert_batch', { batch });
+      expect(response.statusCode).toBe(400);
+      expect(response.json()).toEqual({ reason: 'A value in the request is out of the range or form PostgreSQL accepts (SQLSTATE 22023).' });
+      expect(await databaseFingerprint(app)).toEqual(before);
+    } finally {
+      await sql`drop trigger refuse_op on trace_calls`.execute(app.db);
+      await sql`drop function refuse_op()`.execute(app.db);
+    }
+  });
+
+  it('refuses an op name past 2,000 bytes of UTF-8 (it is indexed), though within 1,024 characters, naming it', async () => {
+    const project = newProject();
+    await post(app, user, '/calls/query_stats', { project_id: project });
     const before = await databaseFingerprint(app);
-    const good = callItems(project, { id: 'ok' });
-    // A value PostgreSQL refuses: an op name within the 1,024 characters a call's name may have, but of random
-    // 3-byte characters (no compression brings it under the btree index's 2,704 bytes: 54000). NULs are replaced
-    // instead (review-fixes.test.ts).
+    // 1,024 random 3-byte characters: 3,072 bytes, which no compression brings under a btree entry's 2,704.
     const opName = String.fromCharCode(...Array.from(randomBytes(2048).subarray(0, 1024), (byte, i) => 0x4e00 + byte * 64 + (i % 64)));
-    const bad = callItems(project, { id: 'long', op_name: opName });
-    const response = await post(app, user, '/call/upsert_batch', { batch: [...good, ...bad] });
-    expect(response.statusCode).toBe(400);
-    expect(response.json()).toEqual({ reason: 'A value in the request is out of the range or form PostgreSQL accepts (SQLSTATE 54000).' });
+    const batch = [...callItems(project, { id: 'ok' }), ...callItems(project, { id: 'long', op_name: opName })];
+    const response = await post(app, user, '/call/upsert_batch', { batch });
+    expect(response.statusCode).toBe(422);
+    expect(response.json()).toEqual({
+      detail: [
+        { type: 'value_error', loc: ['body', 'batch', 2, 'req', 'start', 'op_name'], msg: 'Value error, op_name takes at most 2000 bytes of UTF-8', input: opName, ctx: { error: 'op_name takes at most 2000 bytes of UTF-8' } },
+      ],
+    });
     expect(await databaseFingerprint(app)).toEqual(before);
+    // 666 such characters (1,998 bytes) are stored and read back.
+    const fits = opName.slice(0, 666);
+    expect((await post(app, user, '/call/upsert_batch', { batch: callItems(project, { id: 'fits', op_name: fits }) })).statusCode).toBe(200);
   });
 
   it('takes a 10 MB batch in one request', async () => {

@@ -1,13 +1,13 @@
 import { z } from 'zod';
 import { CallsFilter, Query } from '../query/schema.js';
-import { AnyJson, CallIdText, CallNameText, DateTime, FieldList, JsonObject, Key, StoredJson, StoredJsonObject, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
+import { AnyJson, CallIdText, CallNameText, DateTime, FieldList, JsonObject, Key, StoredJson, StoredJsonObject, Limit, Offset, OpNameText, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
 
 /** Calls (reference §2.2). */
 
 export const StartedCall = z.object({
   project_id: ProjectId,
   id: CallIdText.min(1).nullish(),
-  op_name: CallNameText.min(1),
+  op_name: OpNameText,
   display_name: CallNameText.nullish(),
   trace_id: CallIdText.min(1).nullish(),
   parent_id: CallIdText.nullish(),

@@ -33,6 +33,11 @@ export const TRACING_LIMITS = {
   callIdLength: 256,
   /** Characters of a call's op_name and display_name (weave's own bound on display names). */
   callNameLength: 1024,
+  /**
+   * Bytes of UTF-8 of a call's op_name, which is indexed after the project id: 1,024 characters of CJK
+   * text are 3,072 bytes, past the 2,704 PostgreSQL takes in an index entry.
+   */
+  opNameBytes: 2000,
 } as const;
 
 /** An id, ref, digest or name as list items and field paths carry them. */
@@ -43,6 +48,11 @@ export const KeyList = z.array(Key).max(TRACING_LIMITS.listItems);
 export const CallIdText = z.string().max(TRACING_LIMITS.callIdLength);
 /** A call's op_name or display_name. */
 export const CallNameText = z.string().max(TRACING_LIMITS.callNameLength);
+/** A call's op_name: a name, also bounded in bytes (it is indexed). */
+export const OpNameText = CallNameText.min(1).refine(
+  (name) => Buffer.byteLength(name, 'utf8') <= TRACING_LIMITS.opNameBytes,
+  `op_name takes at most ${TRACING_LIMITS.opNameBytes} bytes of UTF-8`,
+);
 /** fields, columns, expand_columns. */
 export const FieldList = z.array(Key).max(TRACING_LIMITS.fields);
 
