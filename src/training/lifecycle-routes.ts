@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { principalOf } from '../auth/plugin.js';
 import type { AdapterService } from './adapter-service.js';
 import type { LifecycleService } from './lifecycle-service.js';
-import { CheckpointState, CheckpointStepParams, RetentionApplied, RetentionPolicy, RetentionPolicyBody } from './lifecycle-schemas.js';
+import { BestCheckpoint, BestCheckpointQuery, CheckpointState, CheckpointStepParams, RetentionApplied, RetentionPolicy, RetentionPolicyBody } from './lifecycle-schemas.js';
 import { CheckpointListQuery, ModelParams, Page } from './schemas.js';
 
 /**
@@ -77,6 +77,22 @@ export const lifecycleRoutes: FastifyPluginAsyncZod<{ lifecycle: LifecycleServic
       },
     },
     async (request) => lifecycle.listCheckpointStates(principalOf(request), request.params.model_id, request.query),
+  );
+
+  app.get(
+    '/v1/preview/models/:model_id/checkpoints/best',
+    {
+      schema: {
+        tags,
+        summary: 'Get Best Checkpoint',
+        description:
+          'The checkpoint with the highest (`mode` max) or lowest (`min`) number for `metric` among all the model\'s checkpoints, ties going to the later step, as ART\'s `delete_checkpoints(best_checkpoint_metric=...)` picks the one it keeps; `checkpoint` is null when none has a number for it.',
+        params: ModelParams,
+        querystring: BestCheckpointQuery,
+        response: { 200: BestCheckpoint },
+      },
+    },
+    async (request) => lifecycle.bestCheckpoint(principalOf(request), request.params.model_id, request.query),
   );
 
   app.post(

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { MAX_INT4, TRAINING_LIMITS } from './schemas.js';
+import { MAX_INT4, queryText, TRAINING_LIMITS } from './schemas.js';
 
 /**
  * Bodies of the checkpoint lifecycle routes (docs/training.md, "Checkpoint lifecycle"): a model's
@@ -66,6 +66,22 @@ export const CheckpointState = z.object({
   created_at: z.string(),
 });
 export type CheckpointState = z.infer<typeof CheckpointState>;
+
+export const BestCheckpointQuery = z.object({
+  metric: queryText().min(1).max(TRAINING_LIMITS.metricName).describe('A checkpoint metric, e.g. val/reward'),
+  mode: z.enum(['max', 'min']).default('max').describe('max: higher is better'),
+});
+export type BestCheckpointQuery = z.infer<typeof BestCheckpointQuery>;
+
+export const BestCheckpoint = z.object({
+  metric: z.string(),
+  mode: z.enum(['max', 'min']),
+  checkpoint: z
+    .object({ id: z.uuid(), step: z.number().int(), value: z.number() })
+    .nullable()
+    .describe('The best checkpoint by the metric (ties: the later step); null when no checkpoint has a number for it'),
+});
+export type BestCheckpoint = z.infer<typeof BestCheckpoint>;
 
 export const CheckpointStepParams = z.object({
   model_id: z.string().describe('Model id (UUID)'),

@@ -1,7 +1,7 @@
 import type { Principal } from '../auth/principal.js';
 import { NotFoundError, UnprocessableError } from '../errors.js';
 import type { CheckpointReleaser } from './checkpoint-release.js';
-import type { CheckpointReleaseList, CheckpointState, RetentionApplied, RetentionPolicy, RetentionPolicyBody } from './lifecycle-schemas.js';
+import type { BestCheckpoint, BestCheckpointQuery, CheckpointReleaseList, CheckpointState, RetentionApplied, RetentionPolicy, RetentionPolicyBody } from './lifecycle-schemas.js';
 import * as repo from './repository.js';
 import type { CheckpointListQuery, PageOf } from './schemas.js';
 import type { TrainingService } from './service.js';
@@ -130,6 +130,12 @@ export class LifecycleService {
       throw new UnprocessableError(`Value error, after is not the id of a checkpoint of model ${model.id}`, ['query', 'after'], { input: query.after });
     }
     return { ...page, data: page.data.map(stateJson) };
+  }
+
+  async bestCheckpoint(principal: Principal, modelId: string, query: BestCheckpointQuery): Promise<BestCheckpoint> {
+    const model = await this.model(principal, modelId);
+    const best = await repo.bestCheckpoint(this.db, { model, ...query });
+    return { metric: query.metric, mode: query.mode, checkpoint: best ?? null };
   }
 
   async setPinned(principal: Principal, modelId: string, step: number, pinned: boolean): Promise<CheckpointState> {

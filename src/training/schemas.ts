@@ -21,7 +21,7 @@ export const MAX_NAME_LENGTH = 128;
  * A query-string text without U+0000, which PostgreSQL text cannot hold. Bodies are checked by the JSON
  * parser of the training scope (plugin.ts); query strings are not JSON, so each field says it here.
  */
-const queryText = textWithoutNul;
+export const queryText = textWithoutNul;
 
 /**
  * Bounds on the lists one request carries (docs/training.md, "Limits"): far above what ART sends (a

@@ -479,6 +479,20 @@ describe('bad input', () => {
 });
 
 describe('another tenant', () => {
+  it('answers the best checkpoint by any metric, highest or lowest, ties to the later step, null when none has it', async () => {
+    const t = await modelWithWorker();
+    await train(t, [{ 'val/reward': 0.4, 'loss/train': 0.9 }, { 'val/reward': 0.8, 'loss/train': 0.5 }, { 'val/reward': 0.8 }, { 'val/reward': 0.1, 'loss/train': 0.7 }]);
+    const ids = new Map<number, string>((await call(app, t.user.headers, 'GET', `${t.base}/checkpoints?limit=100`)).body.data.map((c: any) => [c.step, c.id]));
+    const best = async (query: string) => (await call(app, t.user.headers, 'GET', `${t.base}/checkpoints/best?${query}`)).body;
+    expect(await best('metric=val/reward')).toEqual({ metric: 'val/reward', mode: 'max', checkpoint: { id: ids.get(3), step: 3, value: 0.8 } });
+    expect(await best('metric=loss/train&mode=min')).toEqual({ metric: 'loss/train', mode: 'min', checkpoint: { id: ids.get(2), step: 2, value: 0.5 } });
+    expect(await best('metric=val/reward&mode=min')).toEqual({ metric: 'val/reward', mode: 'min', checkpoint: { id: ids.get(4), step: 4, value: 0.1 } });
+    expect(await best('metric=train/reward')).toEqual({ metric: 'train/reward', mode: 'max', checkpoint: null });
+    const missing = await call(app, t.user.headers, 'GET', `${t.base}/checkpoints/best`);
+    expect(missing.status).toBe(422);
+    expect(missing.body.detail.map((d: any) => d.loc)).toEqual([['query', 'metric']]);
+  });
+
   it('finds nothing on every lifecycle route (404) and changes nothing; a worker key is refused (403)', async () => {
     const { owner, other } = await createTenants(app);
     const { model, baseModel } = await userWithModel(app, owner);
@@ -494,6 +508,7 @@ describe('another tenant', () => {
     await expectOtherTenantRefused(app, json('PUT', `${t.base}/retention`, other, { keep_latest: 1 }), notFound);
     await expectOtherTenantRefused(app, json('POST', `${t.base}/retention/apply`, other), notFound);
     await expectOtherTenantRefused(app, json('GET', `${t.base}/checkpoints/lifecycle`, other), notFound);
+    await expectOtherTenantRefused(app, json('GET', `${t.base}/checkpoints/best?metric=val/reward`, other), notFound);
     await expectOtherTenantRefused(app, json('POST', `${t.base}/checkpoints/1/pin`, other), notFound);
     await expectOtherTenantRefused(app, json('POST', `${t.base}/checkpoints/1/unpin`, other), notFound);
 

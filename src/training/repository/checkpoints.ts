@@ -38,6 +38,23 @@ export async function findCheckpoint(
   return row && toCheckpoint(row);
 }
 
+/**
+ * The model's best checkpoint by a metric, among those with a number for it (what ART's
+ * delete_checkpoints keeps); ties go to the later step, as retention ranks them.
+ */
+export async function bestCheckpoint(
+  db: TrainingDb,
+  args: { model: Pick<StoredModel, 'id'>; metric: string; mode: 'max' | 'min' },
+): Promise<{ id: string; step: number; value: number } | undefined> {
+  const direction = args.mode === 'max' ? sql`desc` : sql`asc`;
+  const { rows } = await sql<{ id: string; step: number; value: number }>`
+    select id, step, (metrics ->> ${args.metric})::float8 as value from checkpoints
+    where model_id = ${args.model.id} and jsonb_typeof(metrics -> ${args.metric}) = 'number'
+    order by value ${direction}, step desc
+    limit 1`.execute(db);
+  return rows[0];
+}
+
 export async function latestCheckpoint(db: TrainingDb, args: { model: Pick<StoredModel, 'id'> }): Promise<StoredCheckpoint | undefined> {
   const row = await db
     .selectFrom('checkpoints')
