@@ -61,6 +61,9 @@ export const sessionRoutes: FastifyPluginAsyncZod = async (app) => {
   app.delete(
     '/ui/api/session',
     {
+      // No live session needed: a browser whose session already ended (expired, key revoked, signed out
+      // in another tab) must still be able to drop the dead cookie. The CSRF check stays, below.
+      config: { auth: 'none' },
       schema: {
         tags,
         summary: 'Sign out of the web UI',
@@ -70,6 +73,7 @@ export const sessionRoutes: FastifyPluginAsyncZod = async (app) => {
     },
     async (request, reply) => {
       const token = request.headers.authorization ? undefined : readCookie(request, SESSION_COOKIE);
+      if (!request.headers.authorization) checkCsrf(request); // a cross-site page must not sign the browser out
       if (token) await app.auth.endSession(token);
       reply.header('set-cookie', `${SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0`);
       return reply.status(204).send(null);

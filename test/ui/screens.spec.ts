@@ -150,25 +150,28 @@ describe('model page', () => {
     await w.context.close();
   });
 
-  it('lists the checkpoints the API holds, marks the best, copies the inference name and deletes one', async () => {
-    const api = await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/checkpoints?limit=100`);
-    const steps = api.body.data.map((c: any) => String(c.step));
+  it('lists the checkpoints the API holds newest first, marks the best, copies the inference name and deletes one', async () => {
+    const api = await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/checkpoints?limit=100&order=desc`);
+    const steps: string[] = api.body.data.map((c: any) => String(c.step));
+    const oldest = steps.at(-1)!;
     const w = await signedIn();
     w.page.on('dialog', (dialog) => void dialog.accept());
     await w.page.goto(`${server.url}/ui/models/${model.id}`);
     const table = w.page.getByRole('table', { name: 'Checkpoints' });
     await table.locator('tbody tr').first().waitFor();
     expect(await table.locator('tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-step')))).toEqual(steps);
+    await w.page.getByText(`All ${steps.length}.`).waitFor();
     // Best by loss/train (lowest): the last step, whose loss is smallest.
     await w.page.locator('select[name="best-metric"]').selectOption('loss/train');
-    expect(await table.locator('tr.best').getAttribute('data-step')).toBe(steps.at(-1));
-    const first = table.locator(`tr[data-step="${steps[0]}"]`);
-    await first.getByRole('button', { name: 'Copy' }).click();
-    await w.page.locator('[data-copied] code').getByText(`wandb-artifact:///${model.entity}/${model.project}/${model.name}:step${steps[0]}`).waitFor();
-    await first.getByRole('button', { name: 'Delete' }).click();
-    await table.locator(`tr[data-step="${steps[0]}"]`).waitFor({ state: 'detached' });
-    const after = await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/checkpoints?limit=100`);
-    expect(after.body.data.map((c: any) => String(c.step))).toEqual(steps.slice(1));
+    await w.page.locator('[data-best]').getByText(`(lowest): step ${steps[0]}`, { exact: false }).waitFor();
+    expect(await table.locator('tr.best').getAttribute('data-step')).toBe(steps[0]);
+    const row = table.locator(`tr[data-step="${oldest}"]`);
+    await row.getByRole('button', { name: 'Copy' }).click();
+    await w.page.locator('[data-copied] code').getByText(`wandb-artifact:///${model.entity}/${model.project}/${model.name}:step${oldest}`).waitFor();
+    await row.getByRole('button', { name: 'Delete' }).click();
+    await table.locator(`tr[data-step="${oldest}"]`).waitFor({ state: 'detached' });
+    const after = await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/checkpoints?limit=100&order=desc`);
+    expect(after.body.data.map((c: any) => String(c.step))).toEqual(steps.slice(0, -1));
     w.expectClean();
     await w.context.close();
   });
@@ -211,7 +214,7 @@ describe('model page', () => {
     const kept = [before[0], ...before.slice(-2)];
     await w.page.locator('[data-retention-note]').getByText(`Deleted steps ${before.filter((s: number) => !kept.includes(s)).join(', ')}.`).waitFor();
     await table.locator(`tr[data-step="${before[1]}"]`).waitFor({ state: 'detached' });
-    expect(await table.locator('tbody tr').evaluateAll((rows) => rows.map((r) => Number(r.getAttribute('data-step'))))).toEqual(kept);
+    expect(await table.locator('tbody tr').evaluateAll((rows) => rows.map((r) => Number(r.getAttribute('data-step'))))).toEqual([...kept].reverse());
     const after = await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/checkpoints?limit=100`);
     expect(after.body.data.map((c: any) => c.step)).toEqual(kept);
     w.expectClean();

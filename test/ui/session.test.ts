@@ -128,6 +128,22 @@ describe('web UI sessions', () => {
     expect(after.json()).toEqual({ detail: 'Your session has ended (signed out, expired or its API key was revoked): sign in again.' });
   });
 
+  it('signing out with a session that has already ended still clears the cookie', async () => {
+    const cookie = `ty_session=${sessionCookie((await signIn(app, user.key)).headers['set-cookie'])}`;
+    expect((await app.inject({ method: 'DELETE', url: '/ui/api/session', headers: { cookie, ...UI } })).statusCode).toBe(204);
+    const again = await app.inject({ method: 'DELETE', url: '/ui/api/session', headers: { cookie, ...UI } });
+    expect(again.statusCode).toBe(204);
+    expect(String(again.headers['set-cookie'])).toBe('ty_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0');
+  });
+
+  it('signing out by cookie without the UI header is refused, and the session lives on', async () => {
+    const cookie = `ty_session=${sessionCookie((await signIn(app, user.key)).headers['set-cookie'])}`;
+    const out = await app.inject({ method: 'DELETE', url: '/ui/api/session', headers: { cookie } });
+    expect(out.statusCode).toBe(403);
+    expect(out.headers['set-cookie']).toBeUndefined();
+    expect((await app.inject({ url: '/ui/api/session', headers: { cookie } })).statusCode).toBe(200);
+  });
+
   it('revoking the key ends its sessions', async () => {
     const other = await createUserWithKey(app);
     const cookie = `ty_session=${sessionCookie((await signIn(app, other.key)).headers['set-cookie'])}`;

@@ -56,13 +56,13 @@ export async function api<T>(path: string, options: { method?: string; body?: un
   return body as T;
 }
 
-/** Every page of a cursor list (`after` = last_id), up to `max` items. */
-export async function allPages<T>(path: string, max = 5000): Promise<T[]> {
+/** Every page of a cursor list (`after` = last_id), `pageSize` at a time, up to `max` items. */
+export async function allPages<T>(path: string, max = 5000, pageSize = 100): Promise<T[]> {
   const items: T[] = [];
   let after = '';
   for (;;) {
     const sep = path.includes('?') ? '&' : '?';
-    const page = await api<{ data: T[]; last_id: string; has_more: boolean }>(`${path}${sep}limit=100${after ? `&after=${after}` : ''}`);
+    const page = await api<{ data: T[]; last_id: string; has_more: boolean }>(`${path}${sep}limit=${pageSize}${after ? `&after=${after}` : ''}`);
     items.push(...page.data);
     if (!page.has_more || items.length >= max || !page.last_id) return items;
     after = encodeURIComponent(page.last_id);

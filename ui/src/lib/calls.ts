@@ -1,21 +1,48 @@
 import type { Call } from './types.js';
 
-/** Figures a calls table shows, read from `summary` (usage per model, costs when include_costs). */
+/**
+ * Figures a calls table shows, read from `summary` (usage per model, costs when include_costs). Any client
+ * writes `summary`, so an entry may be null, and a count a string: only finite numbers are added up, and
+ * a call with none shows no figure.
+ */
 
-export function tokensOf(call: Call): number | undefined {
-  const usage = call.summary?.usage;
-  if (!usage) return undefined;
-  let total = 0;
-  for (const u of Object.values(usage)) total += u.total_tokens ?? (u.prompt_tokens ?? 0) + (u.completion_tokens ?? 0);
+/** A number the summary holds, or undefined for anything else (null, "15", NaN). */
+function count(value: unknown): number | undefined {
+  return typeof value === 'number' && Number.isFinite(value) ? value : undefined;
+}
+
+/** Each entry of a summary map that is an object (`{model: {...}}`); nulls and scalars are left out. */
+function entries(map: unknown): Record<string, unknown>[] {
+  if (!map || typeof map !== 'object') return [];
+  return Object.values(map).filter((v): v is Record<string, unknown> => !!v && typeof v === 'object' && !Array.isArray(v));
+}
+
+/** Sums `pick` over the entries; undefined when no entry has a number. */
+function sum(map: unknown, pick: (entry: Record<string, unknown>) => number | undefined): number | undefined {
+  let total: number | undefined;
+  for (const entry of entries(map)) {
+    const value = pick(entry);
+    if (value !== undefined) total = (total ?? 0) + value;
+  }
   return total;
 }
 
+export function tokensOf(call: Call): number | undefined {
+  return sum(call.summary?.usage, (u) => {
+    const total = count(u.total_tokens);
+    if (total !== undefined) return total;
+    const prompt = count(u.prompt_tokens);
+    const completion = count(u.completion_tokens);
+    return prompt === undefined && completion === undefined ? undefined : (prompt ?? 0) + (completion ?? 0);
+  });
+}
+
 export function costOf(call: Call): number | undefined {
-  const costs = call.summary?.weave?.costs;
-  if (!costs) return undefined;
-  let total = 0;
-  for (const c of Object.values(costs)) total += (c.prompt_tokens_total_cost ?? 0) + (c.completion_tokens_total_cost ?? 0);
-  return total;
+  return sum(call.summary?.weave?.costs, (c) => {
+    const prompt = count(c.prompt_tokens_total_cost);
+    const completion = count(c.completion_tokens_total_cost);
+    return prompt === undefined && completion === undefined ? undefined : (prompt ?? 0) + (completion ?? 0);
+  });
 }
 
 export function opLabel(call: Call): string {

@@ -18,7 +18,51 @@ export interface Series {
   y: number[];
   /** Lower and upper edge of a band drawn behind the line (same length as x). */
   band?: { lo: number[]; hi: number[]; label: string };
+  /** Steps whose value was not a finite number (W&B keeps them as "NaN", "Infinity", "-Infinity"): marked, not drawn as values. */
+  nonFinite?: NonFinitePoint[];
 }
+
+export type NonFinite = 'NaN' | 'Infinity' | '-Infinity';
+export interface NonFinitePoint {
+  x: number;
+  value: NonFinite;
+}
+
+/** A stretch of a series' steps with the same non-finite value and no finite value between them. */
+export interface NonFiniteRun {
+  label: string;
+  value: NonFinite;
+  from: number;
+  to: number;
+}
+
+/** The non-finite stretches of a series, in step order: a loss that diverges to NaN at step 500 and stays there is one run. */
+export function nonFiniteRuns(series: Series): NonFiniteRun[] {
+  const marks = [...(series.nonFinite ?? [])].sort((a, b) => a.x - b.x);
+  const finite = [...series.x].sort((a, b) => a - b);
+  const runs: NonFiniteRun[] = [];
+  let next = 0; // index of the first finite step after the current run's last step
+  for (const mark of marks) {
+    while (next < finite.length && finite[next] <= mark.x) next++;
+    const last = runs.at(-1);
+    const unbroken = last !== undefined && last.value === mark.value && !(next > 0 && finite[next - 1] > last.to);
+    if (unbroken) last.to = mark.x;
+    else runs.push({ label: series.label, value: mark.value, from: mark.x, to: mark.x });
+  }
+  return runs;
+}
+
+/** The line under a chart that says where its non-finite values are, e.g. "NaN at steps 3–4 · Infinity at step 5". */
+export function describeRuns(runs: NonFiniteRun[], withLabels: boolean, max = 6): string {
+  const parts = runs.slice(0, max).map((r) => {
+    const at = r.from === r.to ? `step ${r.from}` : `steps ${r.from}–${r.to}`;
+    return `${withLabels ? `${r.label}: ` : ''}${r.value} at ${at}`;
+  });
+  if (runs.length > max) parts.push(`and ${runs.length - max} more`);
+  return parts.join(' · ');
+}
+
+const NON_FINITE_COLOR = '#dc2626';
 
 const COLORS = ['#2563eb', '#dc2626', '#059669', '#d97706', '#7c3aed', '#db2777'];
 
@@ -43,6 +87,8 @@ interface ChartProps {
   /** 0..0.99; when above 0 each series gets a smoothed line and its raw line is drawn faint. */
   smoothing?: number;
   log?: boolean;
+  /** Values are fractions: the y axis spans at least 0 to 1, so an all-zero rate does not read as a percentage. */
+  fraction?: boolean;
   height?: number;
   xLabel?: string;
   onPick?: (x: number, label: string) => void;
@@ -51,7 +97,11 @@ interface ChartProps {
 /** Aligns the series on the union of their x values (uPlot wants one sorted x array, nulls for gaps). */
 function align(series: Series[]): { xs: number[]; cols: (number | null)[][]; bands: ((number | null)[] | undefined)[][] } {
   const set = new Set<number>();
-  for (const s of series) for (const x of s.x) set.add(x);
+  for (const s of series) {
+    for (const x of s.x) set.add(x);
+    // Steps with only a non-finite value still belong on the x axis, where they are marked.
+    for (const p of s.nonFinite ?? []) set.add(p.x);
+  }
   const xs = [...set].sort((a, b) => a - b);
   const index = new Map(xs.map((x, i) => [x, i]));
   const cols: (number | null)[][] = [];
@@ -88,6 +138,7 @@ export function Chart(props: ChartProps) {
     const opts: uPlot.Series[] = [{ label: props.xLabel ?? 'step' }];
     const uBands: uPlot.Band[] = [];
     let min = Infinity;
+    const runs = props.series.flatMap(nonFiniteRuns);
     props.series.forEach((s, i) => {
       const color = COLORS[i % COLORS.length];
       const [lo, hi] = bands[i];
@@ -101,7 +152,10 @@ export function Chart(props: ChartProps) {
       }
       data.push(cols[i]);
       for (const v of cols[i]) if (v !== null && v < min) min = v;
-      opts.push({ label: smoothing > 0 ? `${s.label} (raw)` : s.label, stroke: smoothing > 0 ? `${color}55` : color, width: 1.5, spanGaps: true });
+      // The legend names a non-finite value at its step rather than showing no value.
+      const marks = new Map((s.nonFinite ?? []).map((p) => [p.x, p.value]));
+      const value = marks.size ? (_u: uPlot, v: number | null, _s: number, idx: number | null) => (v === null ? (idx === null ? '--' : (marks.get(xs[idx]) ?? '--')) : formatTick(v)) : undefined;
+      opts.push({ label: smoothing > 0 ? `${s.label} (raw)` : s.label, stroke: smoothing > 0 ? `${color}55` : color, width: 1.5, spanGaps: true, value });
       if (smoothing > 0) {
         data.push(ema(cols[i], smoothing));
         opts.push({ label: `${s.label} (smoothed)`, stroke: color, width: 2, spanGaps: true });
@@ -115,11 +169,24 @@ export function Chart(props: ChartProps) {
         height: props.height ?? 260,
         series: opts,
         bands: uBands,
-        scales: { x: { time: false }, y: { distr } },
+        scales: {
+          x: { time: false },
+          y: props.fraction ? { range: (_u, lo, hi) => [Math.min(0, lo ?? 0), Math.max(1, hi ?? 1)] } : { distr },
+        },
         // Steps are whole numbers: no tick between two of them.
         axes: [{ label: props.xLabel ?? 'step', incrs: STEP_INCREMENTS }, { values: (_u, splits) => splits.map(formatTick), size: 60 }],
         cursor: { drag: { x: true, y: false } },
         legend: { live: true },
+        hooks: {
+          draw: [
+            (u) => {
+              drawNonFinite(u, runs);
+              // The y axis's drawn range, for tests (the ticks themselves are painted on the canvas).
+              el.dataset.yMin = String(u.scales.y.min);
+              el.dataset.yMax = String(u.scales.y.max);
+            },
+          ],
+        },
       },
       data as uPlot.AlignedData,
       el,
@@ -130,6 +197,7 @@ export function Chart(props: ChartProps) {
       el.dataset.renderMs = (performance.now() - started).toFixed(1);
     });
     el.dataset.scale = props.log ? (distr === 3 ? 'log' : 'asinh') : 'linear';
+    el.dataset.nonfinite = String(props.series.reduce((n, s) => n + (s.nonFinite?.length ?? 0), 0));
     const onClick = () => {
       const idx = chart.cursor.idx;
       if (idx === null || idx === undefined || !pick.current) return;
@@ -144,10 +212,39 @@ export function Chart(props: ChartProps) {
     };
   }, [props.series, props.smoothing, props.log]);
 
+  const runs = props.series.flatMap(nonFiniteRuns);
   return (
     <figure class="chart">
       <figcaption>{props.title}</figcaption>
       <div ref={box} class="chart-box" data-chart={props.title} />
+      {runs.length > 0 && (
+        <p class="chart-note nonfinite" data-nonfinite-note>
+          {describeRuns(runs, props.series.length > 1)}
+        </p>
+      )}
     </figure>
   );
+}
+
+/** Shades each non-finite run red across the plot, with its value written at the top: a diverged loss shows where it diverged. */
+function drawNonFinite(u: uPlot, runs: NonFiniteRun[]): void {
+  if (!runs.length) return;
+  const ctx = u.ctx;
+  const ratio = window.devicePixelRatio || 1;
+  const { top, height } = u.bbox;
+  ctx.save();
+  ctx.font = `${11 * ratio}px sans-serif`;
+  ctx.textBaseline = 'top';
+  for (const run of runs) {
+    const x0 = u.valToPos(run.from, 'x', true);
+    const x1 = u.valToPos(run.to, 'x', true);
+    const left = Math.min(x0, x1) - 2 * ratio;
+    const width = Math.abs(x1 - x0) + 4 * ratio;
+    ctx.fillStyle = `${NON_FINITE_COLOR}26`;
+    ctx.fillRect(left, top, width, height);
+    ctx.fillStyle = NON_FINITE_COLOR;
+    ctx.fillRect(left, top, width, 3 * ratio);
+    ctx.fillText(run.value === 'NaN' ? 'NaN' : run.value === 'Infinity' ? '+∞' : '−∞', left + 2 * ratio, top + 5 * ratio);
+  }
+  ctx.restore();
 }

@@ -39,7 +39,11 @@ export function setQuery(changes: Record<string, string | undefined>): void {
   navigate(location.value.path + (search ? `?${search}` : ''), true);
 }
 
-/** Matches "/models/:id" against a path; returns the parameters or undefined. */
+/**
+ * Matches "/models/:id" against a path; returns the parameters (decoded) or undefined. A segment that is
+ * not valid percent-encoding (a bare "%" typed or pasted into the address bar) matches nothing, so the
+ * app shows "Not found" rather than throwing.
+ */
 export function match(pattern: string, path: string): Record<string, string> | undefined {
   const want = pattern.split('/');
   const have = path.split('/');
@@ -48,10 +52,28 @@ export function match(pattern: string, path: string): Record<string, string> | u
   for (let i = 0; i < want.length; i++) {
     if (want[i].startsWith(':')) {
       if (!have[i]) return undefined;
-      params[want[i].slice(1)] = decodeURIComponent(have[i]);
+      try {
+        params[want[i].slice(1)] = decodeURIComponent(have[i]);
+      } catch {
+        return undefined;
+      }
     } else if (want[i] !== have[i]) return undefined;
   }
   return params;
+}
+
+/**
+ * An app path from literal parts and values: appPath`/models/${id}` encodes each value as one path
+ * segment, so names holding "/", "%", "#" or "?" (projects may) stay whole and reversible.
+ */
+export function appPath(strings: TemplateStringsArray, ...values: (string | number)[]): string {
+  return strings.reduce((out, literal, i) => out + literal + (i < values.length ? encodeURIComponent(String(values[i])) : ''), '');
+}
+
+/** The app path of a project's page ("models", "traces", …); `projectId` is "entity/project", and entity names never hold "/". */
+export function projectPath(projectId: string, page: string): string {
+  const slash = projectId.indexOf('/');
+  return `${appPath`/p/${projectId.slice(0, slash)}/${projectId.slice(slash + 1)}`}/${page}`;
 }
 
 /**

@@ -74,7 +74,8 @@ export interface Call {
   output?: unknown;
   attributes?: Record<string, unknown>;
   summary?: {
-    weave?: { status?: string; latency_ms?: number; trace_name?: string; costs?: Record<string, Record<string, number>> };
-    usage?: Record<string, Record<string, number>>;
+    // Written by any client: entries may be null and counts not numbers (lib/calls.ts reads them with care).
+    weave?: { status?: string; latency_ms?: number; trace_name?: string; costs?: Record<string, unknown> };
+    usage?: Record<string, unknown>;
   } | null;
 }

@@ -1,6 +1,6 @@
 import type { ComponentChildren } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
-import { navigate, BASE } from './router.js';
+import { navigate, BASE, projectPath } from './router.js';
 
 /** Small shared pieces: links through the router, status badges, loading and error lines. */
 
@@ -62,7 +62,7 @@ export function ProjectTabs(props: { project: string; active: 'models' | 'traces
             {label}
           </span>
         ) : (
-          <Link class="tab" to={`/p/${props.project}/${id}`}>
+          <Link class="tab" to={projectPath(props.project, id)}>
             {label}
           </Link>
         ),

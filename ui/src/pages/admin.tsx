@@ -1,6 +1,7 @@
 import { useState } from 'preact/hooks';
 import { api, session } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
+import { appPath } from '../lib/router.js';
 import { Badge, Problem, when } from '../lib/ui.js';
 
 interface User {
@@ -168,7 +169,7 @@ function Admin() {
             e.preventDefault();
             const form = e.currentTarget as HTMLFormElement;
             void run(
-              () => api(`/v1/admin/teams/${encodeURIComponent(field(form, 'team'))}/members`, { method: 'POST', body: { username: field(form, 'member') } }),
+              () => api(appPath`/v1/admin/teams/${field(form, 'team')}/members`, { method: 'POST', body: { username: field(form, 'member') } }),
               'Member added.',
             );
           }}
@@ -239,7 +240,7 @@ function Admin() {
                       class="danger"
                       onClick={() => {
                         if (window.confirm(`Revoke key ${k.prefix}…?`)) void run(async () => {
-                          await api(`/v1/admin/keys/${k.id}/revoke`, { method: 'POST' });
+                          await api(appPath`/v1/admin/keys/${k.id}/revoke`, { method: 'POST' });
                           keys.reload();
                         }, 'Key revoked.');
                       }}

@@ -1,32 +1,48 @@
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { api } from '../lib/api.js';
+import { api, ApiError } from '../lib/api.js';
 import { Chart, type Series } from '../lib/chart.js';
+import { appPath } from '../lib/router.js';
 import type { Job, JobEvent } from '../lib/types.js';
 import { Badge, fmt, Link, Problem, when } from '../lib/ui.js';
 
 const POLL_MS = 1000;
+/** The longest wait between two tries after failed polls (the wait doubles from POLL_MS). */
+const MAX_BACKOFF_MS = 30_000;
 const DONE = new Set(['COMPLETED', 'FAILED', 'CANCELED']);
 
-/** A job: status, its events as they arrive (polled by cursor until the job ends), gradient-step charts, cancel. */
+/** An error no retry mends: the job is not there for this key, or the session ended (the app signs out). */
+function permanent(err: unknown): boolean {
+  return err instanceof ApiError && (err.status === 401 || err.status === 403 || err.status === 404);
+}
+
+/**
+ * A job: status, its events as they arrive (polled by cursor until the job ends), gradient-step charts,
+ * cancel. A failed poll (a restarting server, a dropped connection) is retried with a doubling wait, and
+ * said on the page until a poll works again.
+ */
 export function JobPage(props: { id: string }) {
   const [job, setJob] = useState<Job | undefined>(undefined);
   const [events, setEvents] = useState<JobEvent[]>([]);
   const [error, setError] = useState<string | undefined>(undefined);
+  const [retrying, setRetrying] = useState<string | undefined>(undefined);
   const after = useRef('');
 
   useEffect(() => {
     let live = true;
     let timer: number | undefined;
+    let failures = 0;
     after.current = '';
     setEvents([]);
+    setError(undefined);
+    setRetrying(undefined);
     async function tick() {
       try {
-        const current = await api<Job>(`/v1/preview/training-jobs/${props.id}`);
+        const current = await api<Job>(appPath`/v1/preview/training-jobs/${props.id}`);
         if (!live) return;
         setJob(current);
         for (;;) {
           const page = await api<{ data: JobEvent[]; last_id: string; has_more: boolean }>(
-            `/v1/preview/training-jobs/${props.id}/events?limit=100${after.current ? `&after=${after.current}` : ''}`,
+            `${appPath`/v1/preview/training-jobs/${props.id}/events`}?limit=100${after.current ? `&after=${encodeURIComponent(after.current)}` : ''}`,
           );
           if (!live) return;
           if (page.data.length) {
@@ -35,9 +51,20 @@ export function JobPage(props: { id: string }) {
           }
           if (!page.has_more) break;
         }
+        failures = 0;
+        setRetrying(undefined);
         if (!DONE.has(current.status)) timer = window.setTimeout(tick, POLL_MS);
       } catch (err) {
-        if (live) setError((err as Error).message);
+        if (!live) return;
+        if (permanent(err)) {
+          setRetrying(undefined);
+          setError((err as Error).message);
+          return;
+        }
+        failures += 1;
+        const wait = Math.min(POLL_MS * 2 ** failures, MAX_BACKOFF_MS);
+        setRetrying(`Could not refresh (${(err as Error).message}); retrying in ${Math.round(wait / 1000)} s.`);
+        timer = window.setTimeout(tick, wait);
       }
     }
     void tick();
@@ -66,7 +93,7 @@ export function JobPage(props: { id: string }) {
 
   async function cancel() {
     try {
-      setJob(await api<Job>(`/v1/preview/training-jobs/${props.id}/cancel`, { method: 'POST' }));
+      setJob(await api<Job>(appPath`/v1/preview/training-jobs/${props.id}/cancel`, { method: 'POST' }));
     } catch (err) {
       setError((err as Error).message);
     }
@@ -75,10 +102,15 @@ export function JobPage(props: { id: string }) {
   return (
     <main>
       <Problem error={error} />
+      {retrying && (
+        <p class="problem transient" role="status">
+          {retrying}
+        </p>
+      )}
       {job && (
         <>
           <p class="crumbs">
-            <Link to={`/models/${job.model_id}`}>model</Link> / job
+            <Link to={appPath`/models/${job.model_id}`}>model</Link> / job
           </p>
           <h1>
             {job.kind.toUpperCase()} job {job.id.slice(0, 8)} <Badge status={job.status} />

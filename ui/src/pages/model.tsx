@@ -1,8 +1,8 @@
-import { useMemo, useState } from 'preact/hooks';
+import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { allPages, api } from '../lib/api.js';
-import { Chart, type Series } from '../lib/chart.js';
+import { Chart, type NonFinite, type Series } from '../lib/chart.js';
 import { useLoad } from '../lib/hooks.js';
-import { navigate } from '../lib/router.js';
+import { appPath, navigate, projectPath } from '../lib/router.js';
 import type { CheckpointState, Job, MetricRecord, Model, RetentionPolicy } from '../lib/types.js';
 import { Badge, fmt, Link, Loading, Problem, when } from '../lib/ui.js';
 
@@ -58,17 +58,21 @@ function rewardSeries(bySplit: Map<string, MetricRecord[]>): Series[] {
   return out;
 }
 
+/** Metric records per request (the route's largest page), and the most the page reads. */
+const METRIC_PAGE = 10_000;
+const MAX_METRIC_RECORDS = 100_000;
+
 export function ModelPage(props: { id: string }) {
   const id = props.id;
-  const model = useLoad(`model:${id}`, () => api<Model>(`/v1/preview/models/${id}`));
-  const metrics = useLoad(`metrics:${id}`, () => api<{ data: MetricRecord[] }>(`/v1/preview/models/${id}/metrics`));
-  const checkpoints = useLoad(`ckpt:${id}`, () => allPages<CheckpointState>(`/v1/preview/models/${id}/checkpoints/lifecycle`));
-  const retention = useLoad(`retention:${id}`, () => api<RetentionPolicy>(`/v1/preview/models/${id}/retention`));
-  const jobs = useLoad(`jobs:${id}`, () => allPages<Job>(`/v1/preview/training-jobs?model_id=${id}`, 200));
+  const model = useLoad(`model:${id}`, () => api<Model>(appPath`/v1/preview/models/${id}`));
+  const metrics = useLoad(`metrics:${id}`, () => allPages<MetricRecord>(appPath`/v1/preview/models/${id}/metrics`, MAX_METRIC_RECORDS, METRIC_PAGE));
+  const checkpoints = useCheckpointPages(id);
+  const retention = useLoad(`retention:${id}`, () => api<RetentionPolicy>(appPath`/v1/preview/models/${id}/retention`));
+  const jobs = useLoad(`jobs:${id}`, () => allPages<Job>(`/v1/preview/training-jobs?model_id=${encodeURIComponent(id)}`, 200));
   const [smoothing, setSmoothing] = useState(0);
   const [log, setLog] = useState(false);
 
-  const bySplit = useMemo(() => latestBySplit(metrics.data?.data ?? []), [metrics.data]);
+  const bySplit = useMemo(() => latestBySplit(metrics.data ?? []), [metrics.data]);
   const reward = useMemo(() => rewardSeries(bySplit), [bySplit]);
   const exceptions = useMemo(() => metricSeries(bySplit, (s, m) => m[`${s}/exception_rate`]), [bySplit]);
   const trainable = useMemo(
@@ -80,10 +84,11 @@ export function ModelPage(props: { id: string }) {
       ),
     [bySplit],
   );
+  // From the checkpoints loaded so far (the newest first page, and what "Load more" added).
   const loss = useMemo<Series[]>(() => {
-    const rows = (checkpoints.data ?? []).filter((c) => c.metrics.loss !== undefined || c.metrics['loss/train'] !== undefined);
+    const rows = checkpoints.rows.filter((c) => c.metrics.loss !== undefined || c.metrics['loss/train'] !== undefined).sort((a, b) => a.step - b.step);
     return rows.length ? [{ label: 'loss', x: rows.map((c) => c.step), y: rows.map((c) => c.metrics['loss/train'] ?? c.metrics.loss) }] : [];
-  }, [checkpoints.data]);
+  }, [checkpoints.rows]);
   const defaultSplit = bySplit.has('train') ? 'train' : [...bySplit.keys()][0];
 
   const m = model.data;
@@ -94,7 +99,7 @@ export function ModelPage(props: { id: string }) {
       {m && (
         <>
           <p class="crumbs">
-            <Link to={`/p/${m.entity}/${m.project}/models`}>{`${m.entity}/${m.project}`}</Link> / model
+            <Link to={projectPath(`${m.entity}/${m.project}`, 'models')}>{`${m.entity}/${m.project}`}</Link> / model
           </p>
           <h1>{m.name}</h1>
           <p class="muted">
@@ -129,7 +134,7 @@ export function ModelPage(props: { id: string }) {
             series={reward}
             smoothing={smoothing}
             log={log}
-            onPick={(step) => navigate(`/models/${id}/rollouts?split=${encodeURIComponent(defaultSplit)}&step=${step}`)}
+            onPick={(step) => navigate(`${appPath`/models/${id}/rollouts`}?split=${encodeURIComponent(defaultSplit)}&step=${step}`)}
           />
         )}
         <p class="muted note">
@@ -137,18 +142,20 @@ export function ModelPage(props: { id: string }) {
           learns from, not the spread of all rewards at the step.
         </p>
         <div class="small-multiples">
-          {exceptions.length > 0 && <Chart title="Exception rate" series={exceptions} height={160} />}
-          {trainable.length > 0 && <Chart title="Groups that can train (fraction)" series={trainable} height={160} />}
-          {loss.length > 0 && <Chart title="Loss (checkpoint metrics)" series={loss} height={160} log={log} />}
+          {exceptions.length > 0 && <Chart title="Exception rate" series={exceptions} height={160} fraction />}
+          {trainable.length > 0 && <Chart title="Groups that can train (fraction)" series={trainable} height={160} fraction />}
+          {loss.length > 0 && (
+            <Chart title={checkpoints.hasMore ? 'Loss (metrics of the checkpoints listed below)' : 'Loss (checkpoint metrics)'} series={loss} height={160} log={log} />
+          )}
         </div>
       </section>
       {m && <WandbRunCharts model={m} smoothing={smoothing} log={log} />}
-      {m && <CheckpointsTable model={m} checkpoints={checkpoints.data} policy={retention.data} reload={checkpoints.reload} />}
+      {m && <CheckpointsTable model={m} pages={checkpoints} policy={retention.data} />}
       {m && retention.data && (
         <RetentionForm
           model={m}
           policy={retention.data}
-          metrics={[...new Set((checkpoints.data ?? []).flatMap((c) => Object.keys(c.metrics)))].sort()}
+          metrics={[...new Set(checkpoints.rows.flatMap((c) => Object.keys(c.metrics)))].sort()}
           saved={() => {
             retention.reload();
             checkpoints.reload();
@@ -170,10 +177,11 @@ export function ModelPage(props: { id: string }) {
               </tr>
             </thead>
             <tbody>
-              {[...jobs.data].reverse().map((j) => (
+              {/* The API lists a model's jobs newest first. */}
+              {jobs.data.map((j) => (
                 <tr key={j.id}>
                   <td>
-                    <Link to={`/jobs/${j.id}`}>{j.id.slice(0, 8)}</Link>
+                    <Link to={appPath`/jobs/${j.id}`}>{j.id.slice(0, 8)}</Link>
                   </td>
                   <td>{j.kind}</td>
                   <td>
@@ -218,16 +226,30 @@ async function loadWandbRun(model: Model): Promise<WandbRun | null> {
   }
 }
 
-/** One series per numeric history key (W&B's own `_`-prefixed keys left out), x = the row's step. */
+/** How the server stores the non-finite floats wandb-core writes as bare NaN / Infinity tokens. */
+const NON_FINITE = new Set<unknown>(['NaN', 'Infinity', '-Infinity']);
+
+/**
+ * One series per numeric history key (W&B's own `_`-prefixed keys left out), x = the row's step. A NaN
+ * or infinite value is kept as a marked step (a diverged loss shows where it diverged), not dropped.
+ */
 export function wandbSeries(history: WandbRun['history']): Series[] {
   const byKey = new Map<string, Series>();
+  const seriesOf = (key: string) => {
+    let series = byKey.get(key);
+    if (!series) byKey.set(key, (series = { label: key, x: [], y: [], nonFinite: [] }));
+    return series;
+  };
   for (const row of history) {
     for (const [key, value] of Object.entries(row.values)) {
-      if (key.startsWith('_') || typeof value !== 'number' || !Number.isFinite(value)) continue;
-      let series = byKey.get(key);
-      if (!series) byKey.set(key, (series = { label: key, x: [], y: [] }));
-      series.x.push(row.step);
-      series.y.push(value);
+      if (key.startsWith('_')) continue;
+      if (typeof value === 'number' && Number.isFinite(value)) {
+        const series = seriesOf(key);
+        series.x.push(row.step);
+        series.y.push(value);
+      } else if (NON_FINITE.has(value)) {
+        seriesOf(key).nonFinite!.push({ x: row.step, value: value as NonFinite });
+      }
     }
   }
   return [...byKey.keys()].sort().map((key) => byKey.get(key)!);
@@ -260,29 +282,125 @@ function WandbRunCharts(props: { model: Model; smoothing: number; log: boolean }
   );
 }
 
-function CheckpointsTable(props: { model: Model; checkpoints: CheckpointState[] | undefined; policy: RetentionPolicy | undefined; reload: () => void }) {
-  const rows = props.checkpoints ?? [];
-  const keys = useMemo(() => [...new Set(rows.flatMap((c) => Object.keys(c.metrics)))].sort(), [rows]);
+/** Checkpoints per page of the table, the lifecycle API's largest page. */
+const CHECKPOINT_PAGE = 100;
+/** Metric columns of the checkpoints table. */
+const METRIC_COLUMNS = 6;
+
+interface CheckpointPages {
+  /** Newest first: the first page, then each page "Load more" added. */
+  rows: CheckpointState[];
+  hasMore: boolean;
+  loading: boolean;
+  error: string | undefined;
+  loadMore: () => void;
+  /** Reads again as many rows as are shown (after a delete, a pin or a policy change). */
+  reload: () => void;
+}
+
+/**
+ * The model's checkpoints with their lifecycle state, newest first, a page at a time: a run with thousands
+ * of checkpoints shows its newest at once, and older ones on request.
+ */
+function useCheckpointPages(modelId: string): CheckpointPages {
+  const [rows, setRows] = useState<CheckpointState[]>([]);
+  const [hasMore, setHasMore] = useState(false);
+  const [loading, setLoading] = useState(true);
+  const [error, setError] = useState<string | undefined>(undefined);
+  // Only the latest request may write: a reload started after a "Load more" wins over it.
+  const generation = useRef(0);
+  const shown = useRef({ rows: [] as CheckpointState[], lastId: '' });
+
+  const read = useCallback(
+    async (from: { rows: CheckpointState[]; lastId: string }, atLeast: number) => {
+      const run = ++generation.current;
+      setLoading(true);
+      setError(undefined);
+      try {
+        let { rows: out, lastId } = from;
+        let more: boolean;
+        do {
+          const page = await api<{ data: CheckpointState[]; last_id: string; has_more: boolean }>(
+            `${appPath`/v1/preview/models/${modelId}/checkpoints/lifecycle`}?order=desc&limit=${CHECKPOINT_PAGE}${lastId ? `&after=${encodeURIComponent(lastId)}` : ''}`,
+          );
+          out = [...out, ...page.data];
+          lastId = page.last_id || lastId;
+          more = page.has_more;
+        } while (more && out.length < atLeast);
+        if (run !== generation.current) return;
+        shown.current = { rows: out, lastId };
+        setRows(out);
+        setHasMore(more);
+      } catch (err) {
+        if (run === generation.current) setError((err as Error).message);
+      } finally {
+        if (run === generation.current) setLoading(false);
+      }
+    },
+    [modelId],
+  );
+
+  useEffect(() => {
+    shown.current = { rows: [], lastId: '' };
+    setRows([]);
+    void read(shown.current, CHECKPOINT_PAGE);
+    return () => {
+      generation.current++;
+    };
+  }, [read]);
+
+  const loadMore = useCallback(() => void read(shown.current, shown.current.rows.length + CHECKPOINT_PAGE), [read]);
+  const reload = useCallback(() => void read({ rows: [], lastId: '' }, Math.max(CHECKPOINT_PAGE, shown.current.rows.length)), [read]);
+  return { rows, hasMore, loading, error, loadMore, reload };
+}
+
+/**
+ * The metric columns: the retention policy's metric and the rewards (`train/reward`, `val/reward`, …)
+ * first, whatever their names sort as, then the others by name up to `limit`.
+ */
+export function metricColumns(names: string[], bestMetric: string | null | undefined, limit = METRIC_COLUMNS): string[] {
+  const sorted = [...new Set(names)].sort();
+  const first = [...new Set([...(bestMetric && sorted.includes(bestMetric) ? [bestMetric] : []), ...sorted.filter((k) => k.endsWith('reward'))])];
+  const rest = sorted.filter((k) => !first.includes(k));
+  return [...first, ...rest.slice(0, Math.max(0, limit - first.length))];
+}
+
+/** What "best" means for a metric the retention policy does not name: the lowest loss or exception rate, the highest of anything else. */
+function bestMode(metric: string, policy: RetentionPolicy | undefined): 'max' | 'min' {
+  if (policy?.best_metric === metric) return policy.best_mode;
+  return /loss|exception/.test(metric) ? 'min' : 'max';
+}
+
+function CheckpointsTable(props: { model: Model; pages: CheckpointPages; policy: RetentionPolicy | undefined }) {
+  const { rows, hasMore, loading } = props.pages;
+  const bestMetric = props.policy?.best_metric;
+  const names = useMemo(() => [...new Set(rows.flatMap((c) => Object.keys(c.metrics)))].sort(), [rows]);
+  const shown = useMemo(() => metricColumns(names, bestMetric), [names, bestMetric]);
+  // Best by a metric you choose (ART's delete_checkpoints keeps the best val/reward), over all the model's
+  // checkpoints, loaded or not: the server ranks them.
   const [chosen, setChosen] = useState<string | undefined>(undefined);
+  const metric = chosen ?? bestMetric ?? (names.includes('val/reward') || names.length === 0 ? 'val/reward' : names[0]);
+  const mode = bestMode(metric, props.policy);
+  const best = useLoad(`best:${props.model.id}:${metric}:${mode}`, () =>
+    api<{ checkpoint: { id: string; step: number; value: number } | null }>(
+      `${appPath`/v1/preview/models/${props.model.id}/checkpoints/best`}?metric=${encodeURIComponent(metric)}&mode=${mode}`,
+    ),
+  );
+  const bestStep = best.data?.checkpoint?.step;
+  const reload = () => {
+    props.pages.reload();
+    best.reload();
+  };
   const [error, setError] = useState<string | undefined>(undefined);
   const [copied, setCopied] = useState<string | undefined>(undefined);
-  const metric = chosen ?? (keys.includes('val/reward') ? 'val/reward' : keys[0]);
-  const lowerIsBetter = metric !== undefined && /loss|exception/.test(metric);
-  let best: CheckpointState | undefined;
-  for (const c of rows) {
-    const v = metric ? c.metrics[metric] : undefined;
-    if (v === undefined) continue;
-    const b = best?.metrics[metric!];
-    if (b === undefined || (lowerIsBetter ? v < b : v > b)) best = c;
-  }
-  const shown = keys.slice(0, 6);
   const name = (step: number) => `wandb-artifact:///${props.model.entity}/${props.model.project}/${props.model.name}:step${step}`;
+  const base = appPath`/v1/preview/models/${props.model.id}/checkpoints`;
 
   async function remove(step: number) {
     if (!window.confirm(`Delete the checkpoint at step ${step}?`)) return;
     try {
-      await api(`/v1/preview/models/${props.model.id}/checkpoints`, { method: 'DELETE', body: { steps: [step] } });
-      props.reload();
+      await api(base, { method: 'DELETE', body: { steps: [step] } });
+      reload();
     } catch (err) {
       setError((err as Error).message);
     }
@@ -290,8 +408,8 @@ function CheckpointsTable(props: { model: Model; checkpoints: CheckpointState[] 
 
   async function setPinned(step: number, pinned: boolean) {
     try {
-      await api(`/v1/preview/models/${props.model.id}/checkpoints/${step}/${pinned ? 'pin' : 'unpin'}`, { method: 'POST' });
-      props.reload();
+      await api(`${base}/${step}/${pinned ? 'pin' : 'unpin'}`, { method: 'POST' });
+      reload();
     } catch (err) {
       setError((err as Error).message);
     }
@@ -310,19 +428,25 @@ function CheckpointsTable(props: { model: Model; checkpoints: CheckpointState[] 
   return (
     <section>
       <h2>Checkpoints</h2>
-      <Problem error={error} />
-      {rows.length === 0 && <p class="muted">No checkpoints yet.</p>}
+      <Problem error={error ?? props.pages.error} />
+      {loading && rows.length === 0 && <Loading what="checkpoints" />}
+      {!loading && !props.pages.error && rows.length === 0 && <p class="muted">No checkpoints yet.</p>}
       {rows.length > 0 && (
         <>
           <label class="controls">
             Best by
             <select name="best-metric" value={metric} onChange={(e) => setChosen((e.currentTarget as HTMLSelectElement).value)}>
-              {keys.map((k) => (
+              {[...new Set([metric, ...names])].sort().map((k) => (
                 <option value={k}>{k}</option>
               ))}
             </select>
-            <span class="muted">{lowerIsBetter ? '(lowest)' : '(highest)'}</span>
+            <span class="muted" data-best>
+              {mode === 'min' ? '(lowest)' : '(highest)'}
+              {best.data &&
+                (best.data.checkpoint ? `: step ${best.data.checkpoint.step} (${fmt(best.data.checkpoint.value)})` : ': no checkpoint has it')}
+            </span>
           </label>
+          <p class="muted">Newest first. The Kept column is what the retention policy keeps.</p>
           {copied && (
             <p class="muted" data-copied>
               Copied <code>{copied}</code>
@@ -342,16 +466,16 @@ function CheckpointsTable(props: { model: Model; checkpoints: CheckpointState[] 
             </thead>
             <tbody>
               {rows.map((c) => (
-                <tr key={c.id} data-step={c.step} class={c === best ? 'best' : undefined}>
+                <tr key={c.id} data-step={c.step} class={c.step === bestStep ? 'best' : undefined}>
                   <td>
-                    {c.step} {c === best && <span class="badge badge-best">best</span>}
+                    {c.step} {c.step === bestStep && <span class="badge badge-best">best</span>}
                   </td>
                   {shown.map((k) => (
                     <td>{fmt(c.metrics[k])}</td>
                   ))}
                   <td data-kept>
                     {c.pinned && <span class="badge badge-pinned">pinned</span>} {c.latest && <span class="badge">latest</span>}{' '}
-                    {c.best && <span class="badge badge-best">best by {props.policy?.best_metric}</span>}{' '}
+                    {c.best && <span class="badge badge-best">best by {bestMetric}</span>}{' '}
                     {c.expires_at && <span class="muted">expires {when(c.expires_at)}</span>}
                     {c.source === 'imported' && <span class="badge">imported</span>}
                   </td>
@@ -365,7 +489,7 @@ function CheckpointsTable(props: { model: Model; checkpoints: CheckpointState[] 
                     <button type="button" class="link" onClick={() => setPinned(c.step, !c.pinned)}>
                       {c.pinned ? 'Unpin' : 'Pin'}
                     </button>{' '}
-                    <a href={`/v1/preview/models/${props.model.id}/checkpoints/${c.step}/archive`} download>
+                    <a href={`${base}/${c.step}/archive`} download>
                       Download
                     </a>{' '}
                     <button type="button" class="danger" onClick={() => remove(c.step)}>
@@ -376,6 +500,14 @@ function CheckpointsTable(props: { model: Model; checkpoints: CheckpointState[] 
               ))}
             </tbody>
           </table>
+          <nav class="pager" aria-label="Checkpoint pages">
+            <span class="muted">{hasMore ? `The ${rows.length} newest of more.` : `All ${rows.length}.`}</span>
+            {hasMore && (
+              <button type="button" disabled={loading} onClick={props.pages.loadMore}>
+                Load {CHECKPOINT_PAGE} more
+              </button>
+            )}
+          </nav>
         </>
       )}
     </section>
@@ -400,7 +532,7 @@ function RetentionForm(props: { model: Model; policy: RetentionPolicy; metrics: 
   const [error, setError] = useState<string | undefined>(undefined);
   const [note, setNote] = useState<string | undefined>(undefined);
   const choices = [...new Set([...props.metrics, 'val/reward', 'train/reward', ...(p.best_metric ? [p.best_metric] : [])])].sort();
-  const base = `/v1/preview/models/${props.model.id}/retention`;
+  const base = appPath`/v1/preview/models/${props.model.id}/retention`;
 
   async function save(event: Event) {
     event.preventDefault();

@@ -1,11 +1,13 @@
 import { allPages } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
+import { appPath } from '../lib/router.js';
 import type { Model } from '../lib/types.js';
 import { Link, Loading, Problem, ProjectTabs, when } from '../lib/ui.js';
 
 /** The models of one project. */
 export function ModelsPage(props: { project: string }) {
-  const [entity, project] = props.project.split('/');
+  const slash = props.project.indexOf('/');
+  const [entity, project] = [props.project.slice(0, slash), props.project.slice(slash + 1)];
   const { data, error } = useLoad(props.project, () =>
     allPages<Model>(`/v1/preview/models?entity=${encodeURIComponent(entity)}&project=${encodeURIComponent(project)}`),
   );
@@ -29,7 +31,7 @@ export function ModelsPage(props: { project: string }) {
             {data.map((m) => (
               <tr key={m.id}>
                 <td>
-                  <Link to={`/models/${m.id}`}>{m.name}</Link>
+                  <Link to={appPath`/models/${m.id}`}>{m.name}</Link>
                 </td>
                 <td>{m.base_model}</td>
                 <td>{when(m.created_at)}</td>

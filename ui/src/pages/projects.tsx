@@ -1,5 +1,6 @@
 import { api } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
+import { projectPath } from '../lib/router.js';
 import { Link, Loading, Problem } from '../lib/ui.js';
 
 interface Project {
@@ -42,14 +43,14 @@ await model.register(backend)`}</pre>
             {data.data.map((p) => (
               <tr key={p.id}>
                 <td>
-                  <Link to={`/p/${p.id}/models`}>{p.id}</Link>
+                  <Link to={projectPath(p.id, 'models')}>{p.id}</Link>
                 </td>
                 <td>{p.models}</td>
                 <td>
-                  <Link to={`/p/${p.id}/traces`}>traces</Link>
+                  <Link to={projectPath(p.id, 'traces')}>traces</Link>
                 </td>
                 <td>
-                  <Link to={`/p/${p.id}/usage`}>usage</Link>
+                  <Link to={projectPath(p.id, 'usage')}>usage</Link>
                 </td>
               </tr>
             ))}

@@ -2,7 +2,7 @@ import { useMemo } from 'preact/hooks';
 import { allPages } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
 import { asMessages, Messages } from '../lib/messages.js';
-import { location, setQuery } from '../lib/router.js';
+import { appPath, location, setQuery } from '../lib/router.js';
 import { fmt, Link, Loading, Problem, QueryInput } from '../lib/ui.js';
 
 interface Trajectory {
@@ -34,13 +34,26 @@ export function histogram(rewards: number[]): { lo: number; hi: number; count: n
   return bins;
 }
 
+/** The largest step the API stores (an `integer` column). */
+const MAX_STEP = 2_147_483_647;
+
+/** A step from the URL: a whole number from 0 written in digits, else undefined. */
+export function parseStep(text: string): number | undefined {
+  if (!/^\d+$/.test(text)) return undefined;
+  const step = Number(text);
+  return step <= MAX_STEP ? step : undefined;
+}
+
 /** The trajectory groups logged at one (split, step): which groups can teach the model, and what they said. */
 export function RolloutsPage(props: { modelId: string }) {
   const query = location.value.query;
   const split = query.get('split') ?? 'train';
-  const step = Number(query.get('step') ?? '0');
+  const stepText = query.get('step') ?? '0';
+  const step = parseStep(stepText);
   const { data, error } = useLoad(`${props.modelId}:${split}:${step}`, () =>
-    allPages<StoredGroup>(`/v1/preview/models/${props.modelId}/trajectories?split=${encodeURIComponent(split)}&step=${step}`, 500),
+    step === undefined
+      ? Promise.resolve(undefined)
+      : allPages<StoredGroup>(`${appPath`/v1/preview/models/${props.modelId}/trajectories`}?split=${encodeURIComponent(split)}&step=${step}`, 500),
   );
   const rewards = useMemo(() => (data ?? []).flatMap((g) => (g.group.trajectories ?? []).map((t) => t.reward ?? 0)), [data]);
   const bins = useMemo(() => histogram(rewards), [rewards]);
@@ -49,22 +62,20 @@ export function RolloutsPage(props: { modelId: string }) {
   return (
     <main>
       <p class="crumbs">
-        <Link to={`/models/${props.modelId}`}>model</Link> / rollouts
+        <Link to={appPath`/models/${props.modelId}`}>model</Link> / rollouts
       </p>
-      <h1>
-        Rollouts at step {step}, split {split}
-      </h1>
+      <h1>{step === undefined ? `Rollouts, split ${split}` : `Rollouts at step ${step}, split ${split}`}</h1>
       <div class="controls">
         <label>
           Split <QueryInput name="split" value={split} onCommit={(value) => setQuery({ split: value })} />
         </label>
         <label>
           Step{' '}
-          <QueryInput name="step" number value={String(step)} onCommit={(value) => setQuery({ step: value })} />
+          <QueryInput name="step" number value={stepText} onCommit={(value) => setQuery({ step: value })} />
         </label>
       </div>
-      <Problem error={error} />
-      {!data && !error && <Loading what="trajectories" />}
+      <Problem error={step === undefined ? `${JSON.stringify(stepText)} is not a step: a step is a whole number from 0.` : error} />
+      {step !== undefined && !data && !error && <Loading what="trajectories" />}
       {data && data.length === 0 && <p class="empty">No trajectory groups were logged at this step and split.</p>}
       {data && data.length > 0 && (
         <>

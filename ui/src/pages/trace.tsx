@@ -3,7 +3,7 @@ import { api } from '../lib/api.js';
 import { LIST_COLUMNS, opLabel, tokensOf } from '../lib/calls.js';
 import { useLoad } from '../lib/hooks.js';
 import { asMessages, Messages, toMessage } from '../lib/messages.js';
-import { location, setQuery } from '../lib/router.js';
+import { location, projectPath, setQuery } from '../lib/router.js';
 import type { Call } from '../lib/types.js';
 import { Badge, fmt, Link, Loading, Problem, when } from '../lib/ui.js';
 
@@ -84,7 +84,7 @@ export function TracePage(props: { project: string; traceId: string }) {
   return (
     <main>
       <p class="crumbs">
-        <Link to={`/p/${props.project}/traces`}>{props.project} traces</Link> / trace
+        <Link to={projectPath(props.project, 'traces')}>{props.project} traces</Link> / trace
       </p>
       <h1>Trace {props.traceId}</h1>
       <Problem error={calls.error} />

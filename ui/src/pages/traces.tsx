@@ -1,7 +1,7 @@
 import { api } from '../lib/api.js';
 import { costOf, LIST_COLUMNS, opLabel, tokensOf } from '../lib/calls.js';
 import { useLoad } from '../lib/hooks.js';
-import { location, setQuery } from '../lib/router.js';
+import { appPath, location, projectPath, setQuery } from '../lib/router.js';
 import type { Call } from '../lib/types.js';
 import { Badge, fmt, Link, Loading, Problem, ProjectTabs, QueryInput, when } from '../lib/ui.js';
 
@@ -91,7 +91,7 @@ export function TracesPage(props: { project: string }) {
             {calls.data.calls.map((c) => (
               <tr key={c.id}>
                 <td>
-                  <Link to={`/p/${props.project}/traces/${encodeURIComponent(c.trace_id)}?call=${encodeURIComponent(c.id)}`}>{opLabel(c)}</Link>
+                  <Link to={`${projectPath(props.project, 'traces')}${appPath`/${c.trace_id}`}?call=${encodeURIComponent(c.id)}`}>{opLabel(c)}</Link>
                 </td>
                 <td>
                   <Badge status={c.summary?.weave?.status ?? 'unknown'} />

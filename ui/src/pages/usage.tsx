@@ -11,11 +11,17 @@ export function UsagePage(props: { project: string }) {
   const q = location.value.query;
   const from = q.get('from') ?? '';
   const to = q.get('to') ?? '';
-  const base = `/v1/usage?project=${encodeURIComponent(props.project)}${from ? `&from=${from}` : ''}${to ? `&to=${to}` : ''}`;
+  const report = (groupBy?: 'model' | 'day') => {
+    const params = new URLSearchParams({ project: props.project });
+    if (from) params.set('from', from);
+    if (to) params.set('to', to);
+    if (groupBy) params.set('group_by', groupBy);
+    return api<Report>(`/v1/usage?${params}`);
+  };
   const key = `${props.project}|${from}|${to}`;
-  const byModel = useLoad(`m|${key}`, () => api<Report>(`${base}&group_by=model`));
-  const byDay = useLoad(`d|${key}`, () => api<Report>(`${base}&group_by=day`));
-  const total = useLoad(`t|${key}`, () => api<Report>(base));
+  const byModel = useLoad(`m|${key}`, () => report('model'));
+  const byDay = useLoad(`d|${key}`, () => report('day'));
+  const total = useLoad(`t|${key}`, () => report());
   const days = byDay.data?.data ?? [];
   const tallest = Math.max(1, ...days.map((d) => d.total_tokens));
 

@@ -1,0 +1,268 @@
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createUserWithKey, type TestUser } from '../helpers/app.js';
+import { call, type ScriptedWorker } from '../training/fixtures.js';
+import { openPage, signInContext, startUi, type UiServer, type WatchedPage } from './harness.js';
+import { queueJob, seedTrainedModel, upsertCalls } from './seed.js';
+
+/**
+ * What the pages must survive: names the APIs accept but a URL must encode, malformed URLs, odd stored
+ * values (null usage, NaN in W&B history), long checkpoint lists and failing requests.
+ */
+
+const STEPS = 3;
+const FAILED_503 = /Failed to load resource: the server responded with a status of 503/;
+let server: UiServer;
+let user: TestUser;
+let model: { id: string; name: string; entity: string; project: string };
+let worker: ScriptedWorker;
+
+beforeAll(async () => {
+  server = await startUi();
+  user = await createUserWithKey(server.app, { prefix: 'edge' });
+  const seeded = await seedTrainedModel(server.app, user, { project: 'rl', name: 'agent-edge', steps: STEPS });
+  model = seeded.model;
+  worker = seeded.worker;
+}, 180_000);
+afterAll(() => server?.close());
+
+async function signedIn(): Promise<WatchedPage> {
+  const w = await openPage(server);
+  await signInContext(w.context, server.url, user.key);
+  return w;
+}
+
+describe('names and URLs', () => {
+  it('opens the models and a model of a project whose name holds %, / and #, and its other tabs say why they hold nothing', async () => {
+    // The training API takes any project name; tracing and usage take letters, digits, '.', '_' and '-'.
+    const project = '50%/a#b';
+    const created = await call(server.app, user.headers, 'POST', '/v1/preview/models', { project, name: 'odd-name', base_model: 'b' });
+    expect(created.status).toBe(200);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/`);
+    await w.page.getByRole('link', { name: `${user.entity}/${project}`, exact: true }).click();
+    await w.page.getByRole('heading', { name: 'Models' }).waitFor();
+    await w.page.getByRole('table', { name: 'Models' }).getByRole('link', { name: 'odd-name' }).click();
+    await w.page.getByRole('heading', { name: 'odd-name' }).waitFor();
+    await w.page.getByRole('link', { name: `${user.entity}/${project}` }).click();
+    await w.page.getByRole('table', { name: 'Models' }).getByRole('link', { name: 'odd-name' }).waitFor();
+    expect(await w.page.locator('nav.tabs strong').textContent()).toBe(`${user.entity}/${project}`);
+    for (const tab of ['Traces', 'Usage']) {
+      await w.page.getByRole('link', { name: tab }).click();
+      await w.page.getByRole('heading', { name: tab }).waitFor();
+      expect(await w.page.locator('nav.tabs strong').textContent()).toBe(`${user.entity}/${project}`);
+      await w.page.getByRole('alert').getByText(`Invalid project id "${user.entity}/${project}"`, { exact: false }).waitFor();
+    }
+    w.expectClean([/status of 400 \(Bad Request\)/]);
+    await w.context.close();
+  });
+
+  it('shows "Not found" when history leads to a path with a malformed escape, without a page error', async () => {
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/`);
+    await w.page.getByRole('heading', { name: 'Projects' }).waitFor();
+    // What Back or Forward does after a link with a raw "%" (the server itself answers such a URL with 400).
+    for (const path of [`/ui/p/${user.entity}/50%/models`, '/ui/models/%E0%A4%A']) {
+      await w.page.evaluate((to) => {
+        history.pushState(null, '', to);
+        dispatchEvent(new PopStateEvent('popstate'));
+      }, path);
+      await w.page.getByRole('heading', { name: 'Not found' }).waitFor();
+      await w.page.getByRole('link', { name: 'Projects' }).click();
+      await w.page.getByRole('heading', { name: 'Projects' }).waitFor();
+    }
+    w.expectClean();
+    await w.context.close();
+  });
+});
+
+describe('traces list', () => {
+  it('lists calls whose usage holds a null entry or string counts, summing only numeric counts', async () => {
+    const project = `${user.entity}/odd-usage`;
+    const startedAt = new Date('2026-11-20T10:00:00Z');
+    await upsertCalls(server.app, user, project, [
+      { id: 'null-usage', trace_id: 't-null', op_name: 'agent.null', startedAt, summary: { usage: { m: null } } },
+      {
+        id: 'string-usage',
+        trace_id: 't-string',
+        op_name: 'agent.string',
+        startedAt: new Date(startedAt.getTime() + 1000),
+        summary: { usage: { a: { total_tokens: '15' }, b: { total_tokens: 5 }, c: { prompt_tokens: 2, completion_tokens: '3' } } },
+      },
+    ]);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/p/${project}/traces`);
+    const rows = w.page.getByRole('table', { name: 'Traces' }).locator('tbody tr');
+    await rows.nth(1).waitFor();
+    const cells = await rows.evaluateAll((trs) => trs.map((tr) => [tr.children[0].textContent, tr.children[4].textContent]));
+    expect(cells).toEqual([
+      ['agent.string', '7'],
+      ['agent.null', '—'],
+    ]);
+    w.expectClean();
+    await w.context.close();
+  });
+});
+
+describe('model page', () => {
+  it("shows the policy's best metric and the reward metrics among the checkpoint columns", async () => {
+    const policy = await call(server.app, user.headers, 'PUT', `/v1/preview/models/${model.id}/retention`, { best_metric: 'val/reward', keep_best: 1 });
+    expect(policy.status).toBe(200);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${model.id}`);
+    const table = w.page.getByRole('table', { name: 'Checkpoints' });
+    await table.locator('tbody tr').first().waitFor();
+    const headers = await table.locator('thead th').allTextContents();
+    // Step, six metric columns (the policy's metric, then the rewards, then the others by name), Kept, name, actions.
+    expect(headers.slice(1, 3)).toEqual(['val/reward', 'train/reward']);
+    expect(headers).toHaveLength(10);
+    await table.locator('[data-kept] .badge-best').getByText('best by val/reward').waitFor();
+    await call(server.app, user.headers, 'PUT', `/v1/preview/models/${model.id}/retention`, {});
+    w.expectClean();
+    await w.context.close();
+  });
+
+  it('lists the jobs newest first, as the API does', async () => {
+    const api = await call(server.app, user.headers, 'GET', `/v1/preview/training-jobs?model_id=${model.id}&limit=100`);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${model.id}`);
+    const rows = w.page.getByRole('table', { name: 'Jobs' }).locator('tbody tr');
+    await rows.first().waitFor();
+    const hrefs = await rows.locator('a').evaluateAll((links) => links.map((a) => a.getAttribute('href')));
+    expect(hrefs).toEqual(api.body.data.map((j: any) => `/ui/jobs/${j.id}`));
+    w.expectClean();
+    await w.context.close();
+  });
+
+  it('draws an all-zero exception rate on a 0 to 1 axis', async () => {
+    const metrics = await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/metrics`);
+    expect(metrics.body.data.every((r: any) => r.metrics[`${r.split}/exception_rate`] === 0)).toBe(true);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${model.id}`);
+    const chart = w.page.locator('[data-chart="Exception rate"][data-y-max]');
+    await chart.waitFor();
+    expect([await chart.getAttribute('data-y-min'), await chart.getAttribute('data-y-max')]).toEqual(['0', '1']);
+    w.expectClean();
+    await w.context.close();
+  });
+
+  it('marks NaN and infinite values of a W&B history on the chart and says at which steps', async () => {
+    const named = await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'diverged', base_model: 'b' });
+    const m = named.body;
+    await call(server.app, user.headers, 'POST', '/graphql', {
+      query: 'mutation($name: String, $project: String, $entity: String) { upsertBucket(input: {name: $name, modelName: $project, entityName: $entity}) { inserted } }',
+      variables: { name: m.name, project: m.project, entity: m.entity },
+    });
+    // wandb-core writes non-finite floats as bare NaN / Infinity tokens.
+    const loss = ['1.0', '0.5', '0.25', 'NaN', 'NaN', 'Infinity'];
+    const lines = loss.map((value, step) => `{"_step": ${step}, "loss/train": ${value}}`);
+    const streamed = await call(server.app, user.headers, 'POST', `/files/${m.entity}/${m.project}/${m.name}/file_stream`, {
+      files: { 'wandb-history.jsonl': { offset: 0, content: lines } },
+    });
+    expect(streamed.status).toBe(200);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${m.id}`);
+    const chart = w.page.locator('[data-chart="loss/train"]');
+    await chart.locator('canvas').waitFor();
+    expect(await chart.getAttribute('data-nonfinite')).toBe('3');
+    expect(await chart.getAttribute('data-points')).toBe('6');
+    const note = w.page.getByRole('region', { name: 'W&B run' }).locator('figure', { has: chart }).locator('[data-nonfinite-note]');
+    expect(await note.textContent()).toBe('NaN at steps 3–4 · Infinity at step 5');
+    w.expectClean();
+    await w.context.close();
+  });
+
+  it('shows the newest of 5,200 checkpoints first, 100 at a time, with badges from the server', async () => {
+    const created = await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'many-checkpoints', base_model: 'b' });
+    const id = created.body.id;
+    // More checkpoints than a test can train: inserted directly, as the 10,000-step chart's metrics are.
+    // val/reward peaks at step 2000, far from the newest page.
+    await sql`
+      insert into checkpoints (id, model_id, step, uri, metrics)
+      select gen_random_uuid(), ${id}, g, 's3://c/' || g, jsonb_build_object('val/reward', 1 - abs(g - 2000) / 5200.0)
+      from generate_series(0, 5199) g`.execute(server.app.db);
+    expect((await call(server.app, user.headers, 'PUT', `/v1/preview/models/${id}/retention`, { best_metric: 'val/reward', keep_best: 1 })).status).toBe(200);
+    const w = await signedIn();
+    const lifecycle: string[] = [];
+    w.page.on('request', (r) => {
+      if (r.url().includes('/checkpoints/lifecycle')) lifecycle.push(r.url());
+    });
+    await w.page.goto(`${server.url}/ui/models/${id}`);
+    const table = w.page.getByRole('table', { name: 'Checkpoints' });
+    await table.locator('tr[data-step="5199"]').waitFor({ timeout: 15_000 });
+    const steps = () => table.locator('tbody tr').evaluateAll((rows) => rows.map((r) => Number(r.getAttribute('data-step'))));
+    expect(await steps()).toEqual(Array.from({ length: 100 }, (_, i) => 5199 - i));
+    expect(lifecycle).toHaveLength(1);
+    await table.locator('tr[data-step="5199"] [data-kept]').getByText('latest').waitFor();
+    // The best (step 2000) is not on this page, so no loaded row is marked best; the line above the table names it.
+    expect(await table.locator('.badge-best').count()).toBe(0);
+    await w.page.locator('[data-best]').getByText('(highest): step 2000 (', { exact: false }).waitFor();
+    await w.page.getByText('100 newest of more').waitFor();
+    await w.page.getByRole('button', { name: 'Load 100 more' }).click();
+    await table.locator('tr[data-step="5000"]').waitFor();
+    expect(await steps()).toEqual(Array.from({ length: 200 }, (_, i) => 5199 - i));
+    expect(await table.locator('.badge-best').count()).toBe(0);
+    w.expectClean();
+    await w.context.close();
+  });
+});
+
+describe('rollouts', () => {
+  it('says a step that is not a whole number is not one, and asks the API nothing', async () => {
+    const w = await signedIn();
+    let asked = 0;
+    w.page.on('request', (r) => {
+      if (r.url().includes('/trajectories')) asked++;
+    });
+    await w.page.goto(`${server.url}/ui/models/${model.id}/rollouts?split=train&step=abc`);
+    await w.page.getByRole('alert').getByText('"abc" is not a step: a step is a whole number from 0.').waitFor();
+    expect(await w.page.locator('h1').textContent()).toBe('Rollouts, split train');
+    expect(asked).toBe(0);
+    w.expectClean();
+    await w.context.close();
+  });
+});
+
+describe('usage', () => {
+  it('sends a from with a time zone offset encoded, so the API reads it as sent', async () => {
+    const w = await signedIn();
+    const asked: string[] = [];
+    w.page.on('request', (r) => {
+      if (r.url().includes('/v1/usage')) asked.push(new URL(r.url()).searchParams.get('from') ?? '');
+    });
+    const from = '2026-01-01T00:00:00+01:00';
+    await w.page.goto(`${server.url}/ui/p/${user.entity}/rl/usage?from=${encodeURIComponent(from)}`);
+    await w.page.getByRole('table', { name: 'Usage by model' }).waitFor();
+    expect(await w.page.getByRole('alert').count()).toBe(0);
+    expect(asked.length).toBeGreaterThan(0);
+    expect(asked.every((value) => value === from)).toBe(true);
+    w.expectClean();
+    await w.context.close();
+  });
+});
+
+describe('job page', () => {
+  it('keeps polling through failed requests, saying so, until the job ends', async () => {
+    const queued = await queueJob(server.app, user, model, worker);
+    const w = await signedIn();
+    let jobReads = 0;
+    await w.page.route(`**/v1/preview/training-jobs/${queued.jobId}`, async (route) => {
+      jobReads++;
+      // The first read works; the next two fail as a restarting server would.
+      if (jobReads === 2 || jobReads === 3) await route.fulfill({ status: 503, contentType: 'application/json', body: '{"detail":"restarting"}' });
+      else await route.continue();
+    });
+    await w.page.goto(`${server.url}/ui/jobs/${queued.jobId}`);
+    await w.page.locator('h1 .badge', { hasText: 'QUEUED' }).waitFor();
+    await w.page.getByRole('status').getByText('restarting', { exact: false }).waitFor();
+    expect(await w.page.getByRole('status').textContent()).toMatch(/^Could not refresh \(restarting\); retrying in \d+ s\.$/);
+    const claimed = await queued.claim();
+    await worker.events(claimed, [{ type: 'training_started', data: { num_sequences: 1 } }]);
+    await w.page.locator('h1 .badge', { hasText: 'RUNNING' }).waitFor({ timeout: 20_000 });
+    expect(await w.page.getByRole('status').count()).toBe(0);
+    await worker.complete(claimed, {});
+    await w.page.locator('h1 .badge', { hasText: 'COMPLETED' }).waitFor();
+    w.expectClean([FAILED_503]);
+    await w.context.close();
+  });
+});
