@@ -49,6 +49,7 @@ const EnvSchema = z.object({
   JOB_MAX_ATTEMPTS: integer(1, 100).default(3),
   MAX_RUNNING_JOBS_PER_ENTITY: integer(0, 100_000).default(0),
   WORKER_SEEN_SECONDS: integer(1, 86_400).default(120),
+  WORKER_CLAIM_WAITS_PER_KEY: integer(1, 100_000).default(64),
   LEASE_SWEEP_INTERVAL_MS: integer(100, 3_600_000).default(5_000),
   CHECKPOINT_EXPIRY_INTERVAL_MS: integer(100, 86_400_000).default(60_000),
   ADAPTERS_DIR: z.string().min(1, 'must not be empty').optional(),
@@ -95,6 +96,8 @@ export interface Config {
   readonly maxRunningJobsPerEntity: number;
   /** The system check's gpu_queue passes when a trainer worker was seen within this window. */
   readonly workerSeenSeconds: number;
+  /** Claims one API key may hold waiting (`wait_seconds` > 0) in one process; more are answered 429. */
+  readonly workerClaimWaitsPerKey: number;
   readonly leaseSweepIntervalMs: number;
   /** How often each process deletes checkpoints whose TTL passed. */
   readonly checkpointExpiryIntervalMs: number;
@@ -165,6 +168,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     jobMaxAttempts: e.JOB_MAX_ATTEMPTS,
     maxRunningJobsPerEntity: e.MAX_RUNNING_JOBS_PER_ENTITY,
     workerSeenSeconds: e.WORKER_SEEN_SECONDS,
+    workerClaimWaitsPerKey: e.WORKER_CLAIM_WAITS_PER_KEY,
     leaseSweepIntervalMs: e.LEASE_SWEEP_INTERVAL_MS,
     checkpointExpiryIntervalMs: e.CHECKPOINT_EXPIRY_INTERVAL_MS,
     adaptersDir: path.resolve(e.ADAPTERS_DIR ?? path.join(e.DATA_DIR, 'adapters')),

@@ -16,9 +16,30 @@ import {
   ResidentTrainer,
   WorkerJobParams,
 } from './schemas.js';
-import type { WorkerService } from './worker-service.js';
+import { CLAIM_BUSY_RETRY_SECONDS, type WorkerService } from './worker-service.js';
 
 const ErrorDetail = z.object({ detail: z.string() });
+
+const AdminWorkersQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(100).default(100),
+  after: z.string().max(256).optional().describe('The `last_id` of the page before.'),
+});
+
+const AdminWorkerPage = z.object({
+  object: z.literal('list'),
+  data: z.array(
+    z.object({
+      id: z.string().describe('This row: one per worker id and API key.'),
+      worker_id: z.string(),
+      api_key_id: z.string().nullable().describe('The key the worker claims with.'),
+      last_seen_at: z.string(),
+      resident_trainers: z.array(ResidentTrainer),
+    }),
+  ),
+  first_id: z.string(),
+  last_id: z.string(),
+  has_more: z.boolean(),
+});
 
 /**
  * The trainer-worker protocol under /v1/workers (worker keys only, each reaching the jobs of its user's
@@ -37,13 +58,12 @@ export const workerRoutes: FastifyPluginAsyncZod<{ workers: WorkerService }> = a
         tags: ['admin'],
         summary: 'List trainer workers seen recently',
         description:
-          'Workers that called in within WORKER_SEEN_SECONDS, most recent first, with the resident trainers each reported with its latest claim (what each keeps loaded).',
-        response: {
-          200: z.object({ data: z.array(z.object({ worker_id: z.string(), last_seen_at: z.string(), resident_trainers: z.array(ResidentTrainer) })) }),
-        },
+          'Workers that called in within WORKER_SEEN_SECONDS, most recent first, one per worker id and key, with the resident trainers each reported with its latest claim (what each keeps loaded). Paged: `limit` (1-100, default 100) and `after` (the `last_id` of the page before); a worker that calls in while you page moves to the front.',
+        querystring: AdminWorkersQuery,
+        response: { 200: AdminWorkerPage },
       },
     },
-    async () => ({ data: await workers.recentWorkers() }),
+    async (request) => workers.recentWorkers(request.query),
   );
 
   app.post(
@@ -56,7 +76,15 @@ export const workerRoutes: FastifyPluginAsyncZod<{ workers: WorkerService }> = a
         description:
           'Takes the next queued job that may run (a model\'s jobs run one at a time, in creation order; entities take turns, oldest job first within one, and MAX_RUNNING_JOBS_PER_ENTITY bounds one entity\'s running jobs), optionally only of some kinds or base models, and leases it (WORKER_LEASE_SECONDS, default 60 s; renew with heartbeats). Waits up to `wait_seconds` (at most 30) for one. 204 when none came. `target_step` is the latest checkpoint\'s step + 1; `base_checkpoint` is null when training starts from the base model.',
         body: ClaimRequest,
-        response: { 200: ClaimResponse, 204: z.null().describe('No job is queued for this worker.') },
+        response: {
+          200: ClaimResponse,
+          204: z.null().describe('No job is queued for this worker.'),
+          429: ErrorDetail.describe(`The key already holds WORKER_CLAIM_WAITS_PER_KEY waiting claims; Retry-After (${CLAIM_BUSY_RETRY_SECONDS} s) says when to try again.`),
+        },
+      },
+      onSend: async (_request, reply, payload) => {
+        if (reply.statusCode === 429) reply.header('retry-after', String(CLAIM_BUSY_RETRY_SECONDS));
+        return payload;
       },
     },
     async (request, reply) => {

@@ -1,6 +1,6 @@
 import type { Principal } from '../auth/principal.js';
 import type { Config } from '../config.js';
-import { ConflictError, NotFoundError, UnprocessableError } from '../errors.js';
+import { ConflictError, NotFoundError, RateLimitedError, UnprocessableError } from '../errors.js';
 import type { JobSignal } from './job-signal.js';
 import { checkpointUriProblem, checkWorkerEvents } from './protocol.js';
 import * as repo from './repository.js';
@@ -13,13 +13,17 @@ import type {
   FailResponse,
   HeartbeatResponse,
   PostEventsRequest,
+  PageOf,
   PostEventsResponse,
-  ResidentTrainer,
 } from './schemas.js';
 import { jobJson } from './service.js';
 
-/** How often a waiting claim looks at the database for jobs queued by other processes. */
+/** How often this process looks at the database for jobs other processes queued, while claims wait. */
 const CLAIM_POLL_MS = 1_000;
+/** Retry-After of a waiting claim refused because its key holds WORKER_CLAIM_WAITS_PER_KEY waiting ones. */
+export const CLAIM_BUSY_RETRY_SECONDS = 5;
+/** Worker rows not seen for this long are forgotten by the lease sweep (far beyond WORKER_SEEN_SECONDS). */
+const WORKER_ROW_TTL_SECONDS = 7 * 86_400;
 /** Inputs read per query while streaming: a group can be megabytes, so pages stay small. */
 const INPUT_PAGE_ROWS = 32;
 
@@ -58,31 +62,100 @@ export class WorkerService {
     this.db = deps.db;
   }
 
+  /** Waiting claims in this process, by API key (bounded by WORKER_CLAIM_WAITS_PER_KEY) and in all. */
+  private readonly waitingByKey = new Map<string, number>();
+  private waiting = 0;
+  /** The one loop that watches the database for other processes' jobs while claims wait. */
+  private watching = false;
+
   /**
    * Claims the next job that may run (entities in turn, oldest first within one), waiting up to
-   * `wait_seconds` for one: woken at once by a job queued in this process, polling the database for other processes' jobs. Undefined when none came (204), when
-   * the app is closing, or when the caller went away.
+   * `wait_seconds` for one. Undefined when none came (204), when the app is closing, or when the caller
+   * went away. A waiting claim looks again only when something changed: a job queued or ended in this
+   * process (the job signal), or in another one (one watch loop per process, watchOtherProcesses). Each
+   * look is a plain read; the claim lock is taken only when it found a job this worker may take, so idle
+   * waiters cost the database nothing (300 of them held the lock about 300 times a second before). A key
+   * holding WORKER_CLAIM_WAITS_PER_KEY waiting claims here gets 429 for the next (Retry-After).
    */
   async claim(principal: Principal, body: ClaimRequest, abort?: AbortSignal): Promise<ClaimResponse | undefined> {
     const { signal, config } = this.deps;
-    await repo.touchWorker(this.db, { workerId: body.worker_id, apiKeyId: principal.keyId, residentTrainers: body.resident_trainers });
-    const claimArgs = {
-      reach: reachOf(principal),
-      workerId: body.worker_id,
-      kinds: body.kinds,
-      baseModels: body.base_models,
-      leaseSeconds: config.workerLeaseSeconds,
-      maxRunningPerEntity: config.maxRunningJobsPerEntity,
-    };
-    const deadline = Date.now() + body.wait_seconds * 1000;
+    const waits = body.wait_seconds > 0;
+    if (waits) this.startWaiting(principal.keyId);
+    try {
+      await repo.touchWorker(this.db, { workerId: body.worker_id, apiKeyId: principal.keyId, residentTrainers: body.resident_trainers });
+      const claimArgs = {
+        reach: reachOf(principal),
+        workerId: body.worker_id,
+        kinds: body.kinds,
+        baseModels: body.base_models,
+        leaseSeconds: config.workerLeaseSeconds,
+        maxRunningPerEntity: config.maxRunningJobsPerEntity,
+      };
+      const deadline = Date.now() + body.wait_seconds * 1000;
+      for (;;) {
+        if (signal.isClosed || abort?.aborted) return undefined;
+        const seen = signal.version;
+        if (await repo.hasClaimableJob(this.db, claimArgs)) {
+          const claim = await this.db.transaction().execute((trx) => repo.claimJob(trx, claimArgs));
+          if (claim) return this.claimJson(claim);
+        }
+        const left = deadline - Date.now();
+        if (left <= 0) return undefined;
+        this.watchOtherProcesses();
+        await signal.wait(left, seen, abort);
+      }
+    } finally {
+      if (waits) this.stopWaiting(principal.keyId);
+    }
+  }
+
+  private startWaiting(keyId: string): void {
+    const held = this.waitingByKey.get(keyId) ?? 0;
+    const limit = this.deps.config.workerClaimWaitsPerKey;
+    if (held >= limit) {
+      throw new RateLimitedError(
+        `This key already has ${limit} claims waiting for a job (WORKER_CLAIM_WAITS_PER_KEY); try again after Retry-After seconds, or claim with wait_seconds 0.`,
+        { param: 'wait_seconds' },
+      );
+    }
+    this.waitingByKey.set(keyId, held + 1);
+    this.waiting++;
+  }
+
+  private stopWaiting(keyId: string): void {
+    const held = (this.waitingByKey.get(keyId) ?? 1) - 1;
+    if (held > 0) this.waitingByKey.set(keyId, held);
+    else this.waitingByKey.delete(keyId);
+    this.waiting--;
+  }
+
+  /**
+   * While claims wait, one read a second for the whole process of the queued and running jobs (a digest of
+   * their ids, states and attempts): when it changes, another process queued, requeued or ended a job, and
+   * the waiting claims look again. The first read wakes them too: a change between a claim's own look and
+   * that read would otherwise go unnoticed.
+   */
+  private watchOtherProcesses(): void {
+    if (this.watching) return;
+    this.watching = true;
+    void this.watchLoop();
+  }
+
+  private async watchLoop(): Promise<void> {
+    const { signal } = this.deps;
+    let last: string | undefined;
     for (;;) {
-      if (signal.isClosed || abort?.aborted) return undefined;
-      const seen = signal.version;
-      const claim = await this.db.transaction().execute((trx) => repo.claimJob(trx, claimArgs));
-      if (claim) return this.claimJson(claim);
-      const left = deadline - Date.now();
-      if (left <= 0) return undefined;
-      await signal.wait(Math.min(left, CLAIM_POLL_MS), seen, abort);
+      // A failed read wakes nobody (their looks would fail too); the next one that works does.
+      const digest = await repo.liveJobsDigest(this.db).catch(() => undefined);
+      if (digest !== undefined && digest !== last) signal.notify();
+      last = digest;
+      const until = Date.now() + CLAIM_POLL_MS;
+      while (Date.now() < until && !signal.isClosed) await signal.wait(until - Date.now(), signal.version);
+      // Checked and cleared in one step: a claim that starts waiting after this starts a new loop.
+      if (this.waiting === 0 || signal.isClosed) {
+        this.watching = false;
+        return;
+      }
     }
   }
 
@@ -135,26 +208,47 @@ export class WorkerService {
     await this.requireReach(principal, jobId);
     const renewed = await repo.heartbeat(this.db, { jobId, leaseToken, leaseSeconds: this.deps.config.workerLeaseSeconds });
     if (!renewed) throw staleLease(jobId);
-    await repo.touchWorkerOfJob(this.db, { jobId });
+    await repo.touchWorkerOfJob(this.db, { jobId, apiKeyId: principal.keyId });
     return renewed;
   }
 
   /**
    * Appends a batch of events in one transaction: `training_started` first and once per attempt, then
    * `gradient_step` events (their data was checked to be finite numbers by the schema). A batch that breaks
-   * the order is refused whole.
+   * the order is refused whole. With `first_seq` (how many events the worker posted in this attempt before
+   * the batch) the post is idempotent: a batch re-posted after a lost response finds its events stored and
+   * answers their ids, appending only what is new; a `first_seq` beyond what is stored is a 422.
    */
   async postEvents(principal: Principal, jobId: string, body: PostEventsRequest): Promise<PostEventsResponse> {
     await this.requireReach(principal, jobId);
     // Errors are thrown after the transaction: a throw inside would only roll back what was not written.
     const outcome = await this.db.transaction().execute(async (trx) => {
+      // Locked: a retry racing its own first post waits for it, then finds its events.
       const job = await repo.findLeasedJob(trx, { jobId, leaseToken: body.lease_token });
       if (!job) return { kind: 'stale' as const };
-      const problem = checkWorkerEvents(body.events, await repo.attemptStarted(trx, { job }));
-      if (problem) return { kind: 'refused' as const, ...problem };
-      return { kind: 'appended' as const, ids: await repo.appendWorkerEvents(trx, { job, events: body.events }) };
+      let repeated: { id: string; type: string }[] = [];
+      if (body.first_seq !== undefined) {
+        const stored = await repo.storedWorkerEvents(trx, { job, offset: body.first_seq, limit: body.events.length });
+        if (body.first_seq > stored.count) return { kind: 'gap' as const, stored: stored.count };
+        const differs = stored.events.findIndex((event, index) => event.type !== body.events[index].type);
+        if (differs >= 0) return { kind: 'refused' as const, index: differs, message: `${body.events[differs].type} differs from the ${stored.events[differs].type} stored at sequence number ${body.first_seq + differs} of this attempt` };
+        repeated = stored.events;
+      }
+      const fresh = body.events.slice(repeated.length);
+      const ids = repeated.map((event) => event.id);
+      if (fresh.length === 0) return { kind: 'appended' as const, ids };
+      const problem = checkWorkerEvents(fresh, await repo.attemptStarted(trx, { job }));
+      if (problem) return { kind: 'refused' as const, index: problem.index + repeated.length, message: problem.message };
+      return { kind: 'appended' as const, ids: [...ids, ...(await repo.appendWorkerEvents(trx, { job, events: fresh }))] };
     });
     if (outcome.kind === 'stale') throw staleLease(jobId);
+    if (outcome.kind === 'gap') {
+      throw new UnprocessableError(
+        `Value error, first_seq ${body.first_seq} is past the ${outcome.stored} events stored for this attempt: post the events before it first`,
+        ['body', 'first_seq'],
+        { input: body.first_seq },
+      );
+    }
     if (outcome.kind === 'refused') {
       throw new UnprocessableError(`Value error, ${outcome.message}`, ['body', 'events', outcome.index, 'type'], {
         input: body.events[outcome.index].type,
@@ -202,10 +296,15 @@ export class WorkerService {
     return { job: jobJson(job) };
   }
 
-  /** Requeues or fails the attempts whose lease lapsed; safe in every process at once (SKIP LOCKED). */
+  /**
+   * Requeues or fails the attempts whose lease lapsed; safe in every process at once (SKIP LOCKED). Also
+   * forgets workers not seen for a week, so that rows of workers long gone (or of a key that claimed with
+   * ever new worker ids) do not pile up.
+   */
   async sweepExpiredLeases(): Promise<repo.StoredJob[]> {
     const ended = await this.db.transaction().execute((trx) => repo.sweepExpiredLeases(trx, { limit: 100 }));
     if (ended.length > 0) this.deps.signal.notify();
+    await repo.pruneWorkers(this.db, { unseenForSeconds: WORKER_ROW_TTL_SECONDS });
     return ended;
   }
 
@@ -215,21 +314,31 @@ export class WorkerService {
     return { depth: counts.QUEUED ?? 0, running: counts.RUNNING ?? 0 };
   }
 
-  /** Workers that called in within WORKER_SEEN_SECONDS, most recent first (the admin view). */
-  recentWorkers(): Promise<{ worker_id: string; last_seen_at: string; resident_trainers: ResidentTrainer[] }[]> {
-    return repo.listActiveWorkers(this.db, { seenWithinSeconds: this.deps.config.workerSeenSeconds });
+  /**
+   * A page of the workers that called in within WORKER_SEEN_SECONDS, most recent first (the admin view);
+   * one row per worker id and key. 422 for an `after` that is not such a worker.
+   */
+  async recentWorkers(query: { after?: string; limit: number }): Promise<PageOf<repo.WorkerSighting>> {
+    const seenWithinSeconds = this.deps.config.workerSeenSeconds;
+    // One more than asked: it only says whether there is more.
+    const rows = await repo.listActiveWorkers(this.db, { seenWithinSeconds, after: query.after, limit: query.limit + 1 });
+    if (rows.length === 0 && query.after !== undefined && !(await repo.activeWorkerExists(this.db, { id: query.after, seenWithinSeconds }))) {
+      throw new UnprocessableError('Value error, after is not the id of a worker seen within WORKER_SEEN_SECONDS', ['query', 'after'], { input: query.after });
+    }
+    const data = rows.slice(0, query.limit);
+    return { object: 'list', data, first_id: data[0]?.id ?? '', last_id: data.at(-1)?.id ?? '', has_more: rows.length > query.limit };
   }
 
   /** `gpu_queue` of the system check: passes when a trainer worker called in recently. */
   async workersCheck(): Promise<{ workers_seen: number; running: number }> {
     const seenWithin = this.deps.config.workerSeenSeconds;
-    const workers = await repo.listActiveWorkers(this.db, { seenWithinSeconds: seenWithin });
+    const seen = await repo.countActiveWorkers(this.db, { seenWithinSeconds: seenWithin });
     const counts = await repo.countJobsByStatus(this.db);
-    if (workers.length === 0) {
+    if (seen === 0) {
       throw new Error(
         `no trainer worker has called in within the last ${seenWithin} s (WORKER_SEEN_SECONDS): start one with a worker key (docs/workers.md)`,
       );
     }
-    return { workers_seen: workers.length, running: counts.RUNNING ?? 0 };
+    return { workers_seen: seen, running: counts.RUNNING ?? 0 };
   }
 }

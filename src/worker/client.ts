@@ -118,8 +118,12 @@ export class WorkerClient {
     return this.jobCall(jobId, 'heartbeat', { lease_token: leaseToken }, HeartbeatResponse, signal);
   }
 
-  async postEvents(jobId: string, leaseToken: string, events: readonly WorkerEvent[], signal?: AbortSignal): Promise<void> {
-    await this.jobCall(jobId, 'events', { lease_token: leaseToken, events }, undefined, signal);
+  /**
+   * `firstSeq`: how many events this attempt posted before these. With it a retry after a lost response
+   * is safe: the server answers the events it already stored instead of appending them again.
+   */
+  async postEvents(jobId: string, leaseToken: string, events: readonly WorkerEvent[], firstSeq?: number, signal?: AbortSignal): Promise<void> {
+    await this.jobCall(jobId, 'events', { lease_token: leaseToken, events, first_seq: firstSeq }, undefined, signal);
   }
 
   /** Idempotent with the same token (the server returns the first result), so retrying it is safe. */

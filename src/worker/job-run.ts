@@ -127,9 +127,22 @@ export class JobRun {
 
   private async runTrainer(specPath: string): Promise<JobOutcome> {
     const order = new EventOrder(this.claim.job.num_inputs);
+    // Events of this attempt the server has stored, sent as `first_seq` so that a retried post is not
+    // appended twice. Unknown once a batch was dropped after transient failures (it may have been stored):
+    // later batches then go without it, as older workers post.
+    let posted: number | undefined = 0;
     const batcher = new EventBatcher({
       windowMs: this.settings.eventWindowMs,
-      send: (events) => this.client.postEvents(this.jobId, this.leaseToken, events),
+      send: async (events) => {
+        try {
+          await this.client.postEvents(this.jobId, this.leaseToken, events, posted);
+        } catch (error) {
+          // A refusal (4xx) stored nothing of the batch; anything else may have stored it.
+          if (!(error instanceof ProtocolError || error instanceof LeaseLostError)) posted = undefined;
+          throw error;
+        }
+        if (posted !== undefined) posted += events.length;
+      },
       onError: (error, events) => {
         if (error instanceof LeaseLostError) this.stop('lease_lost');
         else this.log.warn({ err: (error as Error).message, dropped_events: events.length }, 'events could not be posted; dropped');

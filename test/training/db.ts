@@ -4,12 +4,13 @@ import * as training from '../../migrations/0002_training.js';
 import * as checkpointLifecycle from '../../migrations/0009_checkpoint_lifecycle.js';
 import * as workerResidentTrainers from '../../migrations/0010_worker_resident_trainers.js';
 import * as deletedCheckpoints from '../../migrations/0016_deleted_checkpoints.js';
+import * as workerKeys from '../../migrations/0017_worker_keys.js';
 import { createPglite, pgliteHandle, type DatabaseHandle } from '../../src/db/index.js';
 import type { TrainingDb } from '../../src/training/repository.js';
 
 /**
  * An in-memory PGlite with only the migrations the training tables need (foundation, training, checkpoint
- * lifecycle, workers' resident trainers, deleted checkpoints), so that repository tests do not pay for the
+ * lifecycle, workers' resident trainers, deleted checkpoints, workers keyed by api key), so that repository tests do not pay for the
  * tracing tables.
  */
 export async function openTrainingDb(): Promise<{ handle: DatabaseHandle; db: TrainingDb }> {
@@ -20,6 +21,7 @@ export async function openTrainingDb(): Promise<{ handle: DatabaseHandle; db: Tr
   await checkpointLifecycle.up(raw);
   await workerResidentTrainers.up(raw);
   await deletedCheckpoints.up(raw);
+  await workerKeys.up(raw);
   return { handle, db: handle.db as unknown as TrainingDb };
 }
 

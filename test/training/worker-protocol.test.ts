@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { App } from '../../src/app.js';
-import { createTestApp, createUserWithKey, createWorkerKey, type TestUser } from '../helpers/app.js';
+import { createTestApp, createUserWithKey, createWorkerKey, uniqueName, type TestUser } from '../helpers/app.js';
 import { onPostgresServer } from '../helpers/database.js';
 import { databaseFingerprint } from '../helpers/tenants.js';
 import { call, groupGenerationA, ScriptedWorker, staleBody, userWithModel, type ClaimedJob } from './fixtures.js';
@@ -253,6 +253,88 @@ describe('events', () => {
   });
 });
 
+describe('re-posted events (first_seq)', () => {
+  /** Posts events as the worker runtime does, with how many it posted before them in the attempt. */
+  const postNumbered = (worker: ScriptedWorker, claimed: ClaimedJob, events: { type: string; data: Record<string, unknown> }[], firstSeq: number) =>
+    worker.call('POST', `/v1/workers/jobs/${claimed.job.id}/events`, { lease_token: claimed.lease.token, events, first_seq: firstSeq });
+
+  it('a batch posted again after a lost response answers the same ids and appends nothing', async () => {
+    const { user, worker, queue } = await setup();
+    const jobId = await queue();
+    const claimed = (await worker.claim())!;
+    const first = await postNumbered(worker, claimed, [started], 0);
+    const posted = await postNumbered(worker, claimed, [step(1)], 1);
+    expect(posted).toEqual({ status: 200, body: { ids: [expect.any(String)] }, text: expect.any(String) });
+    const before = await databaseFingerprint(app);
+    expect(await postNumbered(worker, claimed, [step(1)], 1)).toEqual(posted);
+    expect(await databaseFingerprint(app)).toEqual(before);
+    expect(await eventsOf(user, jobId)).toEqual([
+      { id: first.body.ids[0], type: 'training_started', data: { num_sequences: 2 } },
+      { id: posted.body.ids[0], type: 'gradient_step', data: { loss: 1 } },
+    ]);
+  });
+
+  it('a batch that overlaps the stored events appends only the ones after them', async () => {
+    const { user, worker, queue } = await setup();
+    const jobId = await queue();
+    const claimed = (await worker.claim())!;
+    const first = await postNumbered(worker, claimed, [started, step(1)], 0);
+    const overlapping = await postNumbered(worker, claimed, [step(1), step(2)], 1);
+    expect(overlapping.body).toEqual({ ids: [first.body.ids[1], expect.any(String)] });
+    expect(await eventsOf(user, jobId)).toEqual([
+      { id: first.body.ids[0], type: 'training_started', data: { num_sequences: 2 } },
+      { id: first.body.ids[1], type: 'gradient_step', data: { loss: 1 } },
+      { id: overlapping.body.ids[1], type: 'gradient_step', data: { loss: 2 } },
+    ]);
+  });
+
+  it('refuses a first_seq past the events stored for the attempt, appending nothing', async () => {
+    const { user, worker, queue } = await setup();
+    const jobId = await queue();
+    const claimed = (await worker.claim())!;
+    expect((await postNumbered(worker, claimed, [started], 0)).status).toBe(200);
+    expect(await postNumbered(worker, claimed, [step(2)], 2)).toEqual({
+      status: 422,
+      body: {
+        detail: [
+          { type: 'value_error', loc: ['body', 'first_seq'], msg: 'Value error, first_seq 2 is past the 1 events stored for this attempt: post the events before it first', input: 2 },
+        ],
+      },
+      text: expect.any(String),
+    });
+    expect((await eventsOf(user, jobId)).map((e) => e.type)).toEqual(['training_started']);
+  });
+
+  it('refuses a re-posted batch whose events are not the ones stored at its place', async () => {
+    const { worker, queue } = await setup();
+    await queue();
+    const claimed = (await worker.claim())!;
+    expect((await postNumbered(worker, claimed, [started, step(1)], 0)).status).toBe(200);
+    expect((await postNumbered(worker, claimed, [started, started], 0)).body).toEqual({
+      detail: [
+        {
+          type: 'value_error',
+          loc: ['body', 'events', 1, 'type'],
+          msg: 'Value error, training_started differs from the gradient_step stored at sequence number 1 of this attempt',
+          input: 'training_started',
+        },
+      ],
+    });
+  });
+
+  it('counts from the start of each attempt: a requeued job posts from first_seq 0 again', async () => {
+    const { user, worker, queue } = await setup();
+    const jobId = await queue();
+    const first = (await worker.claim())!;
+    expect((await postNumbered(worker, first, [started, step(1)], 0)).status).toBe(200);
+    expect((await worker.fail(first, 'CUDA out of memory', true)).status).toBe(200);
+    const second = (await worker.claim())!;
+    const again = await postNumbered(worker, second, [started], 0);
+    expect(again.status).toBe(200);
+    expect((await eventsOf(user, jobId)).map((e) => e.type)).toEqual(['training_started', 'gradient_step', 'training_started']);
+  });
+});
+
 describe('completing', () => {
   it('registers the checkpoint and training_ended together, and a repeat with the same token answers the same', async () => {
     const { user, model, worker, queue } = await setup();
@@ -460,6 +542,75 @@ describe('system checks', () => {
     } finally {
       await fresh.close();
     }
+  });
+
+  it('gpu_queue counts the workers of each key, also when two keys\' workers share a worker id', async () => {
+    const fresh = await createTestApp();
+    try {
+      const workerId = uniqueName('gpu');
+      for (const user of [await createUserWithKey(fresh), await createUserWithKey(fresh)]) {
+        await new ScriptedWorker(fresh, (await createWorkerKey(fresh, user.username)).headers, ['none'], workerId).claim();
+      }
+      const reply = await fresh.inject({ method: 'GET', url: '/v1/system-check' });
+      expect(reply.json().gpu_queue).toEqual({ success: true, duration_ms: expect.any(Number), workers_seen: 2, running: 0 });
+    } finally {
+      await fresh.close();
+    }
+  });
+});
+
+describe('the workers table', () => {
+  const residentOf = (base: string) => [{ base_model: base, model_id: null }];
+  const adminWorkers = async (admin: TestUser, query = '') => call(app, admin.headers, 'GET', `/v1/admin/workers${query}`);
+
+  it('keeps a row per key: another tenant\'s worker of the same worker id does not overwrite it', async () => {
+    const admin = await createUserWithKey(app, { isAdmin: true });
+    const workerId = uniqueName('gpu');
+    const ours = new ScriptedWorker(app, (await createWorkerKey(app, (await createUserWithKey(app)).username)).headers, ['none'], workerId);
+    const theirs = new ScriptedWorker(app, (await createWorkerKey(app, (await createUserWithKey(app)).username)).headers, ['none'], workerId);
+    await ours.claim(0, { resident_trainers: residentOf('ours') });
+    await theirs.claim(0, { resident_trainers: residentOf('theirs') });
+    const listed = (await adminWorkers(admin)).body.data.filter((w: { worker_id: string }) => w.worker_id === workerId);
+    const row = (base: string) => ({ id: expect.any(String), worker_id: workerId, api_key_id: expect.any(String), last_seen_at: expect.any(String), resident_trainers: residentOf(base) });
+    expect(listed).toEqual([row('theirs'), row('ours')]);
+    expect(listed[0].api_key_id).not.toBe(listed[1].api_key_id);
+  });
+
+  it('the admin listing comes in pages of `limit`, most recent first, continued with `after`', async () => {
+    const admin = await createUserWithKey(app, { isAdmin: true });
+    const user = await createUserWithKey(app);
+    const headers = (await createWorkerKey(app, user.username)).headers;
+    const ids = [uniqueName('w'), uniqueName('w'), uniqueName('w')];
+    for (const workerId of ids) await new ScriptedWorker(app, headers, ['none'], workerId).claim();
+    const first = await adminWorkers(admin, '?limit=2');
+    expect(first.status).toBe(200);
+    expect(first.body).toEqual({
+      object: 'list',
+      data: [expect.objectContaining({ worker_id: ids[2] }), expect.objectContaining({ worker_id: ids[1] })],
+      first_id: first.body.data[0].id,
+      last_id: first.body.data[1].id,
+      has_more: true,
+    });
+    const next = await adminWorkers(admin, `?limit=2&after=${first.body.last_id}`);
+    expect(next.body.data[0]).toEqual(expect.objectContaining({ worker_id: ids[0] }));
+    const unknown = crypto.randomUUID();
+    expect(await adminWorkers(admin, `?after=${unknown}`)).toEqual({
+      status: 422,
+      body: { detail: [{ type: 'value_error', loc: ['query', 'after'], msg: 'Value error, after is not the id of a worker seen within WORKER_SEEN_SECONDS', input: unknown }] },
+      text: expect.any(String),
+    });
+  });
+
+  it('the lease sweep forgets workers not seen for a week', async () => {
+    const user = await createUserWithKey(app);
+    const headers = (await createWorkerKey(app, user.username)).headers;
+    const [gone, kept] = [uniqueName('gone'), uniqueName('kept')];
+    for (const workerId of [gone, kept]) await new ScriptedWorker(app, headers, ['none'], workerId).claim();
+    await sql`update workers set last_seen_at = now() - interval '6 days' where worker_id = ${kept}`.execute(app.db);
+    await sql`update workers set last_seen_at = now() - interval '8 days' where worker_id = ${gone}`.execute(app.db);
+    const rows = async () => (await sql<{ worker_id: string }>`select worker_id from workers where worker_id in (${gone}, ${kept})`.execute(app.db)).rows;
+    await vi.waitFor(async () => expect(await rows()).toHaveLength(1), { timeout: 10_000, interval: 50 });
+    expect(await rows()).toEqual([{ worker_id: kept }]);
   });
 });
 

@@ -28,6 +28,30 @@ export async function appendWorkerEvents(
   return appendEvents(db, { jobId: args.job.id, attempt: args.job.attempt, events: args.events });
 }
 
+/** The event types workers post; `training_ended` and `training_failed` are the server's. */
+const WORKER_EVENT_TYPES: EventType[] = ['training_started', 'gradient_step'];
+
+/**
+ * How many events workers posted in the job's current attempt, and the ids and types of those from
+ * `offset` on (at most `limit`), in append order: what a re-posted batch (`first_seq`) finds stored.
+ */
+export async function storedWorkerEvents(
+  db: TrainingDb,
+  args: { job: StoredJob; offset: number; limit: number },
+): Promise<{ count: number; events: { id: string; type: EventType }[] }> {
+  const ofAttempt = db
+    .selectFrom('job_events')
+    .where('job_id', '=', args.job.id)
+    .where('attempt', '=', args.job.attempt)
+    .where('type', 'in', WORKER_EVENT_TYPES);
+  const { count } = await ofAttempt.select((eb) => eb.fn.countAll<number>().as('count')).executeTakeFirstOrThrow();
+  const stored = Number(count);
+  const limit = Math.min(args.limit, stored - args.offset);
+  if (limit <= 0) return { count: stored, events: [] };
+  const events = await ofAttempt.select(['id', 'type']).orderBy('seq').offset(args.offset).limit(limit).execute();
+  return { count: stored, events };
+}
+
 /** Whether the job's current attempt has posted `training_started`, which must come first and once. */
 export async function attemptStarted(db: TrainingDb, args: { job: StoredJob }): Promise<boolean> {
   const row = await db

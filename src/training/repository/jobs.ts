@@ -186,33 +186,22 @@ export interface Claim {
   base_checkpoint: StoredCheckpoint | undefined;
 }
 
+interface ClaimFilter {
+  reach: WorkerReach;
+  kinds?: readonly JobKind[];
+  baseModels?: readonly string[];
+  maxRunningPerEntity?: number;
+}
+
 /**
- * Claims the next queued job that may run now. A model's jobs run one at a time in creation order, so a
- * job waits while its model has a running job or an older queued one. Among the rest, entities take turns:
- * the entity whose last claim is oldest (or that never had one) goes first, and within an entity the
- * oldest job, so that one team's hundred queued jobs do not starve another's one. `maxRunningPerEntity`
- * (0: none) passes over entities that already run that many jobs. The target step is fixed here, from the
- * checkpoints that exist now. Several statements: run it in a transaction.
- *
- * Claims serialize on a transaction-level advisory lock: the turn order and the running count are read
- * and written by every claim, and two concurrent claims (other workers, other trainyard processes on one
- * PostgreSQL) that each saw the other's count before it committed would run one job over the limit.
- * A claim is a few index lookups, so the queue of claims stays short.
+ * The queued jobs a worker may take now, in claim order. A model's jobs run one at a time in creation
+ * order, so a job waits while its model has a running job or an older queued one. Among the rest, entities
+ * take turns: the entity whose last claim is oldest (or that never had one) goes first, and within an
+ * entity the oldest job, so that one team's hundred queued jobs do not starve another's one.
+ * `maxRunningPerEntity` (0: none) passes over entities that already run that many jobs.
  */
-export async function claimJob(
-  db: TrainingDb,
-  args: {
-    reach: WorkerReach;
-    workerId: string;
-    kinds?: readonly JobKind[];
-    baseModels?: readonly string[];
-    leaseSeconds: number;
-    maxRunningPerEntity?: number;
-  },
-): Promise<Claim | undefined> {
+function claimCandidates(db: TrainingDb, args: ClaimFilter) {
   const { reach } = args;
-  if (reach !== 'all' && reach.length === 0) return undefined;
-  await lockClaims(db);
   let candidate = db
     .selectFrom('training_jobs as j')
     .innerJoin('models as m', 'm.id', 'j.model_id')
@@ -239,6 +228,49 @@ export async function claimJob(
     const running = sql<number>`(select count(*) from training_jobs r join models rm on rm.id = r.model_id where rm.entity_id = m.entity_id and r.status = 'RUNNING')`;
     candidate = candidate.where(running, '<', args.maxRunningPerEntity);
   }
+  return candidate.orderBy(sql`coalesce(t.turn, 0)`).orderBy('j.seq');
+}
+
+/**
+ * Whether claimJob would find a job for this worker now: the same query as a plain read, without the claim
+ * lock, so that idle waiting claims look without queueing behind each other (worker-service.ts). A true
+ * here may still find nothing under the lock when another claim took the job first.
+ */
+export async function hasClaimableJob(db: TrainingDb, args: ClaimFilter): Promise<boolean> {
+  if (args.reach !== 'all' && args.reach.length === 0) return false;
+  return (await claimCandidates(db, args).limit(1).executeTakeFirst()) !== undefined;
+}
+
+/**
+ * A digest of the queued and running jobs (ids, states, attempts): it changes whenever a job is queued,
+ * claimed, requeued or ends, in any process. Waiting claims look again when it does (worker-service.ts).
+ */
+export async function liveJobsDigest(db: TrainingDb): Promise<string> {
+  const row = await db
+    .selectFrom('training_jobs')
+    .select(sql<string>`count(*) || ':' || coalesce(md5(string_agg(id::text || status || attempt, ',' order by seq)), '')`.as('digest'))
+    .where('status', 'in', ['QUEUED', 'RUNNING'])
+    .executeTakeFirstOrThrow();
+  return row.digest;
+}
+
+/**
+ * Claims the next queued job that may run now (claimCandidates' order). The target step is fixed here,
+ * from the checkpoints that exist now. Several statements: run it in a transaction.
+ *
+ * Claims serialize on a transaction-level advisory lock: the turn order and the running count are read
+ * and written by every claim, and two concurrent claims (other workers, other trainyard processes on one
+ * PostgreSQL) that each saw the other's count before it committed would run one job over the limit.
+ * A claim is a few index lookups, so the queue of claims stays short.
+ */
+export async function claimJob(
+  db: TrainingDb,
+  args: ClaimFilter & { workerId: string; leaseSeconds: number },
+): Promise<Claim | undefined> {
+  const { reach } = args;
+  if (reach !== 'all' && reach.length === 0) return undefined;
+  await lockClaims(db);
+  const candidate = claimCandidates(db, args);
 
   const token = crypto.randomUUID();
   const latestStep = sql<number>`(select coalesce(max(c.step), 0) from checkpoints c where c.model_id = training_jobs.model_id)`;
@@ -253,7 +285,7 @@ export async function claimJob(
       base_step: latestStep,
       target_step: sql<number>`${latestStep} + 1`,
     })
-    .where('id', '=', candidate.orderBy(sql`coalesce(t.turn, 0)`).orderBy('j.seq').limit(1).forUpdate('j').skipLocked())
+    .where('id', '=', candidate.limit(1).forUpdate('j').skipLocked())
     .returningAll()
     .executeTakeFirst();
   if (!row) return undefined;

@@ -1,6 +1,15 @@
 import { sql } from 'kysely';
 import type { ResidentTrainer } from '../schemas.js';
-import { iso, jsonb, type TrainingDb } from './db.js';
+import { iso, isUuid, jsonb, type TrainingDb } from './db.js';
+
+/**
+ * Workers as they call in, one row per (api key, worker_id) (migration 0017): worker ids are chosen by the
+ * workers, so one key's worker can never overwrite the row of another key's worker of the same name.
+ * `id` is not in the table's type (src/training/tables.ts): it is read as SQL.
+ */
+
+const workerRowId = sql<string>`workers.id`;
+const seenWithin = (seconds: number) => sql<Date>`now() - make_interval(secs => ${seconds})`;
 
 /**
  * Records that a worker called in with a claim, for the system check's `gpu_queue` and /v1/admin/workers,
@@ -14,33 +23,79 @@ export async function touchWorker(
   await db
     .insertInto('workers')
     .values({ worker_id: args.workerId, api_key_id: args.apiKeyId, last_seen_at: sql<Date>`now()`, resident_trainers: residentTrainers })
-    .onConflict((oc) =>
-      oc.column('worker_id').doUpdateSet({ api_key_id: args.apiKeyId, last_seen_at: sql<Date>`now()`, resident_trainers: residentTrainers }),
-    )
+    .onConflict((oc) => oc.columns(['api_key_id', 'worker_id']).doUpdateSet({ last_seen_at: sql<Date>`now()`, resident_trainers: residentTrainers }))
     .execute();
 }
 
-/** Records that the worker holding a job's lease called in (heartbeats carry no worker id). */
-export async function touchWorkerOfJob(db: TrainingDb, args: { jobId: string }): Promise<void> {
+/** Records that the worker holding a job's lease called in with this key (heartbeats carry no worker id). */
+export async function touchWorkerOfJob(db: TrainingDb, args: { jobId: string; apiKeyId: string }): Promise<void> {
   await db
     .updateTable('workers')
     .set({ last_seen_at: sql<Date>`now()` })
+    .where('api_key_id', '=', args.apiKeyId)
     .where('worker_id', '=', (eb) => eb.selectFrom('training_jobs').select('worker_id').where('id', '=', args.jobId))
     .execute();
 }
 
-/** Workers seen within the window, most recent first. */
+export interface WorkerSighting {
+  id: string;
+  worker_id: string;
+  api_key_id: string | null;
+  last_seen_at: string;
+  resident_trainers: ResidentTrainer[];
+}
+
+/**
+ * Workers seen within the window, most recent first, after the worker row `after` (none when `after` is
+ * not a row seen within the window: see activeWorkerExists), at most `limit`.
+ */
 export async function listActiveWorkers(
   db: TrainingDb,
-  args: { seenWithinSeconds: number },
-): Promise<{ worker_id: string; last_seen_at: string; resident_trainers: ResidentTrainer[] }[]> {
-  const rows = await db
+  args: { seenWithinSeconds: number; after?: string; limit?: number },
+): Promise<WorkerSighting[]> {
+  let query = db
     .selectFrom('workers')
-    .select(['worker_id', 'last_seen_at', 'resident_trainers'])
-    .where('last_seen_at', '>', sql<Date>`now() - make_interval(secs => ${args.seenWithinSeconds})`)
+    .select([workerRowId.as('id'), 'worker_id', 'api_key_id', 'last_seen_at', 'resident_trainers'])
+    .where('last_seen_at', '>', seenWithin(args.seenWithinSeconds));
+  if (args.after !== undefined) {
+    if (!isUuid(args.after)) return [];
+    // Compared in SQL: timestamps have microseconds, which a JS Date would round away.
+    query = query.where(sql<boolean>`(workers.last_seen_at, workers.id) < (select c.last_seen_at, c.id from workers c where c.id = ${args.after}::uuid)`);
+  }
+  const rows = await query
     .orderBy('last_seen_at', 'desc')
+    .orderBy(workerRowId, 'desc')
+    .limit(args.limit ?? 100)
     .execute();
-  return rows.map((row) => ({ worker_id: row.worker_id, last_seen_at: iso(row.last_seen_at), resident_trainers: row.resident_trainers ?? [] }));
+  return rows.map((row) => ({ ...row, last_seen_at: iso(row.last_seen_at), resident_trainers: row.resident_trainers ?? [] }));
+}
+
+/** Whether `id` is the row of a worker seen within the window (a valid cursor). */
+export async function activeWorkerExists(db: TrainingDb, args: { id: string; seenWithinSeconds: number }): Promise<boolean> {
+  if (!isUuid(args.id)) return false;
+  const row = await db
+    .selectFrom('workers')
+    .select('worker_id')
+    .where(workerRowId, '=', args.id)
+    .where('last_seen_at', '>', seenWithin(args.seenWithinSeconds))
+    .executeTakeFirst();
+  return row !== undefined;
+}
+
+/** How many workers were seen within the window, counted in SQL (the unauthenticated system check asks). */
+export async function countActiveWorkers(db: TrainingDb, args: { seenWithinSeconds: number }): Promise<number> {
+  const row = await db
+    .selectFrom('workers')
+    .select((eb) => eb.fn.countAll<number>().as('count'))
+    .where('last_seen_at', '>', seenWithin(args.seenWithinSeconds))
+    .executeTakeFirstOrThrow();
+  return Number(row.count);
+}
+
+/** Forgets workers not seen for `unseenForSeconds`; returns how many. */
+export async function pruneWorkers(db: TrainingDb, args: { unseenForSeconds: number }): Promise<number> {
+  const result = await db.deleteFrom('workers').where('last_seen_at', '<', seenWithin(args.unseenForSeconds)).executeTakeFirst();
+  return Number(result.numDeletedRows);
 }
 
 /** Queue depth by status, for the system check. */
