@@ -32,7 +32,9 @@ WORKDIR /app
 COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY package.json ./
-RUN mkdir -p /data && chown node:node /data
+# /adapters: where docker-compose.yml mounts the adapters volume the worker writes and vLLM reads
+# (ADAPTERS_DIR there): imported adapters go there too, and exports read the trained ones.
+RUN mkdir -p /data /adapters && chown node:node /data /adapters
 USER node
 VOLUME ["/data"]
 EXPOSE 8000
@@ -55,8 +57,10 @@ RUN PYTHON=python3 sh trainer/setup.sh && rm -rf /root/.cache/pip
 COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY package.json ./
-# Named volumes mounted on these start out with this ownership.
-RUN useradd --create-home --uid 10001 trainyard && mkdir -p /work /adapters /hf-cache && chown trainyard /work /adapters /hf-cache
+# Named volumes mounted on these start out with this ownership. uid 1000 is the server image's `node`:
+# the adapters volume is written by both (trained adapters here, imported ones there), whichever mounts it
+# first. -o: a base image may already have a user with uid 1000.
+RUN useradd -o --create-home --uid 1000 trainyard && mkdir -p /work /adapters /hf-cache && chown trainyard /work /adapters /hf-cache
 USER trainyard
 ENV NODE_ENV=production
 STOPSIGNAL SIGTERM
