@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from 'node:util';
 import type { Principal } from '../auth/principal.js';
 import type { Config } from '../config.js';
 import { ConflictError, NotFoundError, RateLimitedError, UnprocessableError } from '../errors.js';
@@ -226,19 +227,25 @@ export class WorkerService {
       // Locked: a retry racing its own first post waits for it, then finds its events.
       const job = await repo.findLeasedJob(trx, { jobId, leaseToken: body.lease_token });
       if (!job) return { kind: 'stale' as const };
-      let repeated: { id: string; type: string }[] = [];
+      let repeated: { id: string }[] = [];
       if (body.first_seq !== undefined) {
         const stored = await repo.storedWorkerEvents(trx, { job, offset: body.first_seq, limit: body.events.length });
         if (body.first_seq > stored.count) return { kind: 'gap' as const, stored: stored.count };
-        const differs = stored.events.findIndex((event, index) => event.type !== body.events[index].type);
-        if (differs >= 0) return { kind: 'refused' as const, index: differs, message: `${body.events[differs].type} differs from the ${stored.events[differs].type} stored at sequence number ${body.first_seq + differs} of this attempt` };
+        // A re-post is the same events: another batch at the same place (a runtime that miscounted) would
+        // otherwise be answered as stored and its data lost.
+        for (const [index, event] of stored.events.entries()) {
+          const posted = body.events[index];
+          const at = `sequence number ${body.first_seq + index} of this attempt`;
+          if (event.type !== posted.type) return { kind: 'refused' as const, index, field: 'type' as const, message: `${posted.type} differs from the ${event.type} stored at ${at}` };
+          if (!isDeepStrictEqual(event.data, posted.data)) return { kind: 'refused' as const, index, field: 'data' as const, message: `the data of this ${posted.type} differs from that stored at ${at}` };
+        }
         repeated = stored.events;
       }
       const fresh = body.events.slice(repeated.length);
       const ids = repeated.map((event) => event.id);
       if (fresh.length === 0) return { kind: 'appended' as const, ids };
       const problem = checkWorkerEvents(fresh, await repo.attemptStarted(trx, { job }));
-      if (problem) return { kind: 'refused' as const, index: problem.index + repeated.length, message: problem.message };
+      if (problem) return { kind: 'refused' as const, index: problem.index + repeated.length, field: 'type' as const, message: problem.message };
       return { kind: 'appended' as const, ids: [...ids, ...(await repo.appendWorkerEvents(trx, { job, events: fresh }))] };
     });
     if (outcome.kind === 'stale') throw staleLease(jobId);
@@ -250,8 +257,8 @@ export class WorkerService {
       );
     }
     if (outcome.kind === 'refused') {
-      throw new UnprocessableError(`Value error, ${outcome.message}`, ['body', 'events', outcome.index, 'type'], {
-        input: body.events[outcome.index].type,
+      throw new UnprocessableError(`Value error, ${outcome.message}`, ['body', 'events', outcome.index, outcome.field], {
+        input: body.events[outcome.index][outcome.field],
       });
     }
     return { ids: outcome.ids };

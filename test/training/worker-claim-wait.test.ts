@@ -7,6 +7,18 @@ import { groupGenerationA, ScriptedWorker, userWithModel } from './fixtures.js';
 /** Waiting claims (long polls): cheap while idle, bounded per key, still woken by other processes' jobs. */
 
 const claimLocks = vi.hoisted(() => ({ taken: 0 }));
+/** Looks for a claimable job: a waiting claim makes its first once it holds its place among the waiting. */
+const looks = vi.hoisted(() => ({ made: 0 }));
+vi.mock('../../src/training/repository/jobs.js', async (importOriginal) => {
+  const original = await importOriginal<typeof import('../../src/training/repository/jobs.js')>();
+  return {
+    ...original,
+    hasClaimableJob: async (...args: Parameters<typeof original.hasClaimableJob>) => {
+      looks.made++;
+      return original.hasClaimableJob(...args);
+    },
+  };
+});
 vi.mock('../../src/training/repository/db.js', async (importOriginal) => {
   const original = await importOriginal<typeof import('../../src/training/repository/db.js')>();
   return {
@@ -58,8 +70,10 @@ describe('waiting claims', () => {
     const { headers } = await createWorkerKey(app, user.username);
     const claim = (waitSeconds: number) =>
       app.inject({ method: 'POST', url: '/v1/workers/claim', headers, payload: { worker_id: uniqueName('w'), base_models: ['none'], wait_seconds: waitSeconds } });
+    const before = looks.made;
     const waiting = [claim(3), claim(3), claim(3)];
-    await pause(300);
+    // Each has taken its place once it looked for a job.
+    await vi.waitFor(() => expect(looks.made - before).toBeGreaterThanOrEqual(3), { timeout: 10_000 });
     const refused = await claim(3);
     expect(refused.statusCode).toBe(429);
     expect(refused.headers['retry-after']).toBe('5');

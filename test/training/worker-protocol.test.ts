@@ -320,6 +320,19 @@ describe('re-posted events (first_seq)', () => {
         },
       ],
     });
+    // The same types with other data are another batch, not a re-post: its data would be lost.
+    expect((await postNumbered(worker, claimed, [started, step(2)], 0)).body).toEqual({
+      detail: [
+        {
+          type: 'value_error',
+          loc: ['body', 'events', 1, 'data'],
+          msg: 'Value error, the data of this gradient_step differs from that stored at sequence number 1 of this attempt',
+          input: { loss: 2 },
+        },
+      ],
+    });
+    // The same batch again is a re-post.
+    expect((await postNumbered(worker, claimed, [started, step(1)], 0)).status).toBe(200);
   });
 
   it('counts from the start of each attempt: a requeued job posts from first_seq 0 again', async () => {

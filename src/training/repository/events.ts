@@ -32,13 +32,13 @@ export async function appendWorkerEvents(
 const WORKER_EVENT_TYPES: EventType[] = ['training_started', 'gradient_step'];
 
 /**
- * How many events workers posted in the job's current attempt, and the ids and types of those from
+ * How many events workers posted in the job's current attempt, and the ids, types and data of those from
  * `offset` on (at most `limit`), in append order: what a re-posted batch (`first_seq`) finds stored.
  */
 export async function storedWorkerEvents(
   db: TrainingDb,
   args: { job: StoredJob; offset: number; limit: number },
-): Promise<{ count: number; events: { id: string; type: EventType }[] }> {
+): Promise<{ count: number; events: { id: string; type: EventType; data: unknown }[] }> {
   const ofAttempt = db
     .selectFrom('job_events')
     .where('job_id', '=', args.job.id)
@@ -48,7 +48,7 @@ export async function storedWorkerEvents(
   const stored = Number(count);
   const limit = Math.min(args.limit, stored - args.offset);
   if (limit <= 0) return { count: stored, events: [] };
-  const events = await ofAttempt.select(['id', 'type']).orderBy('seq').offset(args.offset).limit(limit).execute();
+  const events = await ofAttempt.select(['id', 'type', 'data']).orderBy('seq').offset(args.offset).limit(limit).execute();
   return { count: stored, events };
 }
 
