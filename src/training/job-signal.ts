@@ -1,7 +1,8 @@
 /**
  * Wakes long-polling claims in this process when a job may have become claimable (one was queued, requeued,
- * or a model's running job ended so its next one may go). Other processes' jobs are found by polling: the
- * signal only shortens the wait, the database stays the one source of truth.
+ * or a model's running job ended so its next one may go). Other processes' changes reach it through the
+ * worker service's watch loop, which reads the queue once a second while claims wait and notifies when it
+ * changed (worker-service.ts); the database stays the one source of truth.
  */
 export class JobSignal {
   private readonly waiters = new Set<() => void>();

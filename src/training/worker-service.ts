@@ -329,8 +329,8 @@ export class WorkerService {
     const seenWithinSeconds = this.deps.config.workerSeenSeconds;
     // One more than asked: it only says whether there is more.
     const rows = await repo.listActiveWorkers(this.db, { seenWithinSeconds, after: query.after, limit: query.limit + 1 });
-    if (rows.length === 0 && query.after !== undefined && !(await repo.activeWorkerExists(this.db, { id: query.after, seenWithinSeconds }))) {
-      throw new UnprocessableError('Value error, after is not the id of a worker seen within WORKER_SEEN_SECONDS', ['query', 'after'], { input: query.after });
+    if (rows.length === 0 && query.after !== undefined && !(await repo.workerRowExists(this.db, { id: query.after }))) {
+      throw new UnprocessableError('Value error, after is not the id of a worker', ['query', 'after'], { input: query.after });
     }
     const data = rows.slice(0, query.limit);
     return { object: 'list', data, first_id: data[0]?.id ?? '', last_id: data.at(-1)?.id ?? '', has_more: rows.length > query.limit };

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
-import { createUserWithKey, type TestUser } from '../helpers/app.js';
+import { createUserWithKey, createWorkerKey, type TestUser } from '../helpers/app.js';
 import { backendEntry, writeBackendsFile } from '../inference/gateway-helpers.js';
 import { call, ScriptedWorker } from '../training/fixtures.js';
 import { openPage, screenshot, signInContext, startUi, type UiServer, type WatchedPage } from './harness.js';
@@ -497,6 +497,10 @@ describe('admin', () => {
       { base_model: 'other/base', model_id: null },
     ];
     expect(await residentWorker.claim(0, { resident_trainers: residentTrainers })).toBeUndefined();
+    // Another tenant's worker under the same worker id: its own row, named by its key's owner.
+    const otherUser = await createUserWithKey(server.app);
+    const namesake = new ScriptedWorker(server.app, (await createWorkerKey(server.app, otherUser.username)).headers, ['none'], residentWorker.workerId);
+    expect(await namesake.claim(0)).toBeUndefined();
     const w = await signedIn(admin);
     w.page.on('dialog', (dialog) => void dialog.accept());
     await w.page.goto(`${server.url}/ui/admin`);
@@ -510,6 +514,10 @@ describe('admin', () => {
       `resident trainer: fake/base-model holding model ${model.id}`,
       'resident trainer: other/base no model held',
     ]);
+    const namesakes = w.page.locator(`li[data-worker="${residentWorker.workerId}"]`);
+    expect(await namesakes.count()).toBe(2);
+    await namesakes.filter({ hasText: `of ${otherUser.username},` }).waitFor();
+    await namesakes.filter({ hasText: `of ${user.username},` }).waitFor();
     await w.page.locator('input[name="key_user"]').fill(user.username);
     await w.page.locator('input[name="key_name"]').fill('from the ui');
     await w.page.getByRole('button', { name: 'Create key' }).click();

@@ -47,7 +47,7 @@ export interface WorkerSighting {
 
 /**
  * Workers seen within the window, most recent first, after the worker row `after` (none when `after` is
- * not a row seen within the window: see activeWorkerExists), at most `limit`.
+ * not a worker's row: see workerRowExists), at most `limit`.
  */
 export async function listActiveWorkers(
   db: TrainingDb,
@@ -70,15 +70,13 @@ export async function listActiveWorkers(
   return rows.map((row) => ({ ...row, last_seen_at: iso(row.last_seen_at), resident_trainers: row.resident_trainers ?? [] }));
 }
 
-/** Whether `id` is the row of a worker seen within the window (a valid cursor). */
-export async function activeWorkerExists(db: TrainingDb, args: { id: string; seenWithinSeconds: number }): Promise<boolean> {
+/**
+ * Whether `id` is a worker's row (a valid cursor), also one no longer seen within the window: a worker
+ * that went quiet while a client paged is still where the next page starts.
+ */
+export async function workerRowExists(db: TrainingDb, args: { id: string }): Promise<boolean> {
   if (!isUuid(args.id)) return false;
-  const row = await db
-    .selectFrom('workers')
-    .select('worker_id')
-    .where(workerRowId, '=', args.id)
-    .where('last_seen_at', '>', seenWithin(args.seenWithinSeconds))
-    .executeTakeFirst();
+  const row = await db.selectFrom('workers').select('worker_id').where(workerRowId, '=', args.id).executeTakeFirst();
   return row !== undefined;
 }
 

@@ -47,9 +47,14 @@ export function AdminPage() {
 function Admin() {
   const users = useLoad('users', () => api<{ data: User[] }>('/v1/admin/users'));
   const keys = useLoad('keys', () => api<{ data: Key[] }>('/v1/admin/keys'));
+  // The first page, the 100 most recently seen: one row per worker id and key (two tenants may name theirs alike).
   const workers = useLoad('workers', () =>
-    api<{ data: { worker_id: string; last_seen_at: string; resident_trainers: { base_model: string; model_id: string | null }[] }[] }>('/v1/admin/workers'),
+    api<{
+      data: { id: string; worker_id: string; api_key_id: string | null; last_seen_at: string; resident_trainers: { base_model: string; model_id: string | null }[] }[];
+      has_more: boolean;
+    }>('/v1/admin/workers'),
   );
+  const keyOf = (id: string | null) => keys.data?.data.find((k) => k.id === id);
   const checks = useLoad('checks', async () => {
     const response = await fetch('/v1/system-check', { credentials: 'same-origin' });
     return (await response.json()) as Record<string, Check>;
@@ -95,8 +100,11 @@ function Admin() {
         {workers.data && workers.data.data.length === 0 && <p class="muted">No trainer worker has called in recently.</p>}
         <ul>
           {(workers.data?.data ?? []).map((w) => (
-            <li key={w.worker_id} data-worker={w.worker_id}>
-              {w.worker_id} <span class="muted">last seen {when(w.last_seen_at)}</span>
+            <li key={w.id} data-worker={w.worker_id}>
+              {w.worker_id}{' '}
+              <span class="muted">
+                {keyOf(w.api_key_id) ? `key ${keyOf(w.api_key_id)!.prefix}… of ${keyOf(w.api_key_id)!.username}, ` : ''}last seen {when(w.last_seen_at)}
+              </span>
               {w.resident_trainers.length > 0 && (
                 <ul aria-label={`Resident trainers of ${w.worker_id}`}>
                   {w.resident_trainers.map((r, i) => (
@@ -110,6 +118,7 @@ function Admin() {
             </li>
           ))}
         </ul>
+        {workers.data?.has_more && <p class="muted">The 100 most recently seen; more called in (GET /v1/admin/workers pages them).</p>}
       </section>
       <section>
         <h2>Users</h2>
