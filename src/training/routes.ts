@@ -170,7 +170,7 @@ export const previewRoutes: FastifyPluginAsyncZod<{ service: TrainingService }> 
       schema: {
         tags,
         summary: 'Get Model Metric History',
-        description: `The metrics of every log call, oldest step first (then in log order), optionally of one split; pages of up to ${METRIC_PAGE_LIMIT} records (\`after\` = the last record's id).`,
+        description: `The metrics of every log call, oldest step first (then in log order; \`order=desc\`: newest first), optionally of one split; pages of up to ${METRIC_PAGE_LIMIT} records (\`after\` = the last record's id).`,
         params: ModelParams,
         querystring: MetricHistoryQuery,
         response: { 200: MetricHistory },

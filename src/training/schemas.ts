@@ -326,6 +326,7 @@ export const MetricHistoryQuery = z.object({
     .optional()
     .describe('Cursor: the id of the last record of the previous page.'),
   limit: z.coerce.number().int().min(1).max(METRIC_PAGE_LIMIT).default(METRIC_PAGE_LIMIT),
+  order: z.enum(['asc', 'desc']).default('asc').describe('asc: oldest step first; desc: newest first'),
 });
 export type MetricHistoryQuery = z.infer<typeof MetricHistoryQuery>;
 

@@ -217,9 +217,9 @@ describe('trajectory logs and metrics', () => {
     await recordMetrics(db, { model, split: 'val', step: 0, metrics: { 'val/reward': 0.1 } });
     await recordMetrics(db, { model, split: 'train', step: 0, metrics: { 'train/reward': 0.2 } });
     await recordMetrics(db, { model, split: 'val', step: 1, metrics: { 'val/reward': 0.3 } });
-    const history = (await listMetricHistory(db, { model, split: 'val', limit: 10 }))!;
+    const history = (await listMetricHistory(db, { model, split: 'val', limit: 10, order: 'asc' }))!;
     expect(history.data.map((h) => [h.step, h.metrics])).toEqual([[0, { 'val/reward': 0.1 }], [1, { 'val/reward': 0.3 }]]);
-    expect((await listMetricHistory(db, { model, limit: 10 }))!.data).toHaveLength(3);
+    expect((await listMetricHistory(db, { model, limit: 10, order: 'asc' }))!.data).toHaveLength(3);
   });
 });
 

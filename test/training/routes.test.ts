@@ -230,6 +230,11 @@ describe('log', () => {
       if (!page.body.has_more) break;
     }
     expect(seen).toEqual([[0, 'val'], [0, 'train'], [1, 'val']]);
+    // Newest first, the reverse, in pages too.
+    const newest = await get(`/v1/preview/models/${model.id}/metrics?order=desc&limit=2`);
+    expect(newest.body.data.map((r: any) => [r.step, r.split])).toEqual([[1, 'val'], [0, 'train']]);
+    const older = await get(`/v1/preview/models/${model.id}/metrics?order=desc&limit=2&after=${newest.body.last_id}`);
+    expect(older.body).toMatchObject({ data: [{ step: 0, split: 'val' }], has_more: false });
     const valOnly = await get(`/v1/preview/models/${model.id}/metrics?split=val&limit=1`);
     expect((await get(`/v1/preview/models/${model.id}/metrics?split=val&after=${valOnly.body.last_id}`)).body.data.map((r: any) => r.step)).toEqual([1]);
 

@@ -53,12 +53,12 @@ export async function recordMetrics(
 }
 
 /**
- * A page of the model's logged metrics, by step and then in the order they were logged. `after` is the id
- * of a record of this model; undefined is returned when it is not one, for a 422.
+ * A page of the model's logged metrics, by step and then in the order they were logged (`desc`: the
+ * reverse). `after` is the id of a record of this model; undefined is returned when it is not one, for a 422.
  */
 export async function listMetricHistory(
   db: TrainingDb,
-  args: { model: StoredModel; split?: string; after?: string; limit: number },
+  args: { model: StoredModel; split?: string; after?: string; limit: number; order: 'asc' | 'desc' },
 ): Promise<PageOf<MetricRecord> | undefined> {
   let query = db
     .selectFrom('metric_history')
@@ -72,10 +72,11 @@ export async function listMetricHistory(
       .where(sql<boolean>`id = cast(${args.after} as bigint)`)
       .executeTakeFirst();
     if (!cursor) return undefined;
-    query = query.where(sql<boolean>`(step, id) > (${cursor.step}, cast(${String(cursor.id)} as bigint))`);
+    const beyond = args.order === 'asc' ? sql`>` : sql`<`;
+    query = query.where(sql<boolean>`(step, id) ${beyond} (${cursor.step}, cast(${String(cursor.id)} as bigint))`);
   }
   if (args.split !== undefined) query = query.where('split', '=', args.split);
-  const rows = await query.orderBy('step').orderBy('id').limit(args.limit + 1).execute();
+  const rows = await query.orderBy('step', args.order).orderBy('id', args.order).limit(args.limit + 1).execute();
   return toPage(
     rows.map((row) => ({ ...row, id: String(row.id), created_at: iso(row.created_at) })),
     args.limit,

@@ -58,14 +58,17 @@ function rewardSeries(bySplit: Map<string, MetricRecord[]>): Series[] {
   return out;
 }
 
-/** Metric records per request (the route's largest page), and the most the page reads. */
+/** Metric records per request (the route's largest page), and the most the page reads (the newest). */
 const METRIC_PAGE = 10_000;
 const MAX_METRIC_RECORDS = 100_000;
 
 export function ModelPage(props: { id: string }) {
   const id = props.id;
   const model = useLoad(`model:${id}`, () => api<Model>(appPath`/v1/preview/models/${id}`));
-  const metrics = useLoad(`metrics:${id}`, () => allPages<MetricRecord>(appPath`/v1/preview/models/${id}/metrics`, MAX_METRIC_RECORDS, METRIC_PAGE));
+  // Newest first, so that a run longer than the cap shows its latest steps; charted oldest first.
+  const metrics = useLoad(`metrics:${id}`, async () =>
+    (await allPages<MetricRecord>(`${appPath`/v1/preview/models/${id}/metrics`}?order=desc`, MAX_METRIC_RECORDS, METRIC_PAGE)).reverse(),
+  );
   const checkpoints = useCheckpointPages(id);
   const retention = useLoad(`retention:${id}`, () => api<RetentionPolicy>(appPath`/v1/preview/models/${id}/retention`));
   const jobs = useLoad(`jobs:${id}`, () => allPages<Job>(`/v1/preview/training-jobs?model_id=${encodeURIComponent(id)}`, 200));
