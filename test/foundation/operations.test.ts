@@ -65,12 +65,18 @@ describe('request ids', () => {
 });
 
 describe('logs', () => {
-  it('are JSON lines that carry the request id on every line of a request', async () => {
+  /** An app logging at info into `lines` (JSON-parsed), for one test; closed by the test. */
+  async function appWithLogs(): Promise<{ logged: App; lines: Record<string, unknown>[] }> {
     const lines: Record<string, unknown>[] = [];
     const logged = await buildApp(testConfig({ LOG_LEVEL: 'info' }), {
       database: await freshDatabase(),
       logStream: { write: (line: string) => void lines.push(JSON.parse(line)) },
     });
+    return { logged, lines };
+  }
+
+  it('are JSON lines that carry the request id on every line of a request', async () => {
+    const { logged, lines } = await appWithLogs();
     try {
       await logged.inject({ method: 'GET', url: '/v1/health', headers: { 'x-request-id': 'trace-me-1' } });
       const mine = lines.filter((line) => line.request_id === 'trace-me-1');
@@ -82,11 +88,7 @@ describe('logs', () => {
   });
 
   it('leave out the capability token of a W&B upload URL, which needs no key', async () => {
-    const lines: Record<string, unknown>[] = [];
-    const logged = await buildApp(testConfig({ LOG_LEVEL: 'info' }), {
-      database: await freshDatabase(),
-      logStream: { write: (line: string) => void lines.push(JSON.parse(line)) },
-    });
+    const { logged, lines } = await appWithLogs();
     try {
       const token = 'secret-capability-token';
       await logged.inject({ method: 'PUT', url: `/wandb/artifact-files/${token}?part=1`, headers: { 'x-request-id': 'upload-1' }, payload: 'x' });
