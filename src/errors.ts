@@ -95,6 +95,12 @@ export class UnprocessableError extends AppError {
 export class RateLimitedError extends AppError {
   readonly statusCode = 429;
   readonly code = 'rate_limit_exceeded';
+  /** Sent as Retry-After. */
+  readonly retryAfterSeconds: number | undefined;
+  constructor(message: string, options: { param?: string | null; retryAfterSeconds?: number } = {}) {
+    super(message, { param: options.param });
+    this.retryAfterSeconds = options.retryAfterSeconds;
+  }
 }
 
 /** An engine or other upstream answered badly or not at all. */

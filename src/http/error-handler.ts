@@ -3,7 +3,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { DATABASE_RETRY_AFTER_SECONDS, databaseFault } from '../db/faults.js';
 import { MAX_BIND_PARAMETERS, TooManyParametersError } from '../db/limits.js';
 import { isRefusedValue, sqlState } from '../db/refusals.js';
-import { AppError, UnprocessableError } from '../errors.js';
+import { AppError, RateLimitedError, UnprocessableError } from '../errors.js';
 import { boundedInput, RequestValidationError, type ValidationDetail } from './validation.js';
 
 /**
@@ -120,7 +120,8 @@ function toShape(error: unknown, request: FastifyRequest): ErrorShape | undefine
     return { status: 422, message: error.message, code: error.code, param: error.param, extra: {}, detail: [detail] };
   }
   if (error instanceof AppError) {
-    return { status: error.statusCode, message: error.message, code: error.code, param: error.param, extra: error.extra };
+    const retryAfterSeconds = error instanceof RateLimitedError ? error.retryAfterSeconds : undefined;
+    return { status: error.statusCode, message: error.message, code: error.code, param: error.param, extra: error.extra, retryAfterSeconds };
   }
   const fastifyError = error as FastifyError;
   const known = fastifyError?.code ? FASTIFY_ERRORS[fastifyError.code] : undefined;

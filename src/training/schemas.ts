@@ -53,19 +53,20 @@ export const TRAINING_LIMITS = {
   metadataKeys: 10_000,
 } as const;
 
-/** A map of metrics sent to the server: at most TRAINING_LIMITS.metrics keys of at most metricName characters. */
-const boundedMetrics = <T extends z.ZodType>(value: T) =>
+/**
+ * A map of metrics sent to the server: at most TRAINING_LIMITS.metrics keys of at most metricName
+ * characters; `what` names the keys in the refusal ("at most 1000 metrics in one map").
+ */
+const boundedMetrics = <T extends z.ZodType>(value: T, what = 'metrics in one map') =>
   z
     .record(z.string().max(TRAINING_LIMITS.metricName), value)
-    .refine((metrics) => Object.keys(metrics).length <= TRAINING_LIMITS.metrics, `at most ${TRAINING_LIMITS.metrics} metrics in one map`);
+    .refine((metrics) => Object.keys(metrics).length <= TRAINING_LIMITS.metrics, `at most ${TRAINING_LIMITS.metrics} ${what}`);
 /**
  * An object with any other keys (kept as sent), bounded like a metrics map: at most TRAINING_LIMITS.metrics
  * keys of at most metricName characters, each refused as the map's are.
  */
 const boundedKeys = <T extends z.ZodType<Record<string, unknown>>>(schema: T, what: string) => {
-  const bounds = z
-    .record(z.string().max(TRAINING_LIMITS.metricName), z.unknown())
-    .refine((map) => Object.keys(map).length <= TRAINING_LIMITS.metrics, `at most ${TRAINING_LIMITS.metrics} keys in ${what}`);
+  const bounds = boundedMetrics(z.unknown(), `keys in ${what}`);
   // A refinement, not an intersection: zod's intersection drops the record's key issues, and the OpenAPI
   // document keeps the object's own shape.
   return schema.check((payload) => {

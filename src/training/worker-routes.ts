@@ -11,6 +11,7 @@ import {
   FailResponse,
   HeartbeatRequest,
   HeartbeatResponse,
+  Page,
   PostEventsRequest,
   PostEventsResponse,
   ResidentTrainer,
@@ -25,21 +26,15 @@ const AdminWorkersQuery = z.object({
   after: z.string().max(256).optional().describe('The `last_id` of the page before.'),
 });
 
-const AdminWorkerPage = z.object({
-  object: z.literal('list'),
-  data: z.array(
-    z.object({
-      id: z.string().describe('This row: one per worker id and API key.'),
-      worker_id: z.string(),
-      api_key_id: z.string().nullable().describe('The key the worker claims with.'),
-      last_seen_at: z.string(),
-      resident_trainers: z.array(ResidentTrainer),
-    }),
-  ),
-  first_id: z.string(),
-  last_id: z.string(),
-  has_more: z.boolean(),
-});
+const AdminWorkerPage = Page(
+  z.object({
+    id: z.string().describe('This row: one per worker id and API key.'),
+    worker_id: z.string(),
+    api_key_id: z.string().nullable().describe('The key the worker claims with.'),
+    last_seen_at: z.string(),
+    resident_trainers: z.array(ResidentTrainer),
+  }),
+);
 
 /**
  * The trainer-worker protocol under /v1/workers (worker keys only, each reaching the jobs of its user's
@@ -81,10 +76,6 @@ export const workerRoutes: FastifyPluginAsyncZod<{ workers: WorkerService }> = a
           204: z.null().describe('No job is queued for this worker.'),
           429: ErrorDetail.describe(`The key already holds WORKER_CLAIM_WAITS_PER_KEY waiting claims; Retry-After (${CLAIM_BUSY_RETRY_SECONDS} s) says when to try again.`),
         },
-      },
-      onSend: async (_request, reply, payload) => {
-        if (reply.statusCode === 429) reply.header('retry-after', String(CLAIM_BUSY_RETRY_SECONDS));
-        return payload;
       },
     },
     async (request, reply) => {

@@ -116,7 +116,7 @@ export class WorkerService {
     if (held >= limit) {
       throw new RateLimitedError(
         `This key already has ${limit} claims waiting for a job (WORKER_CLAIM_WAITS_PER_KEY); try again after Retry-After seconds, or claim with wait_seconds 0.`,
-        { param: 'wait_seconds' },
+        { param: 'wait_seconds', retryAfterSeconds: CLAIM_BUSY_RETRY_SECONDS },
       );
     }
     this.waitingByKey.set(keyId, held + 1);
@@ -332,8 +332,7 @@ export class WorkerService {
     if (rows.length === 0 && query.after !== undefined && !(await repo.workerRowExists(this.db, { id: query.after }))) {
       throw new UnprocessableError('Value error, after is not the id of a worker', ['query', 'after'], { input: query.after });
     }
-    const data = rows.slice(0, query.limit);
-    return { object: 'list', data, first_id: data[0]?.id ?? '', last_id: data.at(-1)?.id ?? '', has_more: rows.length > query.limit };
+    return repo.toPage(rows, query.limit);
   }
 
   /** `gpu_queue` of the system check: passes when a trainer worker called in recently. */

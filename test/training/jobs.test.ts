@@ -357,7 +357,7 @@ describe('workers', () => {
   it('records workers as they call in and lists the recent ones', async () => {
     await touchWorker(db, { workerId: 'gpu-7', apiKeyId: null });
     await touchWorker(db, { workerId: 'gpu-7', apiKeyId: null });
-    const active = await listActiveWorkers(db, { seenWithinSeconds: 60 });
+    const active = await listActiveWorkers(db, { seenWithinSeconds: 60, limit: 100 });
     expect(active.filter((w) => w.worker_id === 'gpu-7')).toHaveLength(1);
   });
 

@@ -51,7 +51,7 @@ export interface WorkerSighting {
  */
 export async function listActiveWorkers(
   db: TrainingDb,
-  args: { seenWithinSeconds: number; after?: string; limit?: number },
+  args: { seenWithinSeconds: number; after?: string; limit: number },
 ): Promise<WorkerSighting[]> {
   let query = db
     .selectFrom('workers')
@@ -65,7 +65,7 @@ export async function listActiveWorkers(
   const rows = await query
     .orderBy('last_seen_at', 'desc')
     .orderBy(workerRowId, 'desc')
-    .limit(args.limit ?? 100)
+    .limit(args.limit)
     .execute();
   return rows.map((row) => ({ ...row, last_seen_at: iso(row.last_seen_at), resident_trainers: row.resident_trainers ?? [] }));
 }
