@@ -36,6 +36,15 @@ def write_job(tmp, kind, base_model, inputs, *, base=None, step=1, config=None, 
     return path, output_dir
 
 
+def save_peft_adapter(model_dir, path, config):
+    """An adapter directory as peft writes it: `config` (a peft config) applied to the model in `model_dir`."""
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir), config).save_pretrained(path)
+    return path
+
+
 def run_job(capsys, spec_path, *flags):
     """(exit code, events printed on stdout, stderr)."""
     code = main([*flags, spec_path])

@@ -5,13 +5,13 @@ import os
 
 import pytest
 import torch
-from peft import PeftModel
+from peft import IA3Config, LoraConfig, PeftModel
 from transformers import AutoModelForCausalLM
 
 import trainyard_trainer.model as model_module
 import trainyard_trainer.rl as rl_module
-from helpers import run_job, write_job
-from tiny import token_choice
+from helpers import run_job, save_peft_adapter, write_job
+from tiny import build_model_dir, token_choice
 
 PROBE = [2, 5, 10, 11, 12, 3, 2, 6]
 
@@ -96,6 +96,10 @@ def test_rl_adapter_loads_with_peft_reproduces_logits_and_the_next_step_continue
         config = json.load(f)
     assert (config["r"], config["lora_alpha"], config["base_model_name_or_path"]) == (8, 16, model_dir)
     assert sorted(config["target_modules"]) == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    # A plain LoRA, which the trainer itself would continue from: nothing that trains or changes the base model.
+    assert (config["peft_type"], config["bias"], config["modules_to_save"], config["init_lora_weights"]) == ("LORA", "none", None, True)
+    assert not config.get("trainable_token_indices") and not config.get("layer_replication")
+    model_module.check_adapter(first, "step 1")
     loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir), first)
     with torch.no_grad():
         assert torch.allclose(loaded(input_ids=torch.tensor([PROBE])).logits, captured["logits"], atol=1e-5)
@@ -171,3 +175,79 @@ def test_kl_penalty_against_the_base_model_or_an_earlier_checkpoint(tmp_path, ca
     assert code == 0, err
     assert events[1]["data"]["kl_policy_ref"] == pytest.approx(0.0, abs=1e-6)
     assert sorted(os.listdir(third)) == ["README.md", "adapter_config.json", "adapter_model.safetensors", "optimizer.pt"]
+
+
+def last_line(err):
+    return err.strip().splitlines()[-1]
+
+
+def test_inputs_that_are_not_utf8_exit_3_naming_the_line(tmp_path, capsys, model_dir, tokenizer):
+    spec, _ = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer))
+    with open(spec) as f:
+        inputs_path = json.load(f)["inputs_path"]
+    with open(inputs_path, "rb") as f:
+        lines = f.read().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b"say one word", b"say \xff\xfe word")
+    with open(inputs_path, "wb") as f:
+        f.writelines(lines)
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 3 and events == []
+    assert last_line(err).startswith("trainyard_trainer: inputs line 2 is not UTF-8: 'utf-8' codec can't decode byte 0xff")
+
+
+def test_token_ids_outside_the_models_vocabulary_exit_3_before_training_starts(tmp_path, capsys, model_dir, tokenizer):
+    groups = rl_groups(tokenizer)
+    groups[0]["trajectories"][1]["messages_and_choices"][1]["logprobs"]["content"][0]["token"] = "token_id:999999"
+    spec, _ = write_job(str(tmp_path), "rl", model_dir, groups)
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 3 and events == []
+    assert last_line(err) == ("trainyard_trainer: inputs line 1.trajectories[1].messages_and_choices[1]: logprobs.content[0].token holds "
+                              "token id 999999, outside the model's vocabulary [0, 32)")
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        (LoraConfig(target_modules=["q_proj"], modules_to_save=["lm_head"]), "modules_to_save ['lm_head']"),
+        (LoraConfig(target_modules=["q_proj"], bias="all"), "bias 'all'"),
+        (LoraConfig(target_modules=["q_proj"], trainable_token_indices=[5, 6]), "trainable_token_indices [5, 6]"),
+        (LoraConfig(target_modules=["q_proj"], layer_replication=[[0, 2], [1, 2]]), "layer_replication [[0, 2], [1, 2]]"),
+        (LoraConfig(target_modules=["q_proj"], init_lora_weights="pissa"), "init_lora_weights 'pissa'"),
+        (IA3Config(target_modules=["q_proj", "down_proj"], feedforward_modules=["down_proj"]), "peft_type 'IA3' (only LORA)"),
+    ],
+)
+def test_adapters_that_would_change_the_base_model_are_refused_naming_the_setting(tmp_path, capsys, model_dir, tokenizer, config, named):
+    adapter = save_peft_adapter(model_dir, str(tmp_path / "imported"), config)
+    spec, _ = write_job(str(tmp_path / "base"), "rl", model_dir, rl_groups(tokenizer), base=adapter, step=2)
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 3 and events == []
+    assert last_line(err).startswith(f"trainyard_trainer: base_checkpoint_uri {adapter!r} is an adapter with {named}: this trainer takes "
+                                     "LoRA adapters that leave the base model unchanged")
+    spec, _ = write_job(str(tmp_path / "reference"), "rl", model_dir, rl_groups(tokenizer), config={"kl_penalty_coef": 0.1, "kl_ref_adapter_path": adapter})
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 3 and events == []
+    assert last_line(err).startswith(f"trainyard_trainer: experimental_config.kl_ref_adapter_path {adapter!r} is an adapter with {named}: ")
+
+
+def test_an_adapter_that_does_not_load_onto_the_base_model_exits_3_naming_it_and_why(tmp_path, capsys, model_dir, tokenizer):
+    narrower = build_model_dir(str(tmp_path / "narrower"), hidden=64)
+    adapter = save_peft_adapter(narrower, str(tmp_path / "narrower-adapter"), LoraConfig(target_modules=["q_proj", "v_proj"]))
+    spec, _ = write_job(str(tmp_path / "base"), "rl", model_dir, rl_groups(tokenizer), base=adapter, step=2)
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 3 and events == []
+    line = last_line(err)
+    assert line.startswith(f"trainyard_trainer: adapter {adapter!r} does not load onto base model {model_dir!r}: RuntimeError: "
+                           "Error(s) in loading state_dict for PeftModel")
+    assert ": size mismatch for base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight: " in line
+    assert line.endswith(" ...") and len(line) < 600
+    # The same adapter as the KL reference.
+    spec, _ = write_job(str(tmp_path / "reference"), "rl", model_dir, rl_groups(tokenizer), config={"kl_penalty_coef": 0.1, "kl_ref_adapter_path": adapter})
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 3 and events == []
+    assert last_line(err).startswith(f"trainyard_trainer: adapter {adapter!r} does not load onto base model {model_dir!r}: RuntimeError: ")
+    # Without its weights.
+    os.remove(os.path.join(adapter, "adapter_model.safetensors"))
+    spec, _ = write_job(str(tmp_path / "missing"), "rl", model_dir, rl_groups(tokenizer), base=adapter, step=2)
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 3 and events == []
+    assert last_line(err) == f"trainyard_trainer: base_checkpoint_uri {adapter!r} has no adapter_model.safetensors"

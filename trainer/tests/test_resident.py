@@ -9,11 +9,11 @@ import subprocess
 import sys
 
 import torch
-from peft import PeftModel
+from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file
-from transformers import PreTrainedModel
+from transformers import AutoModelForCausalLM, PreTrainedModel
 
-from helpers import write_job
+from helpers import save_peft_adapter, write_job
 from test_jobs import rl_groups, sft_rows
 from tiny import build_model_dir
 from trainyard_trainer.main import parse_args, run_reporting_permanent
@@ -173,6 +173,70 @@ def test_a_failed_job_leaves_no_adapter_behind(tmp_path, capsys, model_dir, toke
     code, (events, err) = run_resident(capsys, source, spec)
     assert code == 0, err
     assert (events[0]["data"]["start"], events[0]["data"]["adapter"]) == ("warm", "disk")
+
+
+def test_an_adapter_that_would_change_the_base_model_is_refused_and_the_resident_base_stays_as_loaded(tmp_path, capsys, model_dir, tokenizer):
+    original = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
+    # An imported adapter that also trains its own copy of lm_head (modules_to_save), changed: taking a LoRA off again
+    # (unload()) would leave that copy in the base model as its lm_head, for every later job.
+    imported = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir),
+                              LoraConfig(target_modules=["q_proj", "v_proj"], modules_to_save=["lm_head"], task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        imported.base_model.model.lm_head.modules_to_save["default"].weight.mul_(3.0)
+    imported_dir = str(tmp_path / "imported")
+    imported.save_pretrained(imported_dir)
+    groups = rl_groups(tokenizer)
+    source = ResidentSource()
+    spec, _ = Chain(tmp_path / "resident", "a", model_dir).job("rl", groups)
+    assert run_resident(capsys, source, spec)[0] == 0
+    tenant = Chain(tmp_path / "resident", "b", model_dir)
+    tenant.last, tenant.step = imported_dir, 1
+    spec, _ = tenant.job("rl", groups)
+    code, (events, err) = run_resident(capsys, source, spec)
+    assert code == 3 and events == []
+    assert err.strip().splitlines()[-1].startswith(
+        f"trainyard_trainer: base_checkpoint_uri {imported_dir!r} is an adapter with modules_to_save ['lm_head']: this trainer takes LoRA "
+        "adapters that leave the base model unchanged")
+    assert source.peft is None
+    resident = source.base.state_dict()
+    assert sorted(resident) == sorted(original)
+    for name, tensor in original.items():
+        assert torch.equal(resident[name], tensor), name
+    # The next model's first job trains as in a process of its own.
+    spec, out = Chain(tmp_path / "resident", "c", model_dir).job("rl", groups)
+    code, (events, err) = run_resident(capsys, source, spec)
+    assert code == 0, err
+    assert (events[0]["data"]["start"], events[0]["data"]["adapter"]) == ("warm", "new")
+    spec, cold_out = Chain(tmp_path / "cold", "c", model_dir).job("rl", groups)
+    code, (cold_events, err) = run_cold(capsys, spec)
+    assert code == 0, err
+    assert untimed(events) == untimed(cold_events)
+    assert_same_checkpoint(cold_out, out)
+
+
+def test_an_adapter_that_fails_to_load_leaves_no_lora_layers_in_the_resident_base(tmp_path, capsys, model_dir, tokenizer):
+    narrower = build_model_dir(str(tmp_path / "narrower"), hidden=64)
+    adapter = save_peft_adapter(narrower, str(tmp_path / "narrower-adapter"), LoraConfig(target_modules=["q_proj", "v_proj"]))
+    groups = rl_groups(tokenizer)
+    source = ResidentSource()
+    spec, _ = Chain(tmp_path / "resident", "a", model_dir).job("rl", groups)
+    assert run_resident(capsys, source, spec)[0] == 0
+    tenant = Chain(tmp_path / "resident", "b", model_dir)
+    tenant.last, tenant.step = adapter, 1
+    spec, _ = tenant.job("rl", groups)
+    code, (_, err) = run_resident(capsys, source, spec)
+    assert code == 3 and f"adapter {adapter!r} does not load onto base model" in err
+    # peft had already put the adapter's LoRA layers into the base model's: it is loaded again for the next job.
+    assert source.base is None and source.peft is None
+    spec, out = Chain(tmp_path / "resident", "c", model_dir).job("rl", groups)
+    code, (events, err) = run_resident(capsys, source, spec)
+    assert code == 0, err
+    assert (events[0]["data"]["start"], events[0]["data"]["adapter"]) == ("cold", "new")
+    spec, cold_out = Chain(tmp_path / "cold", "c", model_dir).job("rl", groups)
+    code, (cold_events, err) = run_cold(capsys, spec)
+    assert code == 0, err
+    assert untimed(events) == untimed(cold_events)
+    assert_same_checkpoint(cold_out, out)
 
 
 class ResidentProcess:

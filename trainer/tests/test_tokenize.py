@@ -94,3 +94,115 @@ def test_sft_masks_only_assistant_turns_or_only_the_last(tokenizer):
     assert [tokenizer.convert_ids_to_tokens(t) for t, m in zip(last.token_ids, last.mask) if m] == ["maybe", "<|im_end|>"]
     with pytest.raises(InputError, match="assistant_turns=last needs the last message to be an assistant message"):
         sft_sequence(tokenizer, {"messages": row["messages"][:3]}, "last")
+
+
+def qwen3_tokenizer():
+    """Word-level tokens with <think> and </think> as special tokens, and the assistant branch of Qwen3's chat template
+    (its reasoning handling kept; spaces separate the words): the last assistant turn after the last user message is
+    rendered behind an empty think block."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+    vocab = {t: i for i, t in enumerate(specials + ["user", "assistant", "hi", "hello", "hmm", "greeting", "\n", "\n\n"])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="removed")
+    tok.add_special_tokens(specials)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<|im_end|>")
+    tokenizer.chat_template = (
+        "{%- set ns = namespace(last_query_index=messages|length - 1) %}"
+        "{%- for m in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}"
+        "{%- if m.role == 'user' and ns.last_query_index == messages|length - 1 %}{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}"
+        "{%- for message in messages %}"
+        "{%- if message.role == 'user' %}{{- '<|im_start|> user \n ' + message.content + ' <|im_end|> \n ' }}"
+        "{%- elif message.role == 'assistant' %}{%- set content = message.content %}{%- set reasoning_content = '' %}"
+        "{%- if '</think>' in content %}{%- set reasoning_content = content.split('</think>')[0].split('<think>')[-1] %}{%- set content = content.split('</think>')[-1] %}{%- endif %}"
+        "{%- if loop.index0 > ns.last_query_index %}{%- if loop.last or reasoning_content %}"
+        "{{- '<|im_start|> assistant \n <think> \n\n ' + reasoning_content + ' </think> \n\n ' + content }}"
+        "{%- else %}{{- '<|im_start|> assistant \n ' + content }}{%- endif %}"
+        "{%- else %}{{- '<|im_start|> assistant \n ' + content }}{%- endif %}"
+        "{{- ' <|im_end|> \n ' }}{%- endif %}{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|> assistant \n ' }}{%- endif %}")
+    return tokenizer
+
+
+def test_sampled_tokens_opening_a_think_block_replace_the_empty_one_of_a_qwen3_template_as_in_art():
+    tokenizer = qwen3_tokenizer()
+    user = {"role": "user", "content": "hi"}
+    prompt = ["<|im_start|>", "user", "\n", "hi", "<|im_end|>", "\n", "<|im_start|>", "assistant", "\n"]
+    empty_block = ["<think>", "\n\n", "</think>", "\n\n"]
+
+    def choice(tokens):
+        return {"message": {"role": "assistant", "content": "hello"},
+                "logprobs": {"content": [{"token": f"token_id:{i}", "logprob": -0.5} for i in tokenizer.convert_tokens_to_ids(tokens)]}}
+
+    def tokens(seq):
+        return tokenizer.convert_ids_to_tokens(seq.token_ids)
+
+    # What ART 0.5.17 trains on for this history (its tokenize_trajectory run on the same tokenizer): the prompt vLLM
+    # sampled from, without the template's empty block, then the sampled tokens.
+    sampled = ["<think>", "\n", "hmm", "greeting", "\n", "</think>", "\n\n", "hello", "<|im_end|>"]
+    [seq] = tokenize_history(tokenizer, [user, choice(sampled)], None)
+    assert tokens(seq) == prompt + sampled
+    assert seq.mask == [0] * len(prompt) + [1] * len(sampled)
+    assert seq.logprobs[len(prompt):] == [-0.5] * len(sampled)
+    # Sampled tokens without a think block keep the template's.
+    [seq] = tokenize_history(tokenizer, [user, choice(["hello", "<|im_end|>"])], None)
+    assert tokens(seq) == prompt + empty_block + ["hello", "<|im_end|>"]
+    # So does a plain assistant message trained without logprobs: ART applies the rule to sampled Choices only.
+    plain = {"role": "assistant", "content": " ".join(sampled[:-1])}
+    [seq] = tokenize_history(tokenizer, [user, plain], None, allow_training_without_logprobs=True)
+    assert tokens(seq) == prompt + empty_block + sampled[:-1]
+
+
+@pytest.mark.parametrize(
+    ("choice", "message"),
+    [
+        ({"logprobs": {"content": [{"token": "token_id:999999", "logprob": -1.0}]}},
+         r"messages_and_choices\[1\]: logprobs.content\[0\].token holds token id 999999, outside the model's vocabulary \[0, 32\)"),
+        ({"logprobs": {"content": [{"token": "token_id:-3", "logprob": -1.0}]}}, r"logprobs.content\[0\].token holds token id -3"),
+        ({"token_ids": [40]}, r"messages_and_choices\[1\]: token_ids holds token id 40, outside the model's vocabulary \[0, 32\)"),
+        ({"prompt_token_ids": [2, 5, 32], "token_ids": [16]}, r"choice 0: prompt_token_ids holds token id 32"),
+        ({"prompt_token_ids": [True, 5], "token_ids": [16]}, r"choice 0: prompt_token_ids must be a list of integers"),
+    ],
+)
+def test_token_ids_outside_the_models_vocabulary_are_refused_naming_the_field_and_the_id(tokenizer, choice, message):
+    items = [{"role": "user", "content": "hi"}, {**token_choice(tokenizer, ["hello"]), **choice}]
+    with pytest.raises(InputError, match=message):
+        tokenize_history(tokenizer, items, None, vocab_size=len(tokenizer))
+
+
+def test_the_vocabulary_is_the_models_embedding_not_the_tokenizer(tokenizer):
+    # An embedding with more rows than the tokenizer has tokens (padded, as Qwen's are): ids up to it are the model's.
+    choice = {**token_choice(tokenizer, ["hello"]), "token_ids": [40]}
+    [seq] = tokenize_history(tokenizer, [{"role": "user", "content": "hi"}, choice], None, vocab_size=64)
+    assert seq.token_ids[-1] == 40
+
+
+@pytest.mark.parametrize("calls", ["lookup", 5, ["lookup"], [["lookup", "{}"]], [{"function": "lookup"}]])
+def test_malformed_tool_calls_are_refused_naming_the_message(tokenizer, calls):
+    user, earlier = {"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok", "tool_calls": calls}
+    with pytest.raises(InputError, match=r"^history.messages_and_choices\[1\]: tool_calls must be a list of tool call objects"):
+        tokenize_history(tokenizer, [user, earlier, user, token_choice(tokenizer, ["hello"])], None)
+    sampled = {**token_choice(tokenizer, ["ok"]), "logprobs": None}
+    sampled["message"]["tool_calls"] = calls  # an earlier Choice, context only
+    with pytest.raises(InputError, match=r"^history.messages_and_choices\[1\].message: tool_calls must be a list of tool call objects"):
+        tokenize_history(tokenizer, [user, sampled, user, token_choice(tokenizer, ["hello"])], None)
+    with pytest.raises(InputError, match=r"^row.messages\[1\]: tool_calls must be a list of tool call objects"):
+        sft_sequence(tokenizer, {"messages": [user, earlier]}, "all")
+
+
+def test_a_choice_whose_message_is_not_an_object_is_refused(tokenizer):
+    with pytest.raises(InputError, match=r"^history.messages_and_choices\[1\].message must be an object"):
+        tokenize_history(tokenizer, [{"role": "user", "content": "hi"}, {"message": "hello"}, token_choice(tokenizer, ["yes"])], None)
+
+
+def test_lone_surrogates_in_message_content_are_refused(tokenizer):
+    bad = {"role": "user", "content": "hi \ud800"}
+    with pytest.raises(InputError, match=r"^history: the text holds a lone surrogate '\\ud800'"):
+        tokenize_history(tokenizer, [bad, token_choice(tokenizer, ["hello"])], None)
+    with pytest.raises(InputError, match=r"^history.messages_and_choices\[1\]: the text holds a lone surrogate"):
+        tokenize_history(tokenizer, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello \udfff"}], None,
+                         allow_training_without_logprobs=True)
+    with pytest.raises(InputError, match=r"^row: the text holds a lone surrogate"):
+        sft_sequence(tokenizer, {"messages": [bad, {"role": "assistant", "content": "hello"}]}, "all")

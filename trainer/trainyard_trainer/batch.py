@@ -47,7 +47,10 @@ class BatchStats:
     num_dropped_too_long: int = 0
 
 
-def tokenize_groups(tokenizer: Any, groups: list[Any], config: RLConfig, rng: random.Random, chat_template_kwargs: dict | None = None) -> tuple[list[list[TokenizedResult]], BatchStats]:
+def tokenize_groups(tokenizer: Any, groups: list[Any], config: RLConfig, rng: random.Random, chat_template_kwargs: dict | None = None,
+                    vocab_size: int | None = None) -> tuple[list[list[TokenizedResult]], BatchStats]:
+    """`vocab_size`: the rows of the model's token embedding, which every token id given in the inputs must index
+    (default: the tokenizer's length)."""
     stats = BatchStats()
     out: list[list[TokenizedResult]] = []
     trajectory_index = 0
@@ -84,7 +87,7 @@ def tokenize_groups(tokenizer: Any, groups: list[Any], config: RLConfig, rng: ra
                 for seq in tokenize_history(
                     tokenizer, items, tools,
                     allow_training_without_logprobs=config.allow_training_without_logprobs,
-                    chat_template_kwargs=chat_template_kwargs, where=hwhere,
+                    chat_template_kwargs=chat_template_kwargs, where=hwhere, vocab_size=vocab_size,
                 ):
                     if sum(seq.mask):
                         own.append(TokenizedResult(seq.token_ids, seq.mask, seq.logprobs, advantage=advantage, trajectory=trajectory_index))

@@ -52,8 +52,12 @@ class Permanent(Exception):
 
 def _read_jsonl(path: str) -> list[Any]:
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise Permanent(f"inputs line {n} is not UTF-8: {error}") from error
             if not line.strip():
                 continue
             try:
@@ -64,12 +68,15 @@ def _read_jsonl(path: str) -> list[Any]:
 
 
 def _base_adapter(spec: dict[str, Any]) -> str | None:
+    from .model import check_adapter
+
     uri = spec.get("base_checkpoint_uri")
     if not uri:
         return None
     path = uri[len("file://") :] if uri.startswith("file://") else uri
     if not os.path.isfile(os.path.join(path, "adapter_config.json")):
         raise Permanent(f"base_checkpoint_uri {uri!r} is not an adapter directory this machine can read")
+    check_adapter(path, f"base_checkpoint_uri {uri!r}")
     return path
 
 

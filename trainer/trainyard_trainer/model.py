@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sys
@@ -19,6 +20,9 @@ from .config import ConfigError
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 OPTIMIZER_FILE = "optimizer.pt"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+# LoRA initialisations that leave the base model's weights alone when an adapter is loaded (PiSSA, OLoRA, CorDA, LoftQ
+# and the like rewrite them, on every load).
+BASE_PRESERVING_INITS = (True, False, "gaussian", "eva", "orthogonal")
 
 
 @dataclass
@@ -60,6 +64,17 @@ def load_tokenizer(base_model: str) -> Any:
         raise ConfigError(f"cannot load the tokenizer of base model {base_model!r}: {error}") from error
 
 
+def load_vocab_size(base_model: str) -> int:
+    """The rows of the base model's token embedding, read from its config without loading the weights."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(base_model)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"cannot load the config of base model {base_model!r}: {error}") from error
+    return config.get_text_config().vocab_size
+
+
 def load_model(base_model: str, adapter_dir: str | None, options: Options, device: torch.device) -> Any:
     """The base model (bf16 on CUDA, fp32 on CPU) with a trainable LoRA: the adapter in `adapter_dir`, else a fresh
     zero-initialised one (B = 0, identical to the base: step 0)."""
@@ -79,14 +94,64 @@ def load_base(base_model: str, device: torch.device) -> Any:
     return model.to(device)
 
 
+def check_adapter(adapter_dir: str, label: str) -> None:
+    """Refuses, before anything is loaded, an adapter directory without its files or an adapter that is more than LoRA
+    matrices beside the base model: one that trains or replaces base modules (`modules_to_save`, `bias`,
+    `trainable_token_indices`), changes the base model as it loads (`layer_replication`, initialisations that rewrite
+    base weights), or is not a LoRA at all. Taking the LoRA off again (`unload()`) would leave such changes in a base
+    model that a resident trainer keeps for the next job, and vLLM serves its LoRAs on one shared, unchanged base.
+    `label` names the adapter in the messages (the spec field and its value)."""
+    for name in ADAPTER_FILES:
+        if not os.path.isfile(os.path.join(adapter_dir, name)):
+            raise ConfigError(f"{label} has no {name}")
+    try:
+        with open(os.path.join(adapter_dir, "adapter_config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{label}: cannot read adapter_config.json: {error}") from error
+    if not isinstance(config, dict):
+        raise ConfigError(f"{label}: adapter_config.json is not a JSON object")
+    refused = []
+    if config.get("peft_type") != "LORA":
+        refused.append(f"peft_type {config.get('peft_type')!r} (only LORA)")
+    for key in ("modules_to_save", "trainable_token_indices", "layer_replication"):
+        if config.get(key):
+            refused.append(f"{key} {config[key]!r}")
+    if config.get("bias", "none") != "none":
+        refused.append(f"bias {config['bias']!r}")
+    if config.get("init_lora_weights", True) not in BASE_PRESERVING_INITS:
+        refused.append(f"init_lora_weights {config['init_lora_weights']!r}")
+    if refused:
+        raise ConfigError(f"{label} is an adapter with {', '.join(refused)}: this trainer takes LoRA adapters that leave the base "
+                          "model unchanged (a resident trainer keeps it for the next job, and vLLM serves LoRAs on one shared base)")
+
+
+@contextlib.contextmanager
+def adapter_loading(adapter_dir: str, base_model: str):
+    """An adapter that does not load onto the base model (another model's shapes, unreadable weights) raises a
+    ConfigError that names it and the reason on one line; running out of memory or a device error stays retryable."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except (torch.OutOfMemoryError, torch.AcceleratorError):
+        raise
+    except (RuntimeError, ValueError, KeyError, OSError, SafetensorError) as error:
+        reason = " ".join(f"{type(error).__name__}: {error}".split())
+        if len(reason) > 400:
+            reason = reason[:400] + " ..."
+        raise ConfigError(f"adapter {adapter_dir!r} does not load onto base model {base_model!r}: {reason}") from error
+
+
 def attach_lora(model: Any, base_model: str, adapter_dir: str | None, options: Options, device: torch.device) -> Any:
-    """Wraps a base model from `load_base` in a trainable LoRA: the adapter in `adapter_dir`, else a fresh one whose
-    A matrices are drawn from the RNG seeded with `options.seed`."""
+    """Wraps a base model from `load_base` in a trainable LoRA: the adapter in `adapter_dir` (which `check_adapter`
+    accepted), else a fresh one whose A matrices are drawn from the RNG seeded with `options.seed`."""
     from peft import LoraConfig, PeftModel, get_peft_model
 
     torch.manual_seed(options.seed)
     if adapter_dir is not None:
-        model = PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)
+        with adapter_loading(adapter_dir, base_model):
+            model = PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)
     else:
         present = sorted({name.rsplit(".", 1)[-1] for name, _ in model.named_modules()} & set(LORA_TARGETS))
         if not present:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from . import events
+from .config import ConfigError
 from .model import ADAPTER_FILES, OPTIMIZER_FILE, Options, attach_lora, load_base, load_optimizer_state, load_tokenizer
 
 OFFER_ENV = "TRAINYARD_RESIDENT"
@@ -111,6 +112,10 @@ class ResidentSource:
         self._check(base_model)
         return self._tokenizer
 
+    def vocab_size(self, base_model: str) -> int:
+        self._check(base_model)
+        return self.base.get_input_embeddings().num_embeddings
+
     def model(self, base_model: str, adapter_dir: str | None, options: Options, device: torch.device) -> Any:
         self._check(base_model)
         started = time.perf_counter()
@@ -123,7 +128,12 @@ class ResidentSource:
             adapter = "memory"
         else:
             self.drop_adapter()
-            self.peft = attach_lora(self.base, base_model, adapter_dir, options, device)
+            try:
+                self.peft = attach_lora(self.base, base_model, adapter_dir, options, device)
+            except ConfigError:
+                # An adapter that failed to load may have left LoRA layers in the base model: the next job loads it anew.
+                self.release()
+                raise
             adapter = "new" if adapter_dir is None else "disk"
         torch.manual_seed(options.seed)
         events.started_info["adapter"] = adapter

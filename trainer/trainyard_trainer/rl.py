@@ -15,7 +15,7 @@ from . import distributed, events
 from .batch import normalise, pack, row_length, tokenize_groups
 from .config import ConfigError, RLConfig, parse_rl_config
 from .loss import LossTerms, combine, metrics_from_sums, rl_loss
-from .model import Options, as_tensor, copy_checkpoint, packed_logprobs, save_adapter, trainable_parameters
+from .model import Options, adapter_loading, as_tensor, check_adapter, copy_checkpoint, packed_logprobs, save_adapter, trainable_parameters
 from .packing import Pack, plan
 from .source import ColdSource
 from .tokenize import TokenizedResult
@@ -48,6 +48,7 @@ def reference_adapter(config: RLConfig, spec: dict[str, Any]) -> tuple[bool, str
     if config.kl_ref_adapter_path is not None:
         if not os.path.isfile(os.path.join(config.kl_ref_adapter_path, "adapter_config.json")):
             raise ConfigError(f"experimental_config.kl_ref_adapter_path {config.kl_ref_adapter_path!r} is not an adapter directory")
+        check_adapter(config.kl_ref_adapter_path, f"experimental_config.kl_ref_adapter_path {config.kl_ref_adapter_path!r}")
         return True, config.kl_ref_adapter_path
     base_step = (spec.get("base_checkpoint") or {}).get("step") or 0
     if config.kl_penalty_step_lag is not None:
@@ -62,6 +63,7 @@ def reference_adapter(config: RLConfig, spec: dict[str, Any]) -> tuple[bool, str
     path = os.path.join(os.path.dirname(os.path.abspath(spec["output_dir"])), f"step-{step}")
     if step > base_step or not os.path.isfile(os.path.join(path, "adapter_config.json")):
         raise ConfigError(f"experimental_config.{key}: no checkpoint of step {step} at {path}")
+    check_adapter(path, f"experimental_config.{key}: the checkpoint of step {step} at {path!r}")
     return True, path
 
 
@@ -128,7 +130,7 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
     kl_on, reference = reference_adapter(config, spec)
     tokenizer = source.tokenizer(base_model)
     rng = random.Random(options.seed)
-    grouped, stats = tokenize_groups(tokenizer, groups, config, rng)
+    grouped, stats = tokenize_groups(tokenizer, groups, config, rng, vocab_size=source.vocab_size(base_model))
     seq_len = row_length(grouped, config, options.max_seq_length)
     rows, dropped = pack(grouped, seq_len, rng)
     normalise(rows, config.advantage_balance)
@@ -156,7 +158,8 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
 
     model = source.model(base_model, base_adapter, options, device)
     if kl_on and reference is not None:
-        model.load_adapter(reference, adapter_name="reference", is_trainable=False)
+        with adapter_loading(reference, base_model):
+            model.load_adapter(reference, adapter_name="reference", is_trainable=False)
         model.set_adapter("default")
     params = trainable_parameters(model)
     optimizer = make_optimizer(params, config.learning_rate, WEIGHT_DECAY, options.fused_adamw)

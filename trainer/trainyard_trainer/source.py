@@ -8,12 +8,16 @@ from typing import Any
 
 import torch
 
-from .model import Options, load_model, load_optimizer_state, load_tokenizer
+from .model import Options, load_model, load_optimizer_state, load_tokenizer, load_vocab_size
 
 
 class ColdSource:
     def tokenizer(self, base_model: str) -> Any:
         return load_tokenizer(base_model)
+
+    def vocab_size(self, base_model: str) -> int:
+        """The rows of the model's token embedding: the token ids the inputs may hold."""
+        return load_vocab_size(base_model)
 
     def model(self, base_model: str, adapter_dir: str | None, options: Options, device: torch.device) -> Any:
         model = load_model(base_model, adapter_dir, options, device)

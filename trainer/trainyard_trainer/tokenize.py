@@ -5,7 +5,7 @@ trainable Choice carries vLLM's `prompt_token_ids` and `token_ids`, those ids ar
 completion, append-only turns collapsing into one sequence). Otherwise the conversation is rendered through the
 model's chat template with each trainable turn replaced by a placeholder, and each placeholder is replaced by the
 turn's sampled token ids (`token_ids` on the Choice, else `token_id:N` in its logprobs, else the token strings looked
-up in the vocabulary).
+up in the vocabulary). Token ids given in the inputs must lie in [0, vocab_size) of the model's token embedding.
 """
 from __future__ import annotations
 
@@ -62,32 +62,41 @@ def _logprob_entries(choice: dict[str, Any]) -> list[dict[str, Any]]:
     return content if isinstance(content, list) else []
 
 
-def _choice_tokens(tokenizer: Any, choice: dict[str, Any], where: str) -> tuple[list[int], list[float]]:
+def _token_ids(ids: Any, vocab_size: int, where: str, name: str) -> list[int]:
+    """A list of token ids from the inputs, each an integer in [0, vocab_size)."""
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise InputError(f"{where}: {name} must be a list of integers")
+    for i in ids:
+        if not 0 <= i < vocab_size:
+            raise InputError(f"{where}: {name} holds token id {i}, outside the model's vocabulary [0, {vocab_size})")
+    return ids
+
+
+def _choice_tokens(tokenizer: Any, choice: dict[str, Any], where: str, vocab_size: int) -> tuple[list[int], list[float]]:
     """The sampled token ids of a Choice and their log-probabilities (NaN when not reported)."""
     entries = _logprob_entries(choice)
-    ids = choice.get("token_ids") or choice.get("completion_token_ids")
+    name = "token_ids" if choice.get("token_ids") else "completion_token_ids"
+    ids = choice.get(name)
     if ids is not None:
-        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-            raise InputError(f"{where}: token_ids must be a list of integers")
+        _token_ids(ids, vocab_size, where, name)
         if entries and len(entries) != len(ids):
             raise InputError(f"{where}: {len(entries)} logprobs for {len(ids)} token_ids")
         return list(ids), [_entry_logprob(e, where) for e in entries] if entries else [NAN] * len(ids)
     if not entries:
         # A Choice without logprobs (only trainable with allow_training_without_logprobs): re-encode its text.
-        message = choice.get("message") or {}
-        text = message.get("content") or ""
-        ids = tokenizer.encode(text, add_special_tokens=False)
+        ids = _encode(tokenizer, choice["message"].get("content") or "", f"{where}.message")
         return ids, [NAN] * len(ids)
     token_ids: list[int] = []
-    for entry in entries:
+    for k, entry in enumerate(entries):
         token = entry.get("token") if isinstance(entry, dict) else None
         if not isinstance(token, str):
             raise InputError(f"{where}: a logprobs entry has no token")
         if token.startswith("token_id:"):
             try:
-                token_ids.append(int(token[len("token_id:") :]))
+                token_id = int(token[len("token_id:") :])
             except ValueError as error:
                 raise InputError(f"{where}: malformed token {token!r}") from error
+            token_ids += _token_ids([token_id], vocab_size, where, f"logprobs.content[{k}].token")
         else:
             token_id = tokenizer.convert_tokens_to_ids(token)
             if token_id is None or token_id == tokenizer.unk_token_id and token != tokenizer.unk_token:
@@ -105,10 +114,9 @@ def _entry_logprob(entry: Any, where: str) -> float:
     return float(value)
 
 
-def _tool_calls(message: dict[str, Any]) -> list[dict[str, Any]] | None:
-    calls = message.get("tool_calls")
-    if not calls:
-        return None
+def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(calls, list) or not all(isinstance(call, dict) and isinstance(call.get("function", {}), dict) for call in calls):
+        raise InputError(f"{where}: tool_calls must be a list of tool call objects (each with a `function` object), got {_preview(calls)}")
     out = []
     for call in calls:
         call = dict(call)
@@ -124,19 +132,43 @@ def _tool_calls(message: dict[str, Any]) -> list[dict[str, Any]] | None:
     return out
 
 
-def _message(item: dict[str, Any]) -> dict[str, Any]:
+def _preview(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
     message = dict(item)
     if message.get("content") is None:
         message["content"] = ""
     if message.get("tool_calls"):
-        message["tool_calls"] = _tool_calls(message)
+        message["tool_calls"] = _tool_calls(message["tool_calls"], where)
     return message
 
 
-def _tools(tools: Any) -> list[dict[str, Any]] | None:
+def _tools(tools: Any, where: str) -> list[dict[str, Any]] | None:
     if not tools:
         return None
-    return [tool if isinstance(tool, dict) and "type" in tool else {"type": "function", "function": tool} for tool in tools]
+    if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
+        raise InputError(f"{where}: tools must be a list of tool objects, got {_preview(tools)}")
+    return [tool if "type" in tool else {"type": "function", "function": tool} for tool in tools]
+
+
+def _unicode(text: str, where: str) -> str:
+    """`text`, refused when it holds a lone surrogate (a JSON escape such as \\ud800 without its pair): it is not
+    Unicode text, and no tokenizer encodes it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InputError(f"{where}: the text holds a lone surrogate {text[error.start]!r}, which is not valid Unicode") from error
+    return text
+
+
+def _encode(tokenizer: Any, text: Any, where: str) -> list[int]:
+    """The token ids of a trainable turn's own text (content re-encoded when no sampled ids are given)."""
+    if not isinstance(text, str):
+        raise InputError(f"{where}: content must be a string to be trained without its sampled tokens")
+    return tokenizer.encode(_unicode(text, where), add_special_tokens=False)
 
 
 def _trainable(item: Any, allow_without_logprobs: bool) -> bool:
@@ -153,13 +185,20 @@ def tokenize_history(
     allow_training_without_logprobs: bool = False,
     chat_template_kwargs: dict[str, Any] | None = None,
     where: str = "history",
+    vocab_size: int | None = None,
 ) -> list[Sequence]:
-    """One history to its token sequences (usually one; several when exact-id turns do not extend each other)."""
+    """One history to its token sequences (usually one; several when exact-id turns do not extend each other).
+    `vocab_size`: the rows of the model's token embedding, which every token id given in the inputs must index
+    (default: the tokenizer's length)."""
+    if vocab_size is None:
+        vocab_size = len(tokenizer)
     if not isinstance(items, list):
         raise InputError(f"{where}: messages_and_choices must be a list")
     for index, item in enumerate(items):
         if not isinstance(item, dict) or not (is_choice(item) or isinstance(item.get("role"), str)):
             raise InputError(f"{where}.messages_and_choices[{index}] is neither a message nor a Choice")
+        if is_choice(item) and not isinstance(item["message"], dict):
+            raise InputError(f"{where}.messages_and_choices[{index}].message must be an object")
     last = max((i for i, item in enumerate(items) if _trainable(item, allow_training_without_logprobs)), default=-1)
     if last < 0:
         return []
@@ -167,18 +206,16 @@ def tokenize_history(
     trainable = [i for i, item in enumerate(items) if _trainable(item, allow_training_without_logprobs)]
     choices = [items[i] for i in trainable if is_choice(items[i])]
     if choices and len(choices) == len(trainable) and all(c.get("prompt_token_ids") and c.get("token_ids") for c in choices):
-        return _exact_sequences(tokenizer, choices, where)
-    return [_spliced_sequence(tokenizer, items, trainable, tools, chat_template_kwargs or {}, where)]
+        return _exact_sequences(tokenizer, choices, where, vocab_size)
+    return [_spliced_sequence(tokenizer, items, trainable, tools, chat_template_kwargs or {}, where, vocab_size)]
 
 
-def _exact_sequences(tokenizer: Any, choices: list[dict[str, Any]], where: str) -> list[Sequence]:
+def _exact_sequences(tokenizer: Any, choices: list[dict[str, Any]], where: str, vocab_size: int) -> list[Sequence]:
     sequences: list[Sequence] = []
     current: Sequence | None = None
     for n, choice in enumerate(choices):
-        prompt = choice["prompt_token_ids"]
-        if not isinstance(prompt, list) or not all(isinstance(i, int) for i in prompt):
-            raise InputError(f"{where}: prompt_token_ids must be a list of integers")
-        ids, logprobs = _choice_tokens(tokenizer, choice, f"{where} choice {n}")
+        prompt = _token_ids(choice["prompt_token_ids"], vocab_size, f"{where} choice {n}", "prompt_token_ids")
+        ids, logprobs = _choice_tokens(tokenizer, choice, f"{where} choice {n}", vocab_size)
         if current is not None and len(prompt) >= len(current.token_ids) and prompt[: len(current.token_ids)] == current.token_ids:
             gap = prompt[len(current.token_ids) :]  # tokens between the turns (tool results, the next user turn)
             current.token_ids += gap + ids
@@ -190,34 +227,41 @@ def _exact_sequences(tokenizer: Any, choices: list[dict[str, Any]], where: str) 
     return sequences
 
 
-def render(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any], **options: Any) -> str:
+def render(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any], where: str, **options: Any) -> str:
+    tools = _tools(tools, where)
     try:
-        return tokenizer.apply_chat_template(messages, tools=_tools(tools), tokenize=False, **options, **kwargs)
+        text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, **options, **kwargs)
     except Exception as error:  # a template that raises on these messages: the inputs are unusable
-        raise InputError(f"the chat template failed on these messages: {error}") from error
+        raise InputError(f"{where}: the chat template failed on these messages: {error}") from error
+    return _unicode(text, where)
 
 
-def _spliced_sequence(tokenizer: Any, items: list[Any], trainable: list[int], tools: Any, kwargs: dict[str, Any], where: str) -> Sequence:
+def _opens_thinking(tokenizer: Any, ids: list[int]) -> bool:
+    return bool(ids) and tokenizer.decode([ids[0]]) == "<think>"
+
+
+def _spliced_sequence(tokenizer: Any, items: list[Any], trainable: list[int], tools: Any, kwargs: dict[str, Any], where: str, vocab_size: int) -> Sequence:
     messages: list[dict[str, Any]] = []
-    spliced: list[tuple[list[int], list[float]]] = []
+    spliced: list[tuple[list[int], list[float], bool]] = []  # ids, logprobs, whether they are a Choice's sampled tokens
     for index, item in enumerate(items):
+        iwhere = f"{where}.messages_and_choices[{index}]"
         if index in trainable:
             if is_choice(item):
-                ids, logprobs = _choice_tokens(tokenizer, item, f"{where}.messages_and_choices[{index}]")
+                ids, logprobs = _choice_tokens(tokenizer, item, iwhere, vocab_size)
             else:
                 if item.get("tool_calls"):
-                    raise InputError(f"{where}.messages_and_choices[{index}]: an assistant message with tool_calls cannot be trained without its sampled tokens")
-                ids = tokenizer.encode(item.get("content") or "", add_special_tokens=False)
+                    raise InputError(f"{iwhere}: an assistant message with tool_calls cannot be trained without its sampled tokens")
+                ids = _encode(tokenizer, item.get("content") or "", iwhere)
                 logprobs = [NAN] * len(ids)
             # The sampled tokens already hold any tool-call text, so the template gets the placeholder alone.
             messages.append({"role": "assistant", "content": _PLACEHOLDER.format(len(spliced))})
-            spliced.append((ids, logprobs))
+            spliced.append((ids, logprobs, is_choice(item) and bool(_logprob_entries(item))))
         elif is_choice(item):
-            message = item.get("message") or {}
-            messages.append(_message({"role": "assistant", "content": message.get("content"), **({"tool_calls": message["tool_calls"]} if message.get("tool_calls") else {})}))
+            message = item["message"]
+            messages.append(_message({"role": "assistant", "content": message.get("content"), **({"tool_calls": message["tool_calls"]} if message.get("tool_calls") else {})}, f"{iwhere}.message"))
         else:
-            messages.append(_message(item))
-    text = render(tokenizer, messages, tools, kwargs, add_generation_prompt=False)
+            messages.append(_message(item, iwhere))
+    text = render(tokenizer, messages, tools, kwargs, where, add_generation_prompt=False)
     # continue_final_message: nothing after the last trainable turn (no end-of-turn of the template's own).
     last = _PLACEHOLDER.format(len(spliced) - 1)
     end = text.rfind(last)
@@ -237,7 +281,12 @@ def _spliced_sequence(tokenizer: Any, items: list[Any], trainable: list[int], to
             seq.mask += [0] * len(ids)
             seq.logprobs += [NAN] * len(ids)
         else:
-            ids, logprobs = spliced[int(part)]
+            ids, logprobs, sampled = spliced[int(part)]
+            if sampled and _opens_thinking(tokenizer, ids) and len(seq.token_ids) >= 4 and _opens_thinking(tokenizer, seq.token_ids[-4:]):
+                # ART's rule for Qwen3 templates, which render an empty think block (<think>, "\n\n", </think>, "\n\n")
+                # before the last assistant turn's content: sampled tokens that open their own think block replace it,
+                # as in the prompt the engine sampled them from.
+                del seq.token_ids[-4:], seq.mask[-4:], seq.logprobs[-4:]
             seq.token_ids += ids
             seq.mask += [1] * len(ids)
             seq.logprobs += logprobs
@@ -256,7 +305,7 @@ def sft_sequence(tokenizer: Any, row: Any, assistant_turns: str, kwargs: dict[st
     for index, message in enumerate(row["messages"]):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise InputError(f"{where}.messages[{index}] is not a chat message")
-        messages.append(_message(message))
+        messages.append(_message(message, f"{where}.messages[{index}]"))
     tools = row.get("tools")
     kwargs = kwargs or {}
     assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
@@ -264,11 +313,11 @@ def sft_sequence(tokenizer: Any, row: Any, assistant_turns: str, kwargs: dict[st
         if messages[-1]["role"] != "assistant":
             raise InputError(f"{where}: assistant_turns=last needs the last message to be an assistant message")
         assistant = assistant[-1:]
-    full = render(tokenizer, messages, tools, kwargs, add_generation_prompt=False)
+    full = render(tokenizer, messages, tools, kwargs, where, add_generation_prompt=False)
     spans = []
     for i in assistant:
-        before = render(tokenizer, messages[:i], tools, kwargs, add_generation_prompt=True)
-        after = render(tokenizer, messages[: i + 1], tools, kwargs, add_generation_prompt=False)
+        before = render(tokenizer, messages[:i], tools, kwargs, where, add_generation_prompt=True)
+        after = render(tokenizer, messages[: i + 1], tools, kwargs, where, add_generation_prompt=False)
         if not (after.startswith(before) and full.startswith(after)):
             raise InputError(f"{where}: the chat template renders assistant turn {i} differently in a longer conversation; use assistant_turns=last")
         spans.append((len(before), len(after)))
