@@ -202,7 +202,13 @@ function checkSafetensors(content: Buffer): void {
   }
 }
 
-/** The base model an adapter was trained on, from its adapter_config.json. */
+/**
+ * The base model an adapter was trained on, from its adapter_config.json, which must describe a plain
+ * LoRA: one whose layers sit beside an unchanged base model. Anything more (whole modules trained as
+ * copies, the base's biases or embedding rows trained, layers replicated, an initialisation that rewrites
+ * base weights when it loads, another PEFT method) is refused here, as the reference trainer refuses it
+ * (docs/trainer.md, "Adapters it continues from") and vLLM's runtime LoRA cannot serve it on a shared base.
+ */
 export function adapterBaseModel(files: readonly AdapterFile[]): string {
   const config = files.find((file) => file.name === 'adapter_config.json')!;
   let parsed: unknown;
@@ -211,9 +217,38 @@ export function adapterBaseModel(files: readonly AdapterFile[]): string {
   } catch {
     throw new ArchiveProblem('adapter_config.json is not valid JSON');
   }
-  const base = (parsed as { base_model_name_or_path?: unknown } | null)?.base_model_name_or_path;
+  const settings = (typeof parsed === 'object' && parsed !== null ? parsed : {}) as Record<string, unknown>;
+  const base = settings.base_model_name_or_path;
   if (typeof base !== 'string' || base === '') throw new ArchiveProblem('adapter_config.json names no base_model_name_or_path');
+  const refused = baseChangingSettings(settings);
+  if (refused.length > 0) {
+    throw new ArchiveProblem(`adapter_config.json has ${refused.join(', ')}: only LoRA adapters that leave the base model unchanged are taken`);
+  }
   return base;
+}
+
+/** LoRA initialisations that leave the base weights alone when the adapter loads (PiSSA, OLoRA, LoftQ... rewrite them). */
+const BASE_PRESERVING_INITS: readonly unknown[] = [true, false, 'gaussian', 'eva', 'orthogonal'];
+
+function baseChangingSettings(settings: Record<string, unknown>): string[] {
+  const refused: string[] = [];
+  const shown = (value: unknown) => JSON.stringify(value).slice(0, 100);
+  if ('peft_type' in settings && settings.peft_type !== 'LORA') refused.push(`peft_type ${shown(settings.peft_type)} (only LORA)`);
+  for (const key of ['modules_to_save', 'trainable_token_indices', 'layer_replication']) {
+    if (isSet(settings[key])) refused.push(`${key} ${shown(settings[key])}`);
+  }
+  if ('bias' in settings && settings.bias !== 'none') refused.push(`bias ${shown(settings.bias)}`);
+  if ('init_lora_weights' in settings && !BASE_PRESERVING_INITS.includes(settings.init_lora_weights)) {
+    refused.push(`init_lora_weights ${shown(settings.init_lora_weights)}`);
+  }
+  return refused;
+}
+
+/** Whether a setting is on: not absent, null, false, 0, "", [] or {} (what peft and the trainer read as off). */
+function isSet(value: unknown): boolean {
+  if (value === undefined || value === null || value === false || value === 0 || value === '') return false;
+  if (typeof value === 'object') return Object.keys(value).length > 0;
+  return true;
 }
 
 function header(name: string, size: number, mtime: number): Buffer {

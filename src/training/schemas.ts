@@ -114,10 +114,22 @@ export interface PageOf<T> {
 // ---------------------------------------------------------------------------------------------------------
 // Models
 
+/**
+ * A model's project and name: what a checkpoint's inference name (`entity/project/name:stepN`), a weave
+ * project id and a W&B run or artifact name can all carry, so that a model registered under it can be
+ * served, traced and logged.
+ */
+const ModelNamePart = z
+  .string()
+  .min(1)
+  .max(MAX_NAME_LENGTH)
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/)
+  .describe("Letters, digits, '.', '_' and '-', starting with a letter or digit.");
+
 export const ModelCreate = z.object({
   entity: z.string().min(1).max(MAX_NAME_LENGTH).nullish(),
-  project: z.string().min(1).max(MAX_NAME_LENGTH),
-  name: z.string().min(1).max(MAX_NAME_LENGTH),
+  project: ModelNamePart,
+  name: ModelNamePart,
   base_model: z.string().min(1).max(TRAINING_LIMITS.baseModel),
   return_existing: z.boolean().default(false),
 });

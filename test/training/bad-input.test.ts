@@ -92,6 +92,29 @@ describe('rules checked after the schema', () => {
     expect((await call(app, user.headers, 'GET', '/v1/preview/base-models')).body).toEqual([TRAINABLE, 'Qwen/Qwen3-30B-A3B-Instruct-2507']);
   });
 
+  it('a project or model name no checkpoint name could carry is a 422, so no model is registered that could not be served', async () => {
+    const before = await databaseFingerprint(app);
+    const pattern = '^[A-Za-z0-9][A-Za-z0-9._-]*$';
+    for (const [field, value] of [
+      ['name', 'agent v1'],
+      ['name', 'agent:beta'],
+      ['name', '_agent'],
+      ['name', 'agent+lora'],
+      ['name', 'a/b'],
+      ['project', 'My Project'],
+    ]) {
+      const body = { project: 'p', name: 'agent', base_model: TRAINABLE, [field]: value };
+      const reply = await call(app, user.headers, 'POST', '/v1/preview/models', body);
+      expect(reply.status, value).toBe(422);
+      expect(reply.body).toEqual({
+        detail: [{ type: 'string_pattern_mismatch', loc: ['body', field], msg: `String should match pattern '${pattern}'`, input: value, ctx: { pattern } }],
+      });
+    }
+    expect(await databaseFingerprint(app)).toEqual(before);
+    const served = await call(app, user.headers, 'POST', '/v1/preview/models', { project: 'Proj.2', name: '0-agent_v1.5', base_model: TRAINABLE });
+    expect(served.status).toBe(200);
+  });
+
   it('a body over the limit is a 413 and nothing is stored', async () => {
     const before = await databaseFingerprint(app);
     const big = { model_id: model.id, trajectory_groups: [{ trajectories: [{ messages_and_choices: [{ role: 'user', content: 'x'.repeat(1_100_000) }] }] }] };

@@ -300,6 +300,26 @@ describe('archives that are refused', () => {
     await refused(tarGz(adapterDir({ base: 'Qwen/Qwen3-14B' })), 422, problem(`the adapter was trained on Qwen/Qwen3-14B, but model ${model.id} is based on ${BASE}`));
   });
 
+  it('refuses an adapter that would change the base model it is served on, naming the settings', async () => {
+    const config = (settings: Record<string, unknown>) =>
+      JSON.stringify({ base_model_name_or_path: BASE, peft_type: 'LORA', r: 8, lora_alpha: 16, target_modules: ['q_proj'], ...settings });
+    const only = 'only LoRA adapters that leave the base model unchanged are taken';
+    await refused(
+      tarGz(adapterDir({ extra: { 'adapter_config.json': config({ modules_to_save: ['lm_head'], bias: 'all' }) } })),
+      422,
+      problem(`adapter_config.json has modules_to_save ["lm_head"], bias "all": ${only}`),
+    );
+    await refused(
+      tarGz(adapterDir({ extra: { 'adapter_config.json': config({ peft_type: 'IA3', init_lora_weights: 'pissa', layer_replication: [[0, 2]] }) } })),
+      422,
+      problem(`adapter_config.json has peft_type "IA3" (only LORA), layer_replication [[0,2]], init_lora_weights "pissa": ${only}`),
+    );
+    // What peft writes for a plain LoRA is taken (by a model of its own: this block's model stays without checkpoints).
+    const plain = config({ modules_to_save: null, trainable_token_indices: null, layer_replication: null, bias: 'none', init_lora_weights: true });
+    const reply = await upload(owner, (await newModel()).base, tarGz(adapterDir({ extra: { 'adapter_config.json': plain } })));
+    expect(reply.statusCode, reply.body).toBe(200);
+  });
+
   it('refuses links, absolute paths and ".." paths, so nothing lands outside its directory', async () => {
     const withLink = adapterDir();
     fs.symlinkSync('/etc/passwd', path.join(withLink, 'README.md'));

@@ -256,7 +256,7 @@ describe('pushing a lora artifact', () => {
       expect(await databaseFingerprint(app)).toEqual(before);
     }
 
-    it('refuses at commit, dropping what was uploaded: another base model, pickle weights, files that are not an adapter\'s, more than ADAPTER_ARCHIVE_LIMIT_MB', async () => {
+    it('refuses at commit, dropping what was uploaded: another base model, pickle weights, files that are not an adapter\'s, a LoRA that changes its base, more than ADAPTER_ARCHIVE_LIMIT_MB', async () => {
       const model = await trainedModel({});
       const dirs = fs.readdirSync(app.config.adaptersDir);
       const cannot = `The artifact cannot become a checkpoint of ${owner.entity}/${model.project}/${model.name}`;
@@ -264,6 +264,8 @@ describe('pushing a lora artifact', () => {
       const pickle = { 'adapter_config.json': adapterFiles()['adapter_config.json'], 'adapter_model.bin': Buffer.from('pickle') };
       await refusedAtCommit(pickle, model, 1, `${cannot}: adapter_model.bin: pickle files are refused (loading one can run code); save the adapter with safetensors (save_pretrained(..., safe_serialization=True)).`);
       await refusedAtCommit({ ...adapterFiles(), 'run.sh': Buffer.from('echo hi') }, model, 1, `${cannot}: run.sh: not a file of a PEFT adapter; allowed: adapter_config.json, adapter_model.safetensors, README.md, tokenizer.json, tokenizer_config.json, special_tokens_map.json, added_tokens.json, chat_template.jinja, vocab.json, merges.txt.`);
+      const saved = { ...adapterFiles(), 'adapter_config.json': Buffer.from(JSON.stringify({ base_model_name_or_path: BASE, peft_type: 'LORA', r: 8, modules_to_save: ['lm_head'] })) };
+      await refusedAtCommit(saved, model, 1, `${cannot}: adapter_config.json has modules_to_save ["lm_head"]: only LoRA adapters that leave the base model unchanged are taken.`);
       const big = { ...adapterFiles(), 'adapter_model.safetensors': safetensors('x'.repeat(1024 * 1024)) };
       await refusedAtCommit(big, model, 1, `${cannot}: its files hold more than ADAPTER_ARCHIVE_LIMIT_MB (1048576 bytes).`);
       expect(fs.readdirSync(app.config.adaptersDir)).toEqual(dirs);
