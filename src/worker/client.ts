@@ -114,8 +114,15 @@ export class WorkerClient {
     });
   }
 
-  async heartbeat(jobId: string, leaseToken: string, signal?: AbortSignal): Promise<HeartbeatResponse> {
-    return this.jobCall(jobId, 'heartbeat', { lease_token: leaseToken }, HeartbeatResponse, signal);
+  /**
+   * Renews a lease. Each try waits `timeoutMs` at most for the answer, and tries stop at `until` (the lease's
+   * expiry, in ms since the epoch): past it the server has requeued the job, and only a new heartbeat finds out.
+   */
+  async heartbeat(jobId: string, leaseToken: string, limits: { timeoutMs: number; until: number }, signal?: AbortSignal): Promise<HeartbeatResponse> {
+    return this.jobCall(jobId, 'heartbeat', { lease_token: leaseToken }, HeartbeatResponse, signal, {
+      timeoutMs: limits.timeoutMs,
+      backoff: { ...this.backoff, maxElapsedMs: Math.max(0, limits.until - Date.now()) },
+    });
   }
 
   /**
@@ -167,11 +174,12 @@ export class WorkerClient {
     body: unknown,
     schema: S | undefined,
     signal: AbortSignal | undefined,
+    limits: { timeoutMs: number; backoff: Backoff } = { timeoutMs: this.requestTimeoutMs, backoff: this.backoff },
   ): Promise<z.output<S>> {
-    return this.retrying(`${action} of ${jobId}`, this.backoff, signal, async () => {
+    return this.retrying(`${action} of ${jobId}`, limits.backoff, signal, async () => {
       const response = await this.call('POST', `/v1/workers/jobs/${encodeURIComponent(jobId)}/${action}`, body, {
         signal,
-        timeoutMs: this.requestTimeoutMs,
+        timeoutMs: limits.timeoutMs,
       });
       if (schema) return this.parse(response, schema, action, jobId);
       await this.expectOk(response, jobId);

@@ -1,4 +1,5 @@
 import fs from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
 import type { ClaimedJob } from '../training/schemas.js';
 
@@ -66,10 +67,14 @@ export function buildJobSpec(job: ClaimedJob, paths: JobPaths, workerId: string)
   };
 }
 
-/** Creates the job directory and an empty output directory (left over from a failed attempt: cleared). */
+/**
+ * Creates the job directory with this process's owner record, and an empty output directory (left over from
+ * a failed attempt: cleared).
+ */
 export async function prepareJobDirs(paths: JobPaths): Promise<void> {
   await fs.rm(paths.dir, { recursive: true, force: true });
   await fs.mkdir(paths.dir, { recursive: true });
+  await fs.writeFile(path.join(paths.dir, OWNER_FILE), `${JSON.stringify(await currentOwner())}\n`);
   await fs.rm(paths.output, { recursive: true, force: true });
   await fs.mkdir(paths.output, { recursive: true });
 }
@@ -90,4 +95,96 @@ export async function removeJobFiles(paths: JobPaths): Promise<void> {
 export async function removeOutput(paths: JobPaths): Promise<void> {
   await fs.rm(paths.output, { recursive: true, force: true });
   await fs.rmdir(path.dirname(paths.output)).catch(() => undefined);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Job directories of workers that are gone (docs/worker-runtime.md#job-directories)
+
+/**
+ * A worker killed before it could remove its job directories leaves them behind; the workers of the work
+ * dir (several may share it) remove them. Each job directory holds its owner's record, `owner.json`: the
+ * process that made it, and where. The owner keeps the record's modification time fresh while the job runs.
+ * A directory is stale when its owner is known to be gone: it ran on this machine and in this PID namespace,
+ * and no process with its PID and start time is left; or, for an owner elsewhere (another machine sharing
+ * the work dir, or another container, such as this worker's previous one), its record went
+ * JOB_DIR_STALE_MS without a refresh.
+ */
+const OWNER_FILE = 'owner.json';
+/** How often a running job's owner record is refreshed. */
+export const JOB_DIR_REFRESH_MS = 60_000;
+/** How long the record of an owner elsewhere may go without a refresh before its directory is stale. */
+export const JOB_DIR_STALE_MS = 10 * 60_000;
+
+interface JobDirOwner {
+  /** The host name and, on Linux, the PID namespace: where `pid` names a process. */
+  host: string;
+  pid: number;
+  /** The process's start time in clock ticks since boot (Linux; null elsewhere): a later process given the same PID has another. */
+  started: string | null;
+}
+
+let thisProcess: Promise<JobDirOwner> | undefined;
+
+function currentOwner(): Promise<JobDirOwner> {
+  thisProcess ??= (async () => {
+    const namespace = await fs.readlink('/proc/self/ns/pid').catch(() => '');
+    return { host: `${os.hostname()} ${namespace}`.trim(), pid: process.pid, started: await processStart(process.pid) };
+  })();
+  return thisProcess;
+}
+
+/** A process's start time from /proc; null when it has none (no such process, or no /proc). */
+async function processStart(pid: number): Promise<string | null> {
+  const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
+  // Field 22. Field 2, the command name, is in parentheses and may hold spaces and parentheses itself.
+  return stat === undefined ? null : (stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null);
+}
+
+/** Marks the job directory as still in use (its owner record's modification time). */
+export async function refreshJobDir(paths: JobPaths): Promise<void> {
+  const now = new Date();
+  await fs.utimes(path.join(paths.dir, OWNER_FILE), now, now);
+}
+
+/**
+ * Removes the job directories under `workDir` whose owner is gone; answers their names. A directory without
+ * a readable owner record is kept: its owner may be about to write it, or be a worker from before records.
+ */
+export async function removeStaleJobDirs(workDir: string): Promise<string[]> {
+  const root = path.join(workDir, 'jobs');
+  const entries = await fs.readdir(root, { withFileTypes: true }).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === 'ENOENT') return [];
+    throw error;
+  });
+  const self = await currentOwner();
+  const removed: string[] = [];
+  for (const entry of entries) {
+    if (!entry.isDirectory()) continue;
+    const dir = path.join(root, entry.name);
+    if (!(await isStale(path.join(dir, OWNER_FILE), self))) continue;
+    await fs.rm(dir, { recursive: true, force: true });
+    removed.push(entry.name);
+  }
+  return removed;
+}
+
+async function isStale(file: string, self: JobDirOwner): Promise<boolean> {
+  let recorded: Partial<JobDirOwner>;
+  let refreshed: number;
+  try {
+    recorded = JSON.parse(await fs.readFile(file, 'utf8'));
+    refreshed = (await fs.stat(file)).mtimeMs;
+  } catch {
+    return false;
+  }
+  if (typeof recorded?.pid !== 'number') return false;
+  if (recorded.host !== self.host) return Date.now() - refreshed > JOB_DIR_STALE_MS;
+  try {
+    process.kill(recorded.pid, 0);
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'ESRCH';
+  }
+  // The PID is taken; on Linux, by the owner only if the start time is its own (/proc may hide other users').
+  const started = self.started === null ? null : await processStart(recorded.pid);
+  return started !== null && started !== recorded.started;
 }

@@ -1,13 +1,24 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import type { ClaimResponse } from '../training/schemas.js';
+import { FailRequest, type ClaimResponse } from '../training/schemas.js';
 import { LeaseLostError, ProtocolError, type WorkerClient } from './client.js';
 import { EventBatcher } from './event-batcher.js';
-import { buildJobSpec, jobPaths, prepareJobDirs, removeJobFiles, removeOutput, writeJobSpec, type JobPaths } from './job-files.js';
+import {
+  buildJobSpec,
+  JOB_DIR_REFRESH_MS,
+  jobPaths,
+  prepareJobDirs,
+  refreshJobDir,
+  removeJobFiles,
+  removeOutput,
+  writeJobSpec,
+  type JobPaths,
+} from './job-files.js';
 import type { ResidentTrainerSlot } from './resident.js';
 import { checkpointDirectory } from './storage-releases.js';
+import { storableText } from './text.js';
 import { EventOrder, parseTrainerLine } from './trainer-output.js';
-import { TrainerProcess, type TrainerExit, type TrainerHandlers } from './trainer-process.js';
+import { MAX_LINE_CHARS, TrainerProcess, type TrainerExit, type TrainerHandlers } from './trainer-process.js';
 
 /** Exit status a trainer uses to say "retrying will not help" (bad config, unusable inputs). */
 export const PERMANENT_FAILURE_EXIT_CODE = 3;
@@ -15,8 +26,14 @@ export const PERMANENT_FAILURE_EXIT_CODE = 3;
 /** The message a canceled job is failed with; the server ends it CANCELED whatever the message. */
 export const CANCELED_MESSAGE = 'training job was canceled';
 
-/** Characters of the trainer's stderr carried in a failure message (the server takes up to 10,000). */
+/** Characters of a failure message the server takes. */
+const ERROR_MESSAGE_CHARS = FailRequest.shape.error_message.maxLength!;
+
+/** Characters of the trainer's stderr carried in a failure message (of ERROR_MESSAGE_CHARS). */
 const STDERR_TAIL_CHARS = 4000;
+
+/** The least a heartbeat request waits for its answer, however short the heartbeat interval. */
+const MIN_HEARTBEAT_TIMEOUT_MS = 1000;
 
 export interface JobRunSettings {
   command: readonly string[];
@@ -101,8 +118,13 @@ export class JobRun {
     const heartbeats = new AbortController();
     const heartbeatLoop = this.heartbeatLoop(heartbeats.signal);
     this.log.info({ model: `${job.model.entity}/${job.model.project}/${job.model.name}`, target_step: job.target_step }, 'job claimed');
+    let refresh: NodeJS.Timeout | undefined;
     try {
       await prepareJobDirs(paths);
+      // The job directory stays marked as in use, so that no other worker of the work dir takes it for a dead one's.
+      refresh = setInterval(() => {
+        refreshJobDir(paths).catch((error: Error) => this.log.warn({ err: error.message }, 'could not mark the job directory as in use'));
+      }, JOB_DIR_REFRESH_MS);
       try {
         await this.client.downloadInputs(job, paths.inputs, this.stopping.signal);
       } catch (error) {
@@ -119,6 +141,7 @@ export class JobRun {
       if (this.leaseLost) return unreported('lease lost');
       return await this.reportFailure(`worker ${this.settings.workerId} failed to run the job: ${(error as Error).message}`, true);
     } finally {
+      clearInterval(refresh);
       heartbeats.abort();
       await heartbeatLoop;
       await removeJobFiles(paths).catch((error: Error) => this.log.warn({ err: error.message }, 'could not remove job files'));
@@ -183,7 +206,7 @@ export class JobRun {
           else trainerLog.info({ stream: 'stdout' }, line);
           return;
         }
-        if (parsed.dropped.length) trainerLog.warn({ dropped: parsed.dropped }, 'values that are not finite numbers, or past the server\'s bounds on metric maps, were dropped');
+        if (parsed.dropped.length) trainerLog.warn({ dropped: parsed.dropped }, 'values the server would refuse (not finite numbers, or past its bounds) were dropped');
         if (parsed.kind === 'checkpoint') {
           checkpoint = parsed.checkpoint;
           return;
@@ -200,6 +223,7 @@ export class JobRun {
           endJob(endOnStdout);
         }
       },
+      onLongLine: (stream) => trainerLog.warn({ stream, max_chars: MAX_LINE_CHARS }, 'a trainer line was longer than the limit; only its start was kept'),
     };
     let trainer = this.resident?.take();
     if (trainer) {
@@ -207,7 +231,14 @@ export class JobRun {
       trainer.startJob(specPath);
       this.log.info({ pid: trainer.pid }, 'job handed to the resident trainer');
     } else {
-      trainer = new TrainerProcess({ command: this.settings.command, specPath, env: this.settings.trainerEnv, resident: this.settings.resident, ...handlers });
+      trainer = new TrainerProcess({
+        command: this.settings.command,
+        specPath,
+        env: this.settings.trainerEnv,
+        resident: this.settings.resident,
+        groupGraceMs: this.settings.cancelGraceMs,
+        ...handlers,
+      });
       this.log.info({ pid: trainer.pid, command: this.settings.command }, 'trainer started');
     }
 
@@ -264,11 +295,10 @@ export class JobRun {
     if (!exit || !output) return this.reportFailure('the job was stopped before its trainer ran', true);
 
     const tail = output.stderrTail.trimEnd();
-    const withTail = (message: string) => (tail ? `${message}; stderr tail:\n${tail}` : message);
     if (exit.spawnError) return this.reportFailure(`could not start the trainer command: ${exit.spawnError.message}`, true);
     if (exit.code === 0) {
       if (!output.checkpoint) {
-        return this.reportFailure(withTail('trainer command exited 0 without reporting a checkpoint'), false);
+        return this.reportFailure('trainer command exited 0 without reporting a checkpoint', false, tail);
       }
       const checkpoint = output.checkpoint;
       const sent = await this.send(() => this.client.complete(this.jobId, this.leaseToken, checkpoint));
@@ -281,17 +311,31 @@ export class JobRun {
       return { status: 'completed', checkpointId: registered.id, step: registered.step };
     }
     if (exit.code === PERMANENT_FAILURE_EXIT_CODE) {
-      return this.reportFailure(withTail(`trainer command exited with code ${exit.code} (permanent failure)`), false);
+      return this.reportFailure(`trainer command exited with code ${exit.code} (permanent failure)`, false, tail);
     }
     const how = exit.code === null ? `was killed by ${exit.signal}` : `exited with code ${exit.code}`;
-    return this.reportFailure(withTail(`trainer command ${how}`), true);
+    return this.reportFailure(`trainer command ${how}`, true, tail);
   }
 
-  private async reportFailure(message: string, retryable: boolean): Promise<JobOutcome> {
-    const sent = await this.send(() => this.client.fail(this.jobId, this.leaseToken, message, retryable));
+  /**
+   * Fails the attempt with `message`, followed by the trainer's stderr tail when there is one, made into text
+   * the server stores (storableText). Should the server refuse it all the same, the failure goes once more
+   * with a plain message, so that the attempt still ends now rather than when its lease lapses.
+   */
+  private async reportFailure(message: string, retryable: boolean, stderrTail = ''): Promise<JobOutcome> {
+    const full = storableText(stderrTail ? `${message}; stderr tail:\n${stderrTail}` : message, ERROR_MESSAGE_CHARS);
+    let reported = full;
+    let sent = await this.send(() => this.client.fail(this.jobId, this.leaseToken, full, retryable));
+    if (!sent.ok && sent.refused) {
+      reported = stderrTail
+        ? storableText(message, ERROR_MESSAGE_CHARS)
+        : `the attempt failed; the server refused its error message (see the log of worker ${this.settings.workerId})`;
+      this.log.warn({ refused_message: full }, 'failing the attempt again with a plain message');
+      sent = await this.send(() => this.client.fail(this.jobId, this.leaseToken, reported, retryable));
+    }
     if (!sent.ok) return unreported(sent.reason);
-    this.log.warn({ retryable, error_message: message }, 'job failed');
-    return { status: 'failed', retryable, message };
+    this.log.warn({ retryable, error_message: reported }, 'job failed');
+    return { status: 'failed', retryable, message: reported };
   }
 
   /**
@@ -305,13 +349,16 @@ export class JobRun {
       return { ok: true, value: await call() };
     } catch (error) {
       const reason = (error as Error).message;
+      const refused = error instanceof ProtocolError && error.status >= 400 && error.status < 500;
       if (error instanceof LeaseLostError) {
         this.stop('lease_lost');
         this.log.warn({ err: reason }, 'lease lost while reporting the job');
+      } else if (refused) {
+        this.log.warn({ err: reason }, 'the server refused the report');
       } else {
         this.log.error({ err: reason }, 'could not report the job; its lease will lapse');
       }
-      return { ok: false, reason, refused: error instanceof ProtocolError && error.status >= 400 && error.status < 500 };
+      return { ok: false, reason, refused };
     }
   }
 
@@ -322,12 +369,18 @@ export class JobRun {
     this.stopping.abort();
   }
 
-  /** Renews the lease until the attempt is reported; reads `cancel_requested` on the way. */
+  /**
+   * Renews the lease until the attempt is reported; reads `cancel_requested` on the way. A heartbeat waits for
+   * its answer about one interval, and is retried until the lease expires: one that never gets an answer (lost
+   * on the way, a server gone without closing its connections) must not hold the next ones back past it.
+   */
   private async heartbeatLoop(signal: AbortSignal): Promise<void> {
     while (!signal.aborted && !this.leaseLost) {
       try {
-        await sleep(this.heartbeatInterval(), undefined, { signal });
-        const beat = await this.client.heartbeat(this.jobId, this.leaseToken, signal);
+        const interval = this.heartbeatInterval();
+        await sleep(interval, undefined, { signal });
+        const limits = { timeoutMs: Math.max(interval, MIN_HEARTBEAT_TIMEOUT_MS), until: Date.parse(this.leaseExpiresAt) };
+        const beat = await this.client.heartbeat(this.jobId, this.leaseToken, limits, signal);
         this.leaseExpiresAt = beat.expires_at;
         if (beat.cancel_requested && !this.stopReason) {
           this.log.info('cancel requested');

@@ -1,3 +1,5 @@
+import { UNSTORABLE_CHARACTER } from '../db/refusals.js';
+import { MAX_JSON_DEPTH, nestsDeeperThan } from '../http/json-depth.js';
 import { TRAINING_LIMITS, type WorkerEvent } from '../training/schemas.js';
 
 /**
@@ -34,10 +36,14 @@ export function parseTrainerLine(raw: string): TrainerLine {
     case 'training_started': {
       const data = isObject(value.data) ? value.data : {};
       const n = data.num_sequences;
-      if (typeof n !== 'number' || !Number.isInteger(n) || n < 0) {
+      if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0) {
         return other('training_started needs data.num_sequences, a non-negative integer');
       }
-      return { kind: 'event', event: { type: 'training_started', data: { ...data, num_sequences: n } }, dropped: [] };
+      const { num_sequences: _n, ...rest } = data;
+      // The server's bounds on training_started data: those of a metric map (num_sequences is one of its keys),
+      // no value nested past MAX_JSON_DEPTH (the data object is one level of it), and text PostgreSQL stores.
+      const { kept, dropped } = boundedEntries(rest, (item) => !nestsDeeperThan(item, MAX_JSON_DEPTH - 1) && !holdsUnstorableText(item), 1);
+      return { kind: 'event', event: { type: 'training_started', data: { num_sequences: n, ...kept } }, dropped };
     }
     case 'gradient_step': {
       if (!isObject(value.data)) return other('gradient_step needs a data object of numbers');
@@ -63,19 +69,40 @@ export function parseTrainerLine(raw: string): TrainerLine {
 
 /** The finite numbers of a map, within the server's bounds on metric maps; the rest is dropped. */
 function finiteNumbers(data: Record<string, unknown>): { numbers: Record<string, number>; dropped: string[] } {
-  const numbers: Record<string, number> = {};
+  const { kept, dropped } = boundedEntries(data, (item) => typeof item === 'number' && Number.isFinite(item));
+  return { numbers: kept as Record<string, number>, dropped };
+}
+
+/**
+ * The entries of a map the server takes: `accept`ed values under keys of at most TRAINING_LIMITS.metricName
+ * characters that PostgreSQL can store, and at most TRAINING_LIMITS.metrics keys, of which the caller adds
+ * `reserved` of its own. The keys of the rest are listed as dropped (long ones shortened).
+ */
+function boundedEntries(
+  data: Record<string, unknown>,
+  accept: (item: unknown) => boolean,
+  reserved = 0,
+): { kept: Record<string, unknown>; dropped: string[] } {
+  const kept: Record<string, unknown> = {};
   const dropped: string[] = [];
-  let kept = 0;
+  let count = reserved;
   for (const [key, item] of Object.entries(data)) {
-    const fits = key.length <= TRAINING_LIMITS.metricName && kept < TRAINING_LIMITS.metrics;
-    if (fits && typeof item === 'number' && Number.isFinite(item)) {
-      numbers[key] = item;
-      kept++;
+    const fits = key.length <= TRAINING_LIMITS.metricName && !UNSTORABLE_CHARACTER.test(key) && count < TRAINING_LIMITS.metrics;
+    if (fits && accept(item)) {
+      kept[key] = item;
+      count++;
     } else {
       dropped.push(key.length > 64 ? `${key.slice(0, 64)}…` : key);
     }
   }
-  return { numbers, dropped };
+  return { kept, dropped };
+}
+
+/** Whether a JSON value holds U+0000 or a lone surrogate in a string or key: PostgreSQL refuses either. */
+function holdsUnstorableText(value: unknown): boolean {
+  if (typeof value === 'string') return UNSTORABLE_CHARACTER.test(value);
+  if (value === null || typeof value !== 'object') return false;
+  return Object.entries(value).some(([key, item]) => UNSTORABLE_CHARACTER.test(key) || holdsUnstorableText(item));
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {

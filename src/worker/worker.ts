@@ -2,10 +2,14 @@ import fs from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { ProtocolError, WorkerClient } from './client.js';
+import { removeStaleJobDirs } from './job-files.js';
 import { JobRun, type JobOutcome } from './job-run.js';
 import type { WorkerOptions } from './options.js';
 import { ResidentTrainerSlot } from './resident.js';
 import { StorageReleaser } from './storage-releases.js';
+
+/** How often the work dir is looked through for job directories of workers that are gone. */
+const JOB_DIR_SWEEP_MS = 5 * 60_000;
 
 export type WorkerSettings = Pick<
   WorkerOptions,
@@ -30,7 +34,9 @@ export type WorkerSettings = Pick<
 
 /**
  * The trainer worker: `concurrency` slots, each claiming a job (long-poll), running it to its report and
- * claiming again, and every `releaseMs` a sweep that deletes the output directories of deleted checkpoints.
+ * claiming again, and every `releaseMs` a sweep that deletes the output directories of deleted checkpoints;
+ * at start and every JOB_DIR_SWEEP_MS, the job directories that workers killed before they could clean up
+ * left in the work dir are removed.
  * `drain()` stops claiming and lets running jobs finish for `drainMs`, then interrupts
  * them (their trainers are stopped and the attempts failed as retryable, so another worker takes them).
  */
@@ -66,7 +72,7 @@ export class Worker {
       'worker started',
     );
     try {
-      await Promise.all([...Array.from({ length: this.settings.concurrency }, () => this.slot()), this.releaseStorage()]);
+      await Promise.all([...Array.from({ length: this.settings.concurrency }, () => this.slot()), this.releaseStorage(), this.sweepJobDirs()]);
     } finally {
       clearTimeout(this.drainTimer);
       await this.client.close();
@@ -113,6 +119,19 @@ export class Worker {
         this.logger.warn({ err: (error as Error).message }, 'could not go through the storage releases; trying again later');
       }
       await sleep(this.settings.releaseMs, undefined, { signal: this.claims.signal }).catch(() => undefined);
+    }
+  }
+
+  /** Until drained: removes the job directories of workers that are gone (job-files.ts), at start and every JOB_DIR_SWEEP_MS. */
+  private async sweepJobDirs(): Promise<void> {
+    while (!this.draining) {
+      try {
+        const removed = await removeStaleJobDirs(this.settings.workDir);
+        if (removed.length) this.logger.info({ removed }, 'removed job directories of workers that are gone');
+      } catch (error) {
+        this.logger.warn({ err: (error as Error).message }, 'could not look for job directories of workers that are gone');
+      }
+      await sleep(JOB_DIR_SWEEP_MS, undefined, { signal: this.claims.signal }).catch(() => undefined);
     }
   }
 

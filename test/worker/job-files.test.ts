@@ -56,7 +56,7 @@ describe('job files', () => {
       output_dir: paths.output,
       worker_id: 'gpu-1',
     });
-    expect(fs.readdirSync(paths.dir)).toEqual(['spec.json']);
+    expect(fs.readdirSync(paths.dir).sort()).toEqual(['owner.json', 'spec.json']);
   });
 
   it('gives a job on the base model a null base checkpoint uri', () => {

@@ -27,6 +27,19 @@ describe('parseTrainerLine', () => {
     expect(checkpoint).toEqual({ kind: 'checkpoint', checkpoint: { uri: '/adapters/m/1', metrics: kept }, dropped: [`${'k'.repeat(64)}…`, 'm1000'] });
   });
 
+  it('drops what the server would refuse of training_started data, keeping num_sequences among its 1,000 keys', () => {
+    let deep: unknown = 1;
+    for (let i = 0; i < 255; i++) deep = [deep];
+    const many = Object.fromEntries(Array.from({ length: 999 }, (_, i) => [`k${i}`, i]));
+    const data = { num_sequences: 2, ['k'.repeat(257)]: 1, deep, deeper: [deep], nul: 'a\u0000b', lone: '\ud800', ...many };
+    const parsed = parseTrainerLine(JSON.stringify({ type: 'training_started', data }));
+    expect(parsed).toEqual({
+      kind: 'event',
+      event: { type: 'training_started', data: { num_sequences: 2, deep, ...Object.fromEntries(Object.entries(many).slice(0, 998)) } },
+      dropped: [`${'k'.repeat(64)}…`, 'deeper', 'nul', 'lone', 'k998'],
+    });
+  });
+
   it('reads a checkpoint line with its uri and numeric metrics', () => {
     expect(parseTrainerLine('  {"type":"checkpoint","uri":"s3://ckpts/a/1","metrics":{"train/loss":0.1,"ok":true}}\r')).toEqual({
       kind: 'checkpoint',

@@ -31,8 +31,10 @@ function start(specPath: string, env: Record<string, string> = {}) {
     command: [process.execPath, FIXTURE],
     specPath,
     env: { PATH: process.env.PATH, ...env },
+    groupGraceMs: 1000,
     onStdoutLine: (line) => stdout.push(line),
     onStderrLine: (line) => stderr.push(line),
+    onLongLine: () => {},
   });
   return { trainer, stdout, stderr };
 }
@@ -82,8 +84,10 @@ describe('TrainerProcess', () => {
       command: ['/nonexistent/trainer'],
       specPath: '/tmp/spec.json',
       env: {},
+      groupGraceMs: 1000,
       onStdoutLine: () => {},
       onStderrLine: () => {},
+      onLongLine: () => {},
     });
     const exit = await trainer.exited;
     expect(exit.code).toBeNull();
