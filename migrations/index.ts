@@ -14,6 +14,7 @@ import * as checkpointArtifacts from './0014_checkpoint_artifacts.js';
 import * as checkpointUriIndex from './0015_checkpoint_uri_index.js';
 import * as deletedCheckpoints from './0016_deleted_checkpoints.js';
 import * as workerKeys from './0017_worker_keys.js';
+import * as claimIds from './0018_claim_ids.js';
 
 /**
  * Every migration, in order. Listed here rather than read from the folder so that the same list runs
@@ -35,4 +36,5 @@ export const migrations: Record<string, Migration> = {
   '0015_checkpoint_uri_index': checkpointUriIndex,
   '0016_deleted_checkpoints': deletedCheckpoints,
   '0017_worker_keys': workerKeys,
+  '0018_claim_ids': claimIds,
 };

@@ -523,6 +523,9 @@ export const ClaimRequest = z.object({
   kinds: z.array(JobKind).min(1).max(10).optional(),
   base_models: z.array(z.string().min(1).max(TRAINING_LIMITS.baseModel)).min(1).max(100).optional(),
   wait_seconds: z.number().min(0).max(30).default(0),
+  claim_id: Uuid.optional().describe(
+    'An id the worker picks for this claim and repeats when it retries it: while the job that claim took still runs under its lease, a claim with the same id and worker_id answers that job and lease again (the lease renewed) instead of taking another, so a claim whose answer was lost costs no attempt.',
+  ),
   resident_trainers: z
     .array(ResidentTrainer)
     .max(256)

@@ -118,6 +118,8 @@ export interface TrainingJobTable {
   lease_token: string | null;
   lease_expires_at: Timestamp | null;
   worker_id: string | null;
+  /** The worker's id for the claim that took the running job's lease (migration 0018). */
+  claim_id: string | null;
   cancel_requested: Generated<boolean>;
   checkpoint_id: string | null;
 }

@@ -76,10 +76,20 @@ export class WorkerService {
    * process (the job signal), or in another one (one watch loop per process, watchOtherProcesses). Each
    * look is a plain read; the claim lock is taken only when it found a job this worker may take, so idle
    * waiters cost the database nothing (300 of them held the lock about 300 times a second before). A key
-   * holding WORKER_CLAIM_WAITS_PER_KEY waiting claims here gets 429 for the next (Retry-After).
+   * holding WORKER_CLAIM_WAITS_PER_KEY waiting claims here gets 429 for the next (Retry-After). A claim
+   * repeating the `claim_id` of one that took a job still running under its lease gets that job back.
    */
   async claim(principal: Principal, body: ClaimRequest, abort?: AbortSignal): Promise<ClaimResponse | undefined> {
     const { signal, config } = this.deps;
+    if (body.claim_id !== undefined) {
+      const again = await repo.reclaimJob(this.db, {
+        reach: reachOf(principal),
+        workerId: body.worker_id,
+        claimId: body.claim_id,
+        leaseSeconds: config.workerLeaseSeconds,
+      });
+      if (again) return this.claimJson(again);
+    }
     const waits = body.wait_seconds > 0;
     if (waits) this.startWaiting(principal.keyId);
     try {
@@ -87,6 +97,7 @@ export class WorkerService {
       const claimArgs = {
         reach: reachOf(principal),
         workerId: body.worker_id,
+        claimId: body.claim_id,
         kinds: body.kinds,
         baseModels: body.base_models,
         leaseSeconds: config.workerLeaseSeconds,

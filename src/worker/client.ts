@@ -83,9 +83,11 @@ export class WorkerClient {
 
   /**
    * Long-polls for a job; undefined when none came within `wait_seconds`. Retries until `signal` aborts,
-   * because a worker that outlives a server restart should simply carry on.
+   * because a worker that outlives a server restart should simply carry on. Every try carries the same
+   * `claim_id`: a try whose answer was lost after the server had leased a job gets that job back.
    */
-  async claim(body: ClaimRequest, signal?: AbortSignal): Promise<ClaimResponse | undefined> {
+  async claim(request: Omit<ClaimRequest, 'claim_id'>, signal?: AbortSignal): Promise<ClaimResponse | undefined> {
+    const body: ClaimRequest = { ...request, claim_id: crypto.randomUUID() };
     return this.retrying('claim', { ...this.backoff, maxElapsedMs: Infinity }, signal, async () => {
       const response = await this.call('POST', '/v1/workers/claim', body, {
         signal,

@@ -4,6 +4,7 @@ import * as training from '../../migrations/0002_training.js';
 import * as checkpointLifecycle from '../../migrations/0009_checkpoint_lifecycle.js';
 import * as deletedCheckpoints from '../../migrations/0016_deleted_checkpoints.js';
 import * as workerKeys from '../../migrations/0017_worker_keys.js';
+import * as claimIds from '../../migrations/0018_claim_ids.js';
 import type { DatabaseHandle } from '../../src/db/index.js';
 import {
   createModel,
@@ -223,11 +224,12 @@ describe('trajectory logs and metrics', () => {
   });
 });
 
-describe('migrations 0002, 0009, 0016 and 0017', () => {
+describe('migrations 0002, 0009, 0016, 0017 and 0018', () => {
   it('drops every training table on down and creates them again on up', async () => {
     const scratch = await openTrainingDb();
     const raw = scratch.db as unknown as Kysely<unknown>;
     const tables = async () => (await raw.introspection.getTables()).map((t) => t.name).sort();
+    await claimIds.down(raw);
     await workerKeys.down(raw);
     await deletedCheckpoints.down(raw);
     expect(await tables()).not.toContain('deleted_checkpoints');
@@ -239,6 +241,7 @@ describe('migrations 0002, 0009, 0016 and 0017', () => {
     await checkpointLifecycle.up(raw);
     await deletedCheckpoints.up(raw);
     await workerKeys.up(raw);
+    await claimIds.up(raw);
     expect(await tables()).toEqual(expect.arrayContaining(['job_events', 'checkpoint_releases', 'entity_claim_turns', 'deleted_checkpoints']));
     await scratch.handle.close();
   });

@@ -104,6 +104,47 @@ describe('claiming', () => {
     expect(await worker.claim(0, { kinds: ['rl'] })).toBeDefined();
   });
 
+  it('a claim repeated with its claim_id gets the same job and lease back, renewed, while the job runs', async () => {
+    const { user, worker, queue } = await setup();
+    const { user: other } = await setup();
+    const jobId = await queue();
+    await queue(); // the model's next job, which the repeated claim must not take once the first ends
+    const claimId = crypto.randomUUID();
+    const first = (await worker.claim(0, { claim_id: claimId }))!;
+    await sql`update training_jobs set lease_expires_at = now() + interval '5 seconds' where id = ${jobId}`.execute(app.db);
+
+    // The answer was lost; the worker asks again with the same id.
+    const again = (await worker.claim(0, { claim_id: claimId }))!;
+    expect(again).toEqual({ ...first, lease: { token: first.lease.token, expires_at: expect.any(String) } });
+    expect(new Date(again.lease.expires_at).getTime()).toBeGreaterThan(Date.now() + 20_000);
+    expect(await getJob(user, jobId)).toMatchObject({ status: 'RUNNING', attempt: 1 });
+
+    // Not for another worker id, nor another tenant's worker with the same worker id and claim id.
+    const sameKey = new ScriptedWorker(app, worker.headers, worker.baseModels);
+    expect(await sameKey.claim(0, { claim_id: claimId })).toBeUndefined();
+    const otherTenant = new ScriptedWorker(app, (await createWorkerKey(app, other.username)).headers, worker.baseModels, worker.workerId);
+    expect(await otherTenant.claim(0, { claim_id: claimId })).toBeUndefined();
+
+    // Once the job has ended, the id holds nothing: the claim takes the next job as usual.
+    expect((await worker.complete(first)).status).toBe(200);
+    const next = (await worker.claim(0, { claim_id: claimId }))!;
+    expect(next.job.id).not.toBe(jobId);
+    expect(next.lease.token).not.toBe(first.lease.token);
+  });
+
+  it('a claim_id that is not a UUID is a 422 and takes nothing', async () => {
+    const { worker, queue } = await setup();
+    const jobId = await queue();
+    const reply = await worker.call('POST', '/v1/workers/claim', { worker_id: worker.workerId, base_models: worker.baseModels, claim_id: 'retry-1' });
+    expect(reply.status).toBe(422);
+    expect(reply.body).toEqual({
+      detail: [
+        { type: 'uuid_parsing', loc: ['body', 'claim_id'], msg: 'Input should be a valid UUID', input: 'retry-1', ctx: { error: 'Invalid UUID' } },
+      ],
+    });
+    expect((await worker.claim())!.job.id).toBe(jobId);
+  });
+
   it('a waiting claim wakes when a job is queued', async () => {
     const { worker, queue } = await setup();
     const waiting = worker.claim(20);

@@ -43,6 +43,7 @@ export async function createJob(
       lease_token: null,
       lease_expires_at: null,
       worker_id: null,
+      claim_id: null,
       checkpoint_id: null,
     })
     .returningAll()
@@ -265,22 +266,22 @@ export async function liveJobsDigest(db: TrainingDb): Promise<string> {
  */
 export async function claimJob(
   db: TrainingDb,
-  args: ClaimFilter & { workerId: string; leaseSeconds: number },
+  args: ClaimFilter & { workerId: string; claimId?: string; leaseSeconds: number },
 ): Promise<Claim | undefined> {
   const { reach } = args;
   if (reach !== 'all' && reach.length === 0) return undefined;
   await lockClaims(db);
   const candidate = claimCandidates(db, args);
 
-  const token = crypto.randomUUID();
   const latestStep = sql<number>`(select coalesce(max(c.step), 0) from checkpoints c where c.model_id = training_jobs.model_id)`;
   const row = await db
     .updateTable('training_jobs')
     .set({
       status: 'RUNNING',
-      lease_token: token,
+      lease_token: crypto.randomUUID(),
       lease_expires_at: leaseEnd(args.leaseSeconds),
       worker_id: args.workerId,
+      claim_id: args.claimId ?? null,
       training_start: sql`coalesce(training_start, now())`,
       base_step: latestStep,
       target_step: sql<number>`${latestStep} + 1`,
@@ -289,13 +290,6 @@ export async function claimJob(
     .returningAll()
     .executeTakeFirst();
   if (!row) return undefined;
-
-  const model = await db
-    .selectFrom('models as m')
-    .innerJoin('entities as e', 'e.id', 'm.entity_id')
-    .select(['m.id', 'e.name as entity', 'm.project', 'm.name', 'm.base_model'])
-    .where('m.id', '=', row.model_id)
-    .executeTakeFirstOrThrow();
   await db
     .insertInto('entity_claim_turns')
     .values((eb) => ({
@@ -304,13 +298,55 @@ export async function claimJob(
     }))
     .onConflict((oc) => oc.column('entity_id').doUpdateSet({ turn: sql<number>`excluded.turn` }))
     .execute();
+  return claimOf(db, row);
+}
+
+/**
+ * The job an earlier claim with this `claim_id` took, when it still runs under that claim's lease, with
+ * the lease renewed: a worker that lost the claim's answer asks again with the same id and carries on
+ * with that job. Undefined when no such job runs (it ended, was requeued or reclaimed), or when it is no
+ * longer within the worker's reach.
+ */
+export async function reclaimJob(
+  db: TrainingDb,
+  args: { reach: WorkerReach; workerId: string; claimId: string; leaseSeconds: number },
+): Promise<Claim | undefined> {
+  const { reach } = args;
+  if (reach !== 'all' && reach.length === 0) return undefined;
+  let query = db
+    .updateTable('training_jobs')
+    .set({ lease_expires_at: leaseEnd(args.leaseSeconds) })
+    .where('claim_id', '=', args.claimId)
+    .where('worker_id', '=', args.workerId)
+    .where('status', '=', 'RUNNING');
+  if (reach !== 'all') {
+    query = query.where('model_id', 'in', (eb) =>
+      eb
+        .selectFrom('models')
+        .innerJoin('entities', 'entities.id', 'models.entity_id')
+        .select('models.id')
+        .where('entities.name', 'in', [...reach]),
+    );
+  }
+  const row = await query.returningAll().executeTakeFirst();
+  return row && claimOf(db, row);
+}
+
+/** A claimed job as the worker gets it: with its model and the checkpoint it starts from. */
+async function claimOf(db: TrainingDb, row: Selectable<TrainingJobTable>): Promise<Claim> {
+  const model = await db
+    .selectFrom('models as m')
+    .innerJoin('entities as e', 'e.id', 'm.entity_id')
+    .select(['m.id', 'e.name as entity', 'm.project', 'm.name', 'm.base_model'])
+    .where('m.id', '=', row.model_id)
+    .executeTakeFirstOrThrow();
   const base = await db
     .selectFrom('checkpoints')
     .selectAll()
     .where('model_id', '=', row.model_id)
     .where('step', '=', row.base_step ?? 0)
     .executeTakeFirst();
-  return { job: toJob(row), lease_token: token, model, base_checkpoint: base && toCheckpoint(base) };
+  return { job: toJob(row), lease_token: row.lease_token as string, model, base_checkpoint: base && toCheckpoint(base) };
 }
 
 /** Renews a lease. Undefined when the token is not the job's current lease (the service answers 409). */
@@ -460,6 +496,7 @@ async function endAttempt(
       lease_token: null,
       lease_expires_at: null,
       worker_id: null,
+      claim_id: null,
       base_step: null,
       target_step: null,
     })
