@@ -17,11 +17,21 @@ import { boundedInput, RequestValidationError, type ValidationDetail } from './v
 export type ApiFamily = 'training' | 'inference' | 'tracing';
 
 const INFERENCE_PATHS = ['/v1/chat/completions', '/v1/completions', '/v1/models', '/v1/usage', '/tokenize', '/detokenize'];
+/** The other families under /v1, which answer in the training form: training, health, system check, admin, workers, projects. */
+const TRAINING_V1_PATHS = ['/v1/preview', '/v1/health', '/v1/system-check', '/v1/admin', '/v1/workers', '/v1/projects'];
 
-export function apiFamily(url: string): ApiFamily {
+const under = (path: string, prefixes: readonly string[]) => prefixes.some((prefix) => path === prefix || path.startsWith(`${prefix}/`));
+
+/**
+ * The API a path belongs to. A request no route matched (`unmatched`) under /v1 and outside the
+ * training families is taken for an OpenAI route the gateway does not serve (/v1/embeddings,
+ * /v1/responses): the openai SDKs read only OpenAI's envelope.
+ */
+export function apiFamily(url: string, unmatched = false): ApiFamily {
   const path = url.split('?', 1)[0];
   if (path.startsWith('/traces') || path === '/graphql') return 'tracing';
-  if (INFERENCE_PATHS.some((prefix) => path === prefix || path.startsWith(`${prefix}/`))) return 'inference';
+  if (under(path, INFERENCE_PATHS)) return 'inference';
+  if (unmatched && path.startsWith('/v1/') && !under(path, TRAINING_V1_PATHS)) return 'inference';
   return 'training';
 }
 
@@ -179,7 +189,7 @@ function discardRestOfBody(raw: IncomingMessage): Promise<void> {
 }
 
 export function sendError(request: FastifyRequest, reply: FastifyReply, error: unknown): FastifyReply | Promise<FastifyReply> {
-  const family = apiFamily(request.url);
+  const family = apiFamily(request.url, request.is404);
   const shape = toShape(error, request);
   if (!shape) {
     request.log.error({ err: error }, 'unhandled error');
@@ -203,7 +213,7 @@ export function registerErrorHandlers(app: FastifyInstance): void {
   app.setErrorHandler((error, request, reply) => sendError(request, reply, error));
   app.setNotFoundHandler((request, reply) =>
     reply.status(404).send(
-      errorBody(apiFamily(request.url), {
+      errorBody(apiFamily(request.url, true), {
         status: 404,
         message: `No route for ${request.method} ${request.url.split('?', 1)[0]}.`,
         code: 'not_found',

@@ -5,7 +5,7 @@ import { AppError, UnprocessableError, UpstreamError } from '../errors.js';
 import { headerSafeRequestId } from '../http/request-id.js';
 import { boundedInput } from '../http/validation.js';
 import type { CancelSignal } from './proxy/cancel.js';
-import { EngineError, RequestAbortedError } from './proxy/errors.js';
+import { RequestAbortedError } from './proxy/errors.js';
 import type { UpstreamResponse } from './proxy/client.js';
 import type { ModelRouter, Route } from './router.js';
 import { modelRewriter, readUsage } from './rewrite.js';
@@ -151,7 +151,15 @@ export class ChatGateway {
       engineRequestBody(body, route, clientWantsUsage, call.endpoint);
     const meter = generates ? this.meter({ call, project, modelId, requestId, startedAt, route, stream: streaming }) : undefined;
 
-    const sending = this.send(route, ENGINE_PATHS[call.endpoint], upstreamBody, requestId, call.signal, !streaming);
+    // An adapter the engine lost (it restarted) is loaded again on that replica by the client, once.
+    const sending = route.backend.send({
+      path: ENGINE_PATHS[call.endpoint],
+      body: upstreamBody,
+      headers: { 'x-request-id': requestId },
+      signal: call.signal,
+      adapter: route.adapter,
+      wholeBody: !streaming,
+    });
     if (streaming && this.keepAliveMs > 0) {
       const first = await raceTimer(sending, this.keepAliveMs);
       if (first === TIMED_OUT) {
@@ -255,20 +263,6 @@ export class ChatGateway {
     }
   }
 
-  /**
-   * Sends, and when an adapter the client believes loaded is unknown to the engine (it restarted, or
-   * another gateway process unloaded it), forgets it and loads it again, once.
-   */
-  private async send(route: Route, path: string, body: string, requestId: string, signal: CancelSignal, wholeBody: boolean): Promise<UpstreamResponse> {
-    const request = { path, body, headers: { 'x-request-id': requestId }, signal, adapter: route.adapter, wholeBody };
-    try {
-      return await route.backend.send(request);
-    } catch (error) {
-      if (!(route.adapter && error instanceof EngineError && error.statusCode === 404)) throw error;
-      for (const replica of route.backend.replicas) route.backend.adapters.forget(replica, route.adapter.name);
-      return route.backend.send(request);
-    }
-  }
 }
 
 const TIMED_OUT = Symbol('timed out');

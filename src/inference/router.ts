@@ -11,6 +11,7 @@ import { findCheckpoint, findTrainedModel } from './checkpoints.js';
 import { parseModelName, type CheckpointRef } from './model-name.js';
 import type { BackendClient } from './proxy/client.js';
 import type { AdapterSpec } from './proxy/adapters.js';
+import { upstreamUnreachable } from './proxy/errors.js';
 
 /** Where a chat completion goes. */
 export interface Route {
@@ -80,7 +81,10 @@ export class ModelRouter {
     this.now = options.now ?? Date.now;
   }
 
-  /** Resolves a model id for this caller, or throws 404 model_not_found without saying whether another tenant has it. */
+  /**
+   * Resolves a model id for this caller, or throws 404 model_not_found without saying whether another
+   * tenant has it (503 upstream_unreachable instead while engines that may serve it have not come up).
+   */
   resolve(principal: Principal, modelId: string): Promise<Route> {
     const served = this.registry.lookup(modelId);
     if (served) return Promise.resolve(this.baseRoute(served.backend, modelId));
@@ -154,13 +158,25 @@ export class ModelRouter {
     if (ref.kind === 'invalid') throw modelNotFound(modelId, `${ref.reason}.`);
     if (ref.kind === 'base') {
       const served = await this.registry.find(ref.name);
-      if (!served) throw modelNotFound(modelId);
+      if (!served) throw this.notServed(ref.name, modelNotFound(modelId));
       return this.baseRoute(served.backend, ref.name);
     }
     // Engines may serve base models whose names look like entity/project/name: resolve() has looked
     // the name up in memory already; discovery is refreshed in the background, never awaited here.
     this.registry.refreshSoon();
     return this.checkpointRoute(principal, modelId, ref);
+  }
+
+  /**
+   * Why no backend serves this base model: `notFound`, unless a backend that discovers its models has
+   * never had a replica answer (its engines still starting), which may serve it once they are up. Then
+   * it is 503 upstream_unreachable with Retry-After, as for an engine that stopped answering.
+   */
+  private notServed(baseModel: string, notFound: NotFoundError): Error {
+    const unanswered = this.registry.unanswered();
+    if (unanswered.length === 0) return notFound;
+    const names = unanswered.map((client) => client.backend.name).join(', ');
+    return upstreamUnreachable(`no replica of backend ${names} has answered /v1/models yet, so whether ${baseModel} is served is not known`);
   }
 
   private async checkpointRoute(principal: Principal, modelId: string, ref: CheckpointRef): Promise<Route> {
@@ -171,7 +187,7 @@ export class ModelRouter {
 
     const served = await this.registry.find(model.baseModel);
     if (!served) {
-      throw modelNotFound(modelId, `The base model \`${model.baseModel}\` of ${name} is not served by any configured backend.`);
+      throw this.notServed(model.baseModel, modelNotFound(modelId, `The base model \`${model.baseModel}\` of ${name} is not served by any configured backend.`));
     }
     const checkpoint = await findCheckpoint(this.db, { modelId: model.id, step: ref.step });
     if (!checkpoint) {

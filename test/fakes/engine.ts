@@ -39,6 +39,8 @@ export interface FakeEngineOptions {
   reportModel?: string;
   /** Lists loaded adapters in /v1/models without `parent`, as engines other than vLLM may. */
   adaptersWithoutParent?: boolean;
+  /** Listens on this port (default: a free one): an engine that comes up at an address nothing answered on before. */
+  port?: number;
 }
 
 /** What the next load_lora_adapter calls do. */
@@ -73,7 +75,7 @@ export interface FakeEngine {
   unloads: Map<string, number>;
   /** Adapter name → path of what is loaded now. */
   adapters: Map<string, string>;
-  options: Required<Omit<FakeEngineOptions, 'apiKey' | 'reportModel'>> & { apiKey?: string; reportModel?: string };
+  options: Required<Omit<FakeEngineOptions, 'apiKey' | 'reportModel' | 'port'>> & { apiKey?: string; reportModel?: string };
   /** Applies to the next `times` chat requests (all of them when omitted), then back to 'ok'. */
   setBehaviour(behaviour: FakeBehaviour, times?: number): void;
   /** Applies to the next `times` adapter loads (all of them when omitted), then back to 'ok'. */
@@ -324,7 +326,7 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
     res.end('data: [DONE]\n\n');
   }
 
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(options.port ?? 0, '127.0.0.1', resolve));
   engine.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return engine;
 }

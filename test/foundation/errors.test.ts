@@ -216,7 +216,11 @@ describe('other client errors', () => {
   });
 
   it('404 for an unknown route in each API form, without needing a key', async () => {
-    expect((await app.inject({ method: 'GET', url: '/v1/nothing-here' })).json()).toEqual({ detail: 'No route for GET /v1/nothing-here.' });
+    // Unserved /v1 paths outside the training API's families read as OpenAI routes the gateway does not serve.
+    expect((await app.inject({ method: 'GET', url: '/v1/nothing-here' })).json()).toEqual({
+      error: { message: 'No route for GET /v1/nothing-here.', type: 'invalid_request_error', param: null, code: 'not_found' },
+    });
+    expect((await app.inject({ method: 'GET', url: '/v1/preview/nothing-here' })).json()).toEqual({ detail: 'No route for GET /v1/preview/nothing-here.' });
     const inference = await app.inject({ method: 'POST', url: '/v1/chat/completions/extra/x' });
     expect(inference.statusCode).toBe(404);
     expect(inference.json()).toEqual({

@@ -8,13 +8,19 @@ import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
 import { backendEntry, chat, checkpointAdapter, createTrainedModel, writeBackendsFile } from './gateway-helpers.js';
 
 let engine: FakeEngine;
+/** Two replicas of another backend. */
+let pair: FakeEngine[];
 let app: App;
 let owner: TestUser;
 const lines: Record<string, unknown>[] = [];
 
 beforeAll(async () => {
   engine = await startFakeEngine({ models: ['fake/base-model'] });
-  const backends = writeBackendsFile([backendEntry('main', [engine.url], { adapter_paths: [{ prefix: 's3://ckpts/', path: '/mnt/ckpts/' }] })]);
+  pair = await Promise.all([0, 1].map(() => startFakeEngine({ models: ['fake/pair-model'], loadDelayMs: 30 })));
+  const backends = writeBackendsFile([
+    backendEntry('main', [engine.url], { adapter_paths: [{ prefix: 's3://ckpts/', path: '/mnt/ckpts/' }] }),
+    backendEntry('pair', pair.map((e) => e.url), { models: ['fake/pair-model'] }),
+  ]);
   app = await buildApp(testConfig({ BACKENDS_FILE: backends, LOG_LEVEL: 'info' }), {
     database: await freshDatabase(),
     logStream: { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) },
@@ -24,16 +30,16 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await app.close();
-  await engine.close();
+  await Promise.all([engine, ...pair].map((e) => e.close()));
 });
 
 const post = (model: string) => app.inject({ method: 'POST', url: '/v1/chat/completions', headers: owner.headers, payload: chat(model) });
 const loadLines = (adapter: string) => lines.filter((line) => line.adapter === adapter);
 
 /** The value of one series of `trainyard_adapter_loads_total` in /metrics (0 when absent). */
-async function loadCount(labels: { kind: string; outcome: string }): Promise<number> {
+async function loadCount(labels: { kind: string; outcome: string }, where = { backend: 'main', replica: engine.url }): Promise<number> {
   const text = (await app.inject({ method: 'GET', url: '/metrics' })).body;
-  const series = `trainyard_adapter_loads_total{backend="main",replica="${engine.url}",kind="${labels.kind}",outcome="${labels.outcome}"}`;
+  const series = `trainyard_adapter_loads_total{backend="${where.backend}",replica="${where.replica}",kind="${labels.kind}",outcome="${labels.outcome}"}`;
   const line = text.split('\n').find((l) => l.startsWith(`${series} `));
   return line ? Number(line.slice(series.length + 1)) : 0;
 }
@@ -75,6 +81,25 @@ describe('adapter loads are visible in the log and in /metrics', () => {
       ['reloaded an adapter the engine had lost', true],
     ]);
     expect(await loadCount({ kind: 'reload', outcome: 'loaded' })).toBe(reloads + 1);
+  });
+
+  it('reloads an adapter once per replica after the engines restart, however many requests meet the restart', async () => {
+    await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'restarted', baseModel: 'fake/pair-model', steps: [1] });
+    const model = `${owner.entity}/proj/restarted:step1`;
+    const burst = async (n: number) => expect((await Promise.all(Array.from({ length: n }, () => post(model)))).map((r) => r.statusCode)).toEqual(Array(n).fill(200));
+    await burst(8);
+    const adapter = await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'restarted', step: 1 });
+    expect(pair.map((e) => e.loads.get(adapter))).toEqual([1, 1]);
+    const loadCalls = (e: FakeEngine) => e.requests.filter((r) => r.path === '/v1/load_lora_adapter').length;
+    const callsBefore = pair.map(loadCalls);
+    const where = pair.map((e) => ({ backend: 'pair', replica: e.url }));
+    const reloadsBefore = await Promise.all(where.map((w) => loadCount({ kind: 'reload', outcome: 'loaded' }, w)));
+
+    for (const e of pair) e.adapters.clear(); // both engines restarted: they hold no adapter
+    await burst(20);
+    expect(pair.map(loadCalls)).toEqual(callsBefore.map((n) => n + 1));
+    expect(await Promise.all(where.map((w) => loadCount({ kind: 'reload', outcome: 'loaded' }, w)))).toEqual(reloadsBefore.map((n) => n + 1));
+    expect(await Promise.all(where.map((w) => loadCount({ kind: 'reload', outcome: 'failed' }, w)))).toEqual([0, 0]);
   });
 
   it('answers an adapter the engine cannot read with 502 naming the checkpoint, not the path; the log names the path', async () => {

@@ -4,11 +4,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { buildApp } from '../../src/app.js';
 import { createUserWithKey, testConfig, type TestUser } from '../helpers/app.js';
+import { createTenants, expectOtherTenantRefused } from '../helpers/tenants.js';
 import { freshDatabase } from '../helpers/database.js';
 import { listen } from '../helpers/listen.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
 import OpenAI from 'openai';
-import { backendEntry, chat, createGatewayApp, openaiClient, sseData, writeBackendsFile, usageRow } from './gateway-helpers.js';
+import { backendEntry, chat, createGatewayApp, createTrainedModel, openaiClient, sseData, writeBackendsFile, usageRow } from './gateway-helpers.js';
 import { deadUrl, waitFor } from './helpers.js';
 
 let healthy: FakeEngine;
@@ -107,6 +108,68 @@ describe('replica faults', () => {
     expect(response.statusCode).toBe(504);
     expect(response.headers['content-type']).toMatch(/application\/json/);
     expect(response.json().error.code).toBe('upstream_timeout');
+  });
+});
+
+describe('a backend that discovers its models while its engines are still starting', () => {
+  it('answers 503 with Retry-After for base models and checkpoints until an engine has answered, then 404 for names no engine serves', async () => {
+    // Nothing listens at the replica yet: vLLM is still loading its weights (docker compose --profile gpu).
+    const replica = await deadUrl(() => startFakeEngine());
+    const local = await createGatewayApp([backendEntry('vllm', [replica], { models: 'discover' })]);
+    let engine: FakeEngine | undefined;
+    try {
+      const { owner, other } = await createTenants(local);
+      await createTrainedModel(local, { entity: owner.entity, project: 'proj', name: 'agent', steps: [1] });
+      const ask = (as: TestUser, model: string) => local.inject({ method: 'POST', url: '/v1/chat/completions', headers: as.headers, payload: chat(model) });
+      const checkpoint = `${owner.entity}/proj/agent:step1`;
+
+      for (const model of ['fake/base-model', 'nobody/serves-this', `${owner.entity}/proj/agent`, checkpoint]) {
+        const response = await ask(owner, model);
+        expect(response.statusCode, model).toBe(503);
+        expect(response.headers['retry-after']).toBe('1');
+        expect(response.json()).toEqual({
+          error: { message: 'The engine serving this model could not be reached; try again shortly.', type: 'server_error', param: null, code: 'upstream_unreachable' },
+        });
+      }
+      // Another tenant's checkpoint still reads exactly like one that does not exist. (Background
+      // writes settle first: the key's last-used stamp.)
+      await local.inject({ method: 'GET', url: '/v1/usage', headers: other.headers });
+      await local.inject({ method: 'GET', url: '/v1/usage', headers: other.headers });
+      for (const modelId of [checkpoint, `${owner.entity}/proj/nothing-here`]) {
+        await expectOtherTenantRefused(
+          local,
+          { method: 'POST', url: '/v1/chat/completions', headers: other.headers, payload: chat(modelId) },
+          {
+            status: 404,
+            body: {
+              error: {
+                message: `The model \`${modelId}\` does not exist or you do not have access to it.`,
+                type: 'invalid_request_error',
+                param: 'model',
+                code: 'model_not_found',
+              },
+            },
+            secrets: ['fake/base-model'],
+          },
+        );
+      }
+
+      engine = await startFakeEngine({ port: Number(new URL(replica).port) });
+      // An unknown name has the engines' lists read again, at most every 5 s.
+      let response = await ask(owner, 'fake/base-model');
+      for (const end = Date.now() + 15_000; response.statusCode === 503 && Date.now() < end; response = await ask(owner, 'fake/base-model')) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      expect(response.statusCode, response.body).toBe(200);
+      expect((await ask(owner, checkpoint)).statusCode).toBe(200);
+      // The engine has answered: a name it does not serve is unknown.
+      const unknown = await ask(owner, 'nobody/serves-this');
+      expect(unknown.statusCode).toBe(404);
+      expect(unknown.json().error).toMatchObject({ code: 'model_not_found', message: 'The model `nobody/serves-this` does not exist or you do not have access to it.' });
+    } finally {
+      await local.close();
+      await engine?.close();
+    }
   });
 });
 

@@ -88,6 +88,23 @@ describe('the openai SDK against the gateway', () => {
     expect(error).toMatchObject({ status: 404, code: 'model_not_found', param: 'model', type: 'invalid_request_error' });
   });
 
+  it('surfaces an OpenAI route the gateway does not serve as NotFoundError, in OpenAI\'s envelope', async () => {
+    const error = await client.embeddings.create({ model: 'fake/base-model', input: 'Hi' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(error).toMatchObject({ status: 404, code: 'not_found', type: 'invalid_request_error', message: '404 No route for POST /v1/embeddings.' });
+    for (const [method, url] of [['POST', '/v1/embeddings'], ['POST', '/v1/responses'], ['GET', '/v1/files?purpose=batch']] as const) {
+      const response = await app.inject({ method, url, headers: user.headers, payload: method === 'POST' ? { model: 'fake/base-model' } : undefined });
+      expect(response.statusCode).toBe(404);
+      expect(response.json()).toEqual({
+        error: { message: `No route for ${method} ${url.split('?')[0]}.`, type: 'invalid_request_error', param: null, code: 'not_found' },
+      });
+    }
+    // The other families under /v1 keep the training form.
+    for (const url of ['/v1/preview/nothing', '/v1/health/nothing', '/v1/system-check/nothing', '/v1/admin/nothing', '/v1/workers/nothing', '/v1/projects/nothing']) {
+      expect((await app.inject({ method: 'GET', url, headers: user.headers })).json()).toEqual({ detail: `No route for GET ${url}.` });
+    }
+  });
+
   it('surfaces a validation failure as UnprocessableEntityError with code and param', async () => {
     const error = await client.chat.completions.create({ model: 'fake/base-model', messages, temperature: 3 }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(OpenAI.UnprocessableEntityError);

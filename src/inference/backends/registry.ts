@@ -47,6 +47,8 @@ export class BackendRegistry {
   private readonly refreshMs: number;
   private readonly missRefreshMs: number;
   private readonly seenAt = new Map<string, number>();
+  /** Backends a replica of which has answered /v1/models at least once. */
+  private readonly answered = new Set<BackendClient>();
 
   constructor(
     backends: readonly BackendConfig[],
@@ -90,6 +92,14 @@ export class BackendRegistry {
   refreshSoon(): void {
     if (!this.discovers() || this.discovering || Date.now() - this.lastDiscoveryAt < this.missRefreshMs) return;
     void this.discover().catch(() => undefined);
+  }
+
+  /**
+   * Backends with `models: discover` none of whose replicas has ever answered /v1/models: their engines
+   * may still be starting (loading weights takes minutes), so any name may turn out to be theirs.
+   */
+  unanswered(): BackendClient[] {
+    return this.clients.filter((client) => client.backend.models === 'discover' && !this.answered.has(client));
   }
 
   /** Every served base model, after the first discovery has finished. */
@@ -143,7 +153,10 @@ export class BackendRegistry {
             }
           }),
         );
-        if (answered) discovered.set(client, bases);
+        if (answered) {
+          discovered.set(client, bases);
+          this.answered.add(client);
+        }
       }),
     );
     this.rebuild(discovered);

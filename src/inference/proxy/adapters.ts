@@ -45,8 +45,12 @@ export class AdapterLoader {
     this.backendName = backend.name;
   }
 
-  /** Resolves once the adapter is loaded on the replica; the caller's abort stops only its wait. */
-  ensureLoaded(replica: Replica, adapter: AdapterSpec, signal?: CancelSignal): Promise<void> {
+  /**
+   * The adapter's load on the replica, started unless one is in flight or done: resolves once it is
+   * loaded. Concurrent callers get the same promise (wait on it with `raceAbort`, so that a caller's
+   * abort stops only its own wait), which `forget` compares against.
+   */
+  ensureLoaded(replica: Replica, adapter: AdapterSpec): Promise<void> {
     const key = keyOf(replica, adapter.name);
     let load = this.loads.get(key);
     if (!load) {
@@ -54,7 +58,7 @@ export class AdapterLoader {
       this.loads.set(key, load);
       load.catch(() => this.loads.delete(key));
     }
-    return signal ? raceAbort(load, signal) : load;
+    return load;
   }
 
   isLoaded(replica: Replica, name: string): boolean {
@@ -76,9 +80,14 @@ export class AdapterLoader {
     for (const name of names) this.loads.set(keyOf(replica, name), Promise.resolve());
   }
 
-  /** Drops what is known about one adapter on one replica (the engine restarted or lost it). */
-  forget(replica: Replica, name: string): void {
-    this.loads.delete(keyOf(replica, name));
+  /**
+   * Drops what is known about one adapter on one replica (the engine restarted or lost it). Given the
+   * load a request waited on, only while that is still the one known: a reload another request has
+   * started since is kept, so that the requests that met one restart share one reload.
+   */
+  forget(replica: Replica, name: string, load?: Promise<void>): void {
+    const key = keyOf(replica, name);
+    if (load === undefined || this.loads.get(key) === load) this.loads.delete(key);
   }
 
   /**
@@ -171,7 +180,8 @@ function keyOf(replica: Replica, name: string): string {
   return `${replica.url}\n${name}`;
 }
 
-function raceAbort<T>(promise: Promise<T>, signal: CancelSignal): Promise<T> {
+/** The promise's outcome, or a RequestAbortedError as soon as the signal fires (the promise goes on). */
+export function raceAbort<T>(promise: Promise<T>, signal: CancelSignal): Promise<T> {
   if (signal.aborted) return Promise.reject(new RequestAbortedError());
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(new RequestAbortedError());

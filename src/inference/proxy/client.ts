@@ -2,10 +2,19 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { util } from 'undici';
 import type { BackendConfig } from '../backends/config.js';
 import type { BodyFlow, BodySink, BodySource } from '../stream.js';
-import { AdapterLoader, type AdapterLoadRecord, type AdapterSpec } from './adapters.js';
+import { AdapterLoader, raceAbort, type AdapterLoadRecord, type AdapterSpec } from './adapters.js';
 import { sleep, type CancelSignal } from './cancel.js';
 import { DEFAULT_BREAKER, type BreakerOptions } from './breaker.js';
-import { EngineError, engineErrorDetails, EngineFault, RequestAbortedError, StreamInterruptedError, upstreamUnauthorized } from './errors.js';
+import {
+  EngineError,
+  engineErrorDetails,
+  EngineFault,
+  RequestAbortedError,
+  StreamInterruptedError,
+  UNREACHABLE_RETRY_AFTER_MS,
+  upstreamUnauthorized,
+  upstreamUnreachable,
+} from './errors.js';
 import { isConnectError, isUpstreamFault, Replica, retryAfterMs } from './replica.js';
 
 export interface UpstreamRequest {
@@ -18,7 +27,10 @@ export interface UpstreamRequest {
   headers?: Record<string, string>;
   /** Aborting it (the client went away) aborts the upstream request at any stage. */
   signal?: CancelSignal;
-  /** A LoRA adapter to load on the chosen replica before sending. */
+  /**
+   * A LoRA adapter to load on the chosen replica before sending. When the engine answers 404 (it lost
+   * the adapter: a restart), the adapter is loaded there again and the request resent, once.
+   */
   adapter?: AdapterSpec;
   /**
    * The engine sends the body only once generation is done (a non-streaming completion): no
@@ -187,17 +199,36 @@ export class BackendClient {
   }
 
   private async attempt(replica: Replica, request: UpstreamRequest, deadline: number): Promise<UpstreamResponse> {
-    const { signal } = request;
-    if (request.adapter) {
-      try {
-        await this.adapters.ensureLoaded(replica, request.adapter, signal);
-      } catch (error) {
-        if (!isConnectError(error)) throw error;
-        replica.breaker.onFailure();
-        throw new RetryableFailure(this.unreachable(replica, error));
-      }
+    const { adapter } = request;
+    if (!adapter) return this.exchange(replica, request, deadline);
+    const load = this.adapters.ensureLoaded(replica, adapter);
+    await this.waitForLoad(replica, load, request.signal);
+    try {
+      return await this.exchange(replica, request, deadline);
+    } catch (error) {
+      if (!(error instanceof EngineError && error.statusCode === 404)) throw error;
+      // The engine no longer has the adapter (it restarted, or another process unloaded it): load it
+      // again on this replica and send once more. Only the load this request waited on is forgotten, so
+      // the requests that met the same restart share one reload instead of each dropping the last one.
+      this.adapters.forget(replica, adapter.name, load);
+      await this.waitForLoad(replica, this.adapters.ensureLoaded(replica, adapter), request.signal);
+      return this.exchange(replica, request, deadline);
     }
+  }
 
+  /** Waits for an adapter's load on the replica; the caller's abort stops only its own wait. */
+  private async waitForLoad(replica: Replica, load: Promise<void>, signal: CancelSignal | undefined): Promise<void> {
+    try {
+      await (signal ? raceAbort(load, signal) : load);
+    } catch (error) {
+      if (!isConnectError(error)) throw error;
+      replica.breaker.onFailure();
+      throw new RetryableFailure(this.unreachable(replica, error));
+    }
+  }
+
+  /** One request to one replica. */
+  private exchange(replica: Replica, request: UpstreamRequest, deadline: number): Promise<UpstreamResponse> {
     return new Promise((resolve, reject) => {
       const exchange = new Exchange(this, replica, request, Math.max(0, deadline - this.now()), resolve, reject);
       try {
@@ -259,13 +290,7 @@ export class BackendClient {
   }
 
   private unreachable(replica: Replica, error: unknown): EngineFault {
-    return new EngineFault(
-      503,
-      'upstream_unreachable',
-      'The engine serving this model could not be reached; try again shortly.',
-      `could not connect to replica ${replica.url} of backend ${this.backend.name}: ${(error as Error).message}`,
-      { retryAfterMs: UNREACHABLE_RETRY_AFTER_MS },
-    );
+    return upstreamUnreachable(`could not connect to replica ${replica.url} of backend ${this.backend.name}: ${(error as Error).message}`);
   }
 
   private timeout(replica: Replica, kind: TimeoutKind): EngineFault {
@@ -279,9 +304,6 @@ export class BackendClient {
     );
   }
 }
-
-/** What a client is told to wait after an engine could not be reached. */
-const UNREACHABLE_RETRY_AFTER_MS = 1_000;
 
 /**
  * An engine's own 5xx keeps its status where it means something to a client (vLLM answers 500 for an

@@ -55,6 +55,16 @@ export class EngineFault extends AppError {
   }
 }
 
+/** What a client is told to wait after an engine could not be reached. */
+export const UNREACHABLE_RETRY_AFTER_MS = 1_000;
+
+/** 503 upstream_unreachable with Retry-After: no engine that may serve the model could be reached. */
+export function upstreamUnreachable(detail: string): EngineFault {
+  return new EngineFault(503, 'upstream_unreachable', 'The engine serving this model could not be reached; try again shortly.', detail, {
+    retryAfterMs: UNREACHABLE_RETRY_AFTER_MS,
+  });
+}
+
 /**
  * The engine refused trainyard's own credentials (401/403): a gateway misconfiguration, not the
  * caller's, so it is a 502; the log names the backend's key variable, the client reads only that the
