@@ -81,15 +81,6 @@ export class WorkerService {
    */
   async claim(principal: Principal, body: ClaimRequest, abort?: AbortSignal): Promise<ClaimResponse | undefined> {
     const { signal, config } = this.deps;
-    if (body.claim_id !== undefined) {
-      const again = await repo.reclaimJob(this.db, {
-        reach: reachOf(principal),
-        workerId: body.worker_id,
-        claimId: body.claim_id,
-        leaseSeconds: config.workerLeaseSeconds,
-      });
-      if (again) return this.claimJson(again);
-    }
     const waits = body.wait_seconds > 0;
     if (waits) this.startWaiting(principal.keyId);
     try {
@@ -107,6 +98,10 @@ export class WorkerService {
       for (;;) {
         if (signal.isClosed || abort?.aborted) return undefined;
         const seen = signal.version;
+        // A retry of a claim whose answer was lost: its job, once that claim has committed (a claim still in
+        // flight commits under the claim lock, which claimJob takes before it looks for the id again).
+        const again = body.claim_id === undefined ? undefined : await repo.reclaimJob(this.db, { ...claimArgs, claimId: body.claim_id });
+        if (again) return this.claimJson(again);
         if (await repo.hasClaimableJob(this.db, claimArgs)) {
           const claim = await this.db.transaction().execute((trx) => repo.claimJob(trx, claimArgs));
           if (claim) return this.claimJson(claim);

@@ -226,7 +226,16 @@ export class WorkerClient {
     jobId?: string,
   ): Promise<z.output<S>> {
     await this.expectOk(response, jobId);
-    const parsed = schema.safeParse(await response.body.json());
+    let body: unknown;
+    try {
+      body = await response.body.json();
+    } catch (error) {
+      // A body that is not JSON is the server's (or a proxy's) mistake; one that broke off on the way is
+      // retried like any lost answer (a claim's retry carries its claim_id and gets the same job back).
+      if (error instanceof SyntaxError) throw new ProtocolError(`unexpected ${action} response: ${error.message}`, response.statusCode);
+      throw new TransientError(`the ${action} answer broke off: ${(error as Error).message}`);
+    }
+    const parsed = schema.safeParse(body);
     if (!parsed.success) throw new ProtocolError(`unexpected ${action} response: ${parsed.error.message}`, response.statusCode);
     return parsed.data;
   }

@@ -21,6 +21,7 @@ import {
   listEvents,
   listJobs,
   readJobInputs,
+  reclaimJob,
   sweepExpiredLeases,
   touchWorker,
   type StoredJob,
@@ -136,6 +137,21 @@ describe('claiming', () => {
     const claimed = (await claim(model))!;
     expect(claimed.job).toMatchObject({ base_step: 5, target_step: 6 });
     expect(claimed.base_checkpoint).toMatchObject({ step: 5, uri: 's3://5' });
+  });
+
+  it('a retried claim_id that missed its first claim in flight gets that claim\'s job under the claim lock, not a second one', async () => {
+    const base = `base-${crypto.randomUUID()}`;
+    const first = await newJob(await newModel(base));
+    const second = await newJob(await newModel(base));
+    const args = { reach: 'all' as const, workerId: 'w1', baseModels: [base], claimId: crypto.randomUUID(), leaseSeconds: 60 };
+    // The retry looks for its claim while the first claim's transaction is still open: nothing yet.
+    expect(await reclaimJob(db, args)).toBeUndefined();
+    const taken = (await db.transaction().execute((trx) => claimJob(trx, args)))!;
+    expect(taken.job.id).toBe(first.id);
+    // The retry goes on to claim under the lock, where the first claim has committed.
+    const retried = (await db.transaction().execute((trx) => claimJob(trx, args)))!;
+    expect(retried).toMatchObject({ job: { id: first.id }, lease_token: taken.lease_token });
+    expect((await db.selectFrom('training_jobs').select('status').where('id', '=', second.id).executeTakeFirstOrThrow()).status).toBe('QUEUED');
   });
 
   it('claims only the kinds the worker asks for', async () => {

@@ -262,7 +262,9 @@ export async function liveJobsDigest(db: TrainingDb): Promise<string> {
  * Claims serialize on a transaction-level advisory lock: the turn order and the running count are read
  * and written by every claim, and two concurrent claims (other workers, other trainyard processes on one
  * PostgreSQL) that each saw the other's count before it committed would run one job over the limit.
- * A claim is a few index lookups, so the queue of claims stays short.
+ * A claim is a few index lookups, so the queue of claims stays short. With `claimId`, the job an earlier
+ * claim with that id took (reclaimJob) comes first: a retry that looked before that claim committed
+ * finds it here, behind the lock, rather than taking a second job.
  */
 export async function claimJob(
   db: TrainingDb,
@@ -271,6 +273,11 @@ export async function claimJob(
   const { reach } = args;
   if (reach !== 'all' && reach.length === 0) return undefined;
   await lockClaims(db);
+  if (args.claimId !== undefined) {
+    // Under the lock, a claim with this id that was in flight when the caller looked has committed.
+    const again = await reclaimJob(db, { ...args, claimId: args.claimId });
+    if (again) return again;
+  }
   const candidate = claimCandidates(db, args);
 
   const latestStep = sql<number>`(select coalesce(max(c.step), 0) from checkpoints c where c.model_id = training_jobs.model_id)`;
