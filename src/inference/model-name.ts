@@ -28,7 +28,8 @@ export interface InvalidModelRef {
 export type ModelRef = CheckpointRef | BaseModelRef | InvalidModelRef;
 
 const ARTIFACT_PREFIXES = ['wandb-artifact:///', 'wandb-artifact://'];
-const SEGMENT = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+/** One segment of a checkpoint name (entity, project or model name); model registration holds names to it. */
+export const NAME_SEGMENT = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
 const STEP = /^step(\d+)$/;
 
 /**
@@ -49,7 +50,7 @@ function parseCheckpoint(text: string): CheckpointRef | string {
   const version = colon === -1 ? null : text.slice(colon + 1);
   const segments = path.split('/');
   if (segments.length !== 3) return 'expected entity/project/name[:stepN|:latest]';
-  if (!segments.every((s) => SEGMENT.test(s))) return 'entity, project and name must be letters, digits, ".", "_" or "-"';
+  if (!segments.every((s) => NAME_SEGMENT.test(s))) return 'entity, project and name must be letters, digits, ".", "_" or "-"';
 
   let step: CheckpointStep = 'latest';
   if (version !== null && version !== 'latest') {

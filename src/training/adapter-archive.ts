@@ -206,7 +206,7 @@ function checkSafetensors(content: Buffer): void {
  * The base model an adapter was trained on, from its adapter_config.json, which must describe a plain
  * LoRA: one whose layers sit beside an unchanged base model. Anything more (whole modules trained as
  * copies, the base's biases or embedding rows trained, layers replicated, an initialisation that rewrites
- * base weights when it loads, another PEFT method) is refused here, as the reference trainer refuses it
+ * base weights when it loads, another PEFT method or none named) is refused here, as the reference trainer refuses it
  * (docs/trainer.md, "Adapters it continues from") and vLLM's runtime LoRA cannot serve it on a shared base.
  */
 export function adapterBaseModel(files: readonly AdapterFile[]): string {
@@ -233,7 +233,8 @@ const BASE_PRESERVING_INITS: readonly unknown[] = [true, false, 'gaussian', 'eva
 function baseChangingSettings(settings: Record<string, unknown>): string[] {
   const refused: string[] = [];
   const shown = (value: unknown) => JSON.stringify(value).slice(0, 100);
-  if ('peft_type' in settings && settings.peft_type !== 'LORA') refused.push(`peft_type ${shown(settings.peft_type)} (only LORA)`);
+  if (settings.peft_type === undefined) refused.push('no peft_type (only LORA)');
+  else if (settings.peft_type !== 'LORA') refused.push(`peft_type ${shown(settings.peft_type)} (only LORA)`);
   for (const key of ['modules_to_save', 'trainable_token_indices', 'layer_replication']) {
     if (isSet(settings[key])) refused.push(`${key} ${shown(settings[key])}`);
   }

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { boundedDepth } from '../http/json-depth.js';
 import { textWithoutNul } from '../http/validation.js';
+import { NAME_SEGMENT } from '../inference/model-name.js';
 
 /**
  * Request and response bodies of the training API (reference/training-api.md §3) and of the trainer-worker
@@ -123,7 +124,7 @@ const ModelNamePart = z
   .string()
   .min(1)
   .max(MAX_NAME_LENGTH)
-  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/)
+  .regex(NAME_SEGMENT)
   .describe("Letters, digits, '.', '_' and '-', starting with a letter or digit.");
 
 export const ModelCreate = z.object({

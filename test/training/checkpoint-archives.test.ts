@@ -314,6 +314,8 @@ describe('archives that are refused', () => {
       422,
       problem(`adapter_config.json has peft_type "IA3" (only LORA), layer_replication [[0,2]], init_lora_weights "pissa": ${only}`),
     );
+    const unnamed = JSON.stringify({ base_model_name_or_path: BASE, r: 8 });
+    await refused(tarGz(adapterDir({ extra: { 'adapter_config.json': unnamed } })), 422, problem(`adapter_config.json has no peft_type (only LORA): ${only}`));
     // What peft writes for a plain LoRA is taken (by a model of its own: this block's model stays without checkpoints).
     const plain = config({ modules_to_save: null, trainable_token_indices: null, layer_replication: null, bias: 'none', init_lora_weights: true });
     const reply = await upload(owner, (await newModel()).base, tarGz(adapterDir({ extra: { 'adapter_config.json': plain } })));
