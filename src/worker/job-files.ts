@@ -107,7 +107,8 @@ export async function removeOutput(paths: JobPaths): Promise<void> {
  * A directory is stale when its owner is known to be gone: it ran on this machine and in this PID namespace,
  * and no process with its PID and start time is left; or, for an owner elsewhere (another machine sharing
  * the work dir, or another container, such as this worker's previous one), its record went
- * JOB_DIR_STALE_MS without a refresh.
+ * JOB_DIR_STALE_MS without a refresh. That is timed on the sweeping worker's own clock (JobDirWatch), never
+ * by comparing it with the owner's, which sets the record's time: two machines' clocks may disagree.
  */
 const OWNER_FILE = 'owner.json';
 /** How often a running job's owner record is refreshed. */
@@ -147,10 +148,31 @@ export async function refreshJobDir(paths: JobPaths): Promise<void> {
 }
 
 /**
+ * What one worker's sweeps have seen of the records of owners elsewhere: each record's modification time,
+ * and when, on this worker's clock, it was first seen at that time. A record is stale once it has kept its
+ * time for JOB_DIR_STALE_MS of this clock, so a fresh worker removes nothing of an owner elsewhere before it
+ * has watched that long.
+ */
+export class JobDirWatch {
+  readonly seen = new Map<string, { mtimeMs: number; since: number }>();
+  constructor(readonly now: () => number = Date.now) {}
+
+  /** Whether the record, last modified at `mtimeMs`, has kept that time for JOB_DIR_STALE_MS. */
+  unrefreshed(file: string, mtimeMs: number): boolean {
+    const last = this.seen.get(file);
+    if (last?.mtimeMs !== mtimeMs) {
+      this.seen.set(file, { mtimeMs, since: this.now() });
+      return false;
+    }
+    return this.now() - last.since > JOB_DIR_STALE_MS;
+  }
+}
+
+/**
  * Removes the job directories under `workDir` whose owner is gone; answers their names. A directory without
  * a readable owner record is kept: its owner may be about to write it, or be a worker from before records.
  */
-export async function removeStaleJobDirs(workDir: string): Promise<string[]> {
+export async function removeStaleJobDirs(workDir: string, watch: JobDirWatch): Promise<string[]> {
   const root = path.join(workDir, 'jobs');
   const entries = await fs.readdir(root, { withFileTypes: true }).catch((error: NodeJS.ErrnoException) => {
     if (error.code === 'ENOENT') return [];
@@ -158,17 +180,21 @@ export async function removeStaleJobDirs(workDir: string): Promise<string[]> {
   });
   const self = await currentOwner();
   const removed: string[] = [];
+  const present = new Set<string>();
   for (const entry of entries) {
     if (!entry.isDirectory()) continue;
     const dir = path.join(root, entry.name);
-    if (!(await isStale(path.join(dir, OWNER_FILE), self))) continue;
+    const file = path.join(dir, OWNER_FILE);
+    present.add(file);
+    if (!(await isStale(file, self, watch))) continue;
     await fs.rm(dir, { recursive: true, force: true });
     removed.push(entry.name);
   }
+  for (const file of watch.seen.keys()) if (!present.has(file)) watch.seen.delete(file);
   return removed;
 }
 
-async function isStale(file: string, self: JobDirOwner): Promise<boolean> {
+async function isStale(file: string, self: JobDirOwner, watch: JobDirWatch): Promise<boolean> {
   let recorded: Partial<JobDirOwner>;
   let refreshed: number;
   try {
@@ -178,7 +204,7 @@ async function isStale(file: string, self: JobDirOwner): Promise<boolean> {
     return false;
   }
   if (typeof recorded?.pid !== 'number') return false;
-  if (recorded.host !== self.host) return Date.now() - refreshed > JOB_DIR_STALE_MS;
+  if (recorded.host !== self.host) return watch.unrefreshed(file, refreshed);
   try {
     process.kill(recorded.pid, 0);
   } catch (error) {

@@ -2,7 +2,7 @@ import fs from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { ProtocolError, WorkerClient } from './client.js';
-import { removeStaleJobDirs } from './job-files.js';
+import { JobDirWatch, removeStaleJobDirs } from './job-files.js';
 import { JobRun, type JobOutcome } from './job-run.js';
 import type { WorkerOptions } from './options.js';
 import { ResidentTrainerSlot } from './resident.js';
@@ -124,9 +124,10 @@ export class Worker {
 
   /** Until drained: removes the job directories of workers that are gone (job-files.ts), at start and every JOB_DIR_SWEEP_MS. */
   private async sweepJobDirs(): Promise<void> {
+    const watch = new JobDirWatch();
     while (!this.draining) {
       try {
-        const removed = await removeStaleJobDirs(this.settings.workDir);
+        const removed = await removeStaleJobDirs(this.settings.workDir, watch);
         if (removed.length) this.logger.info({ removed }, 'removed job directories of workers that are gone');
       } catch (error) {
         this.logger.warn({ err: (error as Error).message }, 'could not look for job directories of workers that are gone');

@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { JOB_DIR_STALE_MS, jobPaths, prepareJobDirs, removeStaleJobDirs } from '../../src/worker/job-files.js';
+import { JOB_DIR_STALE_MS, JobDirWatch, jobPaths, prepareJobDirs, removeStaleJobDirs } from '../../src/worker/job-files.js';
 import { Worker } from '../../src/worker/worker.js';
 import { TRAINER_COMMAND, waitFor } from './harness.js';
 
@@ -57,7 +57,7 @@ describe('job directories left in the work dir', () => {
     const dir = await workDir();
     const dead = await dir.owned(1, { pid: deadPid() });
     const ownerless = await dir.owned(2, undefined);
-    expect(await removeStaleJobDirs(dir.roots.workDir)).toEqual([dead]);
+    expect(await removeStaleJobDirs(dir.roots.workDir, new JobDirWatch())).toEqual([dead]);
     expect(dir.list()).toEqual([dir.ours, ownerless].sort());
   });
 
@@ -65,16 +65,26 @@ describe('job directories left in the work dir', () => {
     const dir = await workDir();
     // This process's PID, with another start time: a worker that was gone before this process started.
     const reused = await dir.owned(1, { started: '1' });
-    expect(await removeStaleJobDirs(dir.roots.workDir)).toEqual([reused]);
+    expect(await removeStaleJobDirs(dir.roots.workDir, new JobDirWatch())).toEqual([reused]);
     expect(dir.list()).toEqual([dir.ours]);
   });
 
-  it('of an owner elsewhere are removed once their record has gone unrefreshed for JOB_DIR_STALE_MS', async () => {
+  it('of an owner elsewhere are removed once their record has gone unrefreshed for JOB_DIR_STALE_MS of this worker\'s clock', async () => {
     const dir = await workDir();
-    const fresh = await dir.owned(1, { host: 'another-machine', pid: process.pid }, JOB_DIR_STALE_MS - 60_000);
-    const stale = await dir.owned(2, { host: 'another-machine', pid: process.pid }, JOB_DIR_STALE_MS + 60_000);
-    expect(await removeStaleJobDirs(dir.roots.workDir)).toEqual([stale]);
-    expect(dir.list()).toEqual([dir.ours, fresh].sort());
+    let now = Date.now();
+    const watch = new JobDirWatch(() => now);
+    // The other machine's clock is an hour behind: its records look an hour old from the first look.
+    const live = await dir.owned(1, { host: 'another-machine', pid: process.pid }, 60 * 60_000);
+    const dead = await dir.owned(2, { host: 'another-machine', pid: process.pid }, 60 * 60_000);
+    expect(await removeStaleJobDirs(dir.roots.workDir, watch)).toEqual([]);
+    // Its owner refreshes one record (by its own clock); the other keeps its time.
+    now += JOB_DIR_STALE_MS - 60_000;
+    const refreshed = new Date(Date.now() - 59 * 60_000);
+    fs.utimesSync(path.join(dir.roots.workDir, 'jobs', live, 'owner.json'), refreshed, refreshed);
+    expect(await removeStaleJobDirs(dir.roots.workDir, watch)).toEqual([]);
+    now += 2 * 60_000;
+    expect(await removeStaleJobDirs(dir.roots.workDir, watch)).toEqual([dead]);
+    expect(dir.list()).toEqual([dir.ours, live].sort());
   });
 
   it('are removed by a worker as it starts', async () => {
