@@ -207,7 +207,8 @@ function checkSafetensors(content: Buffer): void {
  * LoRA: one whose layers sit beside an unchanged base model. Anything more (whole modules trained as
  * copies, the base's biases or embedding rows trained, layers replicated, an initialisation that rewrites
  * base weights when it loads, another PEFT method or none named) is refused here, as the reference trainer refuses it
- * (docs/trainer.md, "Adapters it continues from") and vLLM's runtime LoRA cannot serve it on a shared base.
+ * (docs/trainer.md, "Adapters it continues from") and vLLM's runtime LoRA cannot serve it on a shared base; so are
+ * LoRA variants vLLM does not serve (DoRA, LoRA bias).
  */
 export function adapterBaseModel(files: readonly AdapterFile[]): string {
   const config = files.find((file) => file.name === 'adapter_config.json')!;
@@ -222,7 +223,7 @@ export function adapterBaseModel(files: readonly AdapterFile[]): string {
   if (typeof base !== 'string' || base === '') throw new ArchiveProblem('adapter_config.json names no base_model_name_or_path');
   const refused = baseChangingSettings(settings);
   if (refused.length > 0) {
-    throw new ArchiveProblem(`adapter_config.json has ${refused.join(', ')}: only LoRA adapters that leave the base model unchanged are taken`);
+    throw new ArchiveProblem(`adapter_config.json has ${refused.join(', ')}: only plain LoRA adapters are taken, which leave the base model unchanged and which vLLM serves`);
   }
   return base;
 }
@@ -235,7 +236,7 @@ function baseChangingSettings(settings: Record<string, unknown>): string[] {
   const shown = (value: unknown) => JSON.stringify(value).slice(0, 100);
   if (settings.peft_type === undefined) refused.push('no peft_type (only LORA)');
   else if (settings.peft_type !== 'LORA') refused.push(`peft_type ${shown(settings.peft_type)} (only LORA)`);
-  for (const key of ['modules_to_save', 'trainable_token_indices', 'layer_replication']) {
+  for (const key of ['modules_to_save', 'trainable_token_indices', 'layer_replication', 'use_dora', 'lora_bias']) {
     if (isSet(settings[key])) refused.push(`${key} ${shown(settings[key])}`);
   }
   if ('bias' in settings && settings.bias !== 'none') refused.push(`bias ${shown(settings.bias)}`);

@@ -147,7 +147,7 @@ export const lifecycleRoutes: FastifyPluginAsyncZod<{ lifecycle: LifecycleServic
         tags,
         summary: 'Import Checkpoint Adapter',
         description:
-          'Registers a PEFT adapter as the model\'s next checkpoint (`source` imported). Body: a tar or tar.gz of the adapter directory, content-type application/gzip, application/x-tar or application/octet-stream, at most ADAPTER_ARCHIVE_LIMIT_MB (413). It must hold adapter_config.json (its `base_model_name_or_path` equal to the model\'s base model, and a plain LoRA: no `modules_to_save`, `bias`, `trainable_token_indices`, `layer_replication`, base-rewriting `init_lora_weights`, and `peft_type` LORA) and adapter_model.safetensors, optionally tokenizer files; at most 16 regular files. Pickle weights, links, absolute or `..` paths and other files: 422 naming the entry. A running job of the model: 409 `job_running`.',
+          'Registers a PEFT adapter as the model\'s next checkpoint (`source` imported). Body: a tar or tar.gz of the adapter directory, content-type application/gzip, application/x-tar or application/octet-stream, at most ADAPTER_ARCHIVE_LIMIT_MB (413). It must hold adapter_config.json (its `base_model_name_or_path` equal to the model\'s base model, and a plain LoRA: no `modules_to_save`, `bias`, `trainable_token_indices`, `layer_replication`, base-rewriting `init_lora_weights`, DoRA or LoRA bias, and `peft_type` LORA) and adapter_model.safetensors, optionally tokenizer files; at most 16 regular files. Pickle weights, links, absolute or `..` paths and other files: 422 naming the entry. A running job of the model: 409 `job_running`.',
         params: ModelParams,
         response: { 200: CheckpointState },
       },

@@ -303,7 +303,7 @@ describe('archives that are refused', () => {
   it('refuses an adapter that would change the base model it is served on, naming the settings', async () => {
     const config = (settings: Record<string, unknown>) =>
       JSON.stringify({ base_model_name_or_path: BASE, peft_type: 'LORA', r: 8, lora_alpha: 16, target_modules: ['q_proj'], ...settings });
-    const only = 'only LoRA adapters that leave the base model unchanged are taken';
+    const only = 'only plain LoRA adapters are taken, which leave the base model unchanged and which vLLM serves';
     await refused(
       tarGz(adapterDir({ extra: { 'adapter_config.json': config({ modules_to_save: ['lm_head'], bias: 'all' }) } })),
       422,
@@ -313,6 +313,11 @@ describe('archives that are refused', () => {
       tarGz(adapterDir({ extra: { 'adapter_config.json': config({ peft_type: 'IA3', init_lora_weights: 'pissa', layer_replication: [[0, 2]] }) } })),
       422,
       problem(`adapter_config.json has peft_type "IA3" (only LORA), layer_replication [[0,2]], init_lora_weights "pissa": ${only}`),
+    );
+    await refused(
+      tarGz(adapterDir({ extra: { 'adapter_config.json': config({ use_dora: true, lora_bias: true }) } })),
+      422,
+      problem(`adapter_config.json has use_dora true, lora_bias true: ${only}`),
     );
     const unnamed = JSON.stringify({ base_model_name_or_path: BASE, r: 8 });
     await refused(tarGz(adapterDir({ extra: { 'adapter_config.json': unnamed } })), 422, problem(`adapter_config.json has no peft_type (only LORA): ${only}`));

@@ -265,7 +265,7 @@ describe('pushing a lora artifact', () => {
       await refusedAtCommit(pickle, model, 1, `${cannot}: adapter_model.bin: pickle files are refused (loading one can run code); save the adapter with safetensors (save_pretrained(..., safe_serialization=True)).`);
       await refusedAtCommit({ ...adapterFiles(), 'run.sh': Buffer.from('echo hi') }, model, 1, `${cannot}: run.sh: not a file of a PEFT adapter; allowed: adapter_config.json, adapter_model.safetensors, README.md, tokenizer.json, tokenizer_config.json, special_tokens_map.json, added_tokens.json, chat_template.jinja, vocab.json, merges.txt.`);
       const saved = { ...adapterFiles(), 'adapter_config.json': Buffer.from(JSON.stringify({ base_model_name_or_path: BASE, peft_type: 'LORA', r: 8, modules_to_save: ['lm_head'] })) };
-      await refusedAtCommit(saved, model, 1, `${cannot}: adapter_config.json has modules_to_save ["lm_head"]: only LoRA adapters that leave the base model unchanged are taken.`);
+      await refusedAtCommit(saved, model, 1, `${cannot}: adapter_config.json has modules_to_save ["lm_head"]: only plain LoRA adapters are taken, which leave the base model unchanged and which vLLM serves.`);
       const big = { ...adapterFiles(), 'adapter_model.safetensors': safetensors('x'.repeat(1024 * 1024)) };
       await refusedAtCommit(big, model, 1, `${cannot}: its files hold more than ADAPTER_ARCHIVE_LIMIT_MB (1048576 bytes).`);
       expect(fs.readdirSync(app.config.adaptersDir)).toEqual(dirs);

@@ -214,15 +214,18 @@ def test_token_ids_outside_the_models_vocabulary_exit_3_before_training_starts(t
         (LoraConfig(target_modules=["q_proj"], layer_replication=[[0, 2], [1, 2]]), "layer_replication [[0, 2], [1, 2]]"),
         (LoraConfig(target_modules=["q_proj"], init_lora_weights="pissa"), "init_lora_weights 'pissa'"),
         (IA3Config(target_modules=["q_proj", "down_proj"], feedforward_modules=["down_proj"]), "peft_type 'IA3' (only LORA)"),
+        (LoraConfig(target_modules=["q_proj"], use_dora=True), "use_dora True"),
+        (LoraConfig(target_modules=["q_proj"], lora_bias=True), "lora_bias True"),
     ],
 )
-def test_adapters_that_would_change_the_base_model_are_refused_naming_the_setting(tmp_path, capsys, model_dir, tokenizer, config, named):
+def test_adapters_that_would_change_the_base_model_or_that_vllm_cannot_serve_are_refused_naming_the_setting(tmp_path, capsys, model_dir, tokenizer, config, named):
     adapter = save_peft_adapter(model_dir, str(tmp_path / "imported"), config)
     spec, _ = write_job(str(tmp_path / "base"), "rl", model_dir, rl_groups(tokenizer), base=adapter, step=2)
     code, events, err = run_job(capsys, spec, "--device", "cpu")
     assert code == 3 and events == []
-    assert last_line(err).startswith(f"trainyard_trainer: base_checkpoint_uri {adapter!r} is an adapter with {named}: this trainer takes "
-                                     "LoRA adapters that leave the base model unchanged")
+    assert last_line(err) == (f"trainyard_trainer: base_checkpoint_uri {adapter!r} is an adapter with {named}: this trainer takes "
+                              "plain LoRA adapters, which leave the base model unchanged (a resident trainer keeps it for the next job) "
+                              "and which vLLM serves")
     spec, _ = write_job(str(tmp_path / "reference"), "rl", model_dir, rl_groups(tokenizer), config={"kl_penalty_coef": 0.1, "kl_ref_adapter_path": adapter})
     code, events, err = run_job(capsys, spec, "--device", "cpu")
     assert code == 3 and events == []

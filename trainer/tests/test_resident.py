@@ -195,8 +195,8 @@ def test_an_adapter_that_would_change_the_base_model_is_refused_and_the_resident
     code, (events, err) = run_resident(capsys, source, spec)
     assert code == 3 and events == []
     assert err.strip().splitlines()[-1].startswith(
-        f"trainyard_trainer: base_checkpoint_uri {imported_dir!r} is an adapter with modules_to_save ['lm_head']: this trainer takes LoRA "
-        "adapters that leave the base model unchanged")
+        f"trainyard_trainer: base_checkpoint_uri {imported_dir!r} is an adapter with modules_to_save ['lm_head']: this trainer takes plain "
+        "LoRA adapters, which leave the base model unchanged")
     assert source.peft is None
     resident = source.base.state_dict()
     assert sorted(resident) == sorted(original)

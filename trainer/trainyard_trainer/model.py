@@ -98,9 +98,9 @@ def check_adapter(adapter_dir: str, label: str) -> None:
     """Refuses, before anything is loaded, an adapter directory without its files or an adapter that is more than LoRA
     matrices beside the base model: one that trains or replaces base modules (`modules_to_save`, `bias`,
     `trainable_token_indices`), changes the base model as it loads (`layer_replication`, initialisations that rewrite
-    base weights), or is not a LoRA at all. Taking the LoRA off again (`unload()`) would leave such changes in a base
-    model that a resident trainer keeps for the next job, and vLLM serves its LoRAs on one shared, unchanged base.
-    `label` names the adapter in the messages (the spec field and its value)."""
+    base weights), or is not a LoRA at all; and a LoRA that vLLM refuses to serve (`use_dora`, `lora_bias`). Taking
+    the LoRA off again (`unload()`) would leave such changes in a base model that a resident trainer keeps for the next
+    job, and vLLM serves its LoRAs on one shared, unchanged base. `label` names the adapter in the messages (the spec field and its value)."""
     for name in ADAPTER_FILES:
         if not os.path.isfile(os.path.join(adapter_dir, name)):
             raise ConfigError(f"{label} has no {name}")
@@ -114,7 +114,7 @@ def check_adapter(adapter_dir: str, label: str) -> None:
     refused = []
     if config.get("peft_type") != "LORA":
         refused.append(f"peft_type {config.get('peft_type')!r} (only LORA)")
-    for key in ("modules_to_save", "trainable_token_indices", "layer_replication"):
+    for key in ("modules_to_save", "trainable_token_indices", "layer_replication", "use_dora", "lora_bias"):
         if config.get(key):
             refused.append(f"{key} {config[key]!r}")
     if config.get("bias", "none") != "none":
@@ -122,8 +122,8 @@ def check_adapter(adapter_dir: str, label: str) -> None:
     if config.get("init_lora_weights", True) not in BASE_PRESERVING_INITS:
         refused.append(f"init_lora_weights {config['init_lora_weights']!r}")
     if refused:
-        raise ConfigError(f"{label} is an adapter with {', '.join(refused)}: this trainer takes LoRA adapters that leave the base "
-                          "model unchanged (a resident trainer keeps it for the next job, and vLLM serves LoRAs on one shared base)")
+        raise ConfigError(f"{label} is an adapter with {', '.join(refused)}: this trainer takes plain LoRA adapters, which leave "
+                          "the base model unchanged (a resident trainer keeps it for the next job) and which vLLM serves")
 
 
 @contextlib.contextmanager
