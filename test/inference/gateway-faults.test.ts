@@ -9,7 +9,7 @@ import { freshDatabase } from '../helpers/database.js';
 import { listen } from '../helpers/listen.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
 import OpenAI from 'openai';
-import { backendEntry, chat, createGatewayApp, createTrainedModel, openaiClient, sseData, writeBackendsFile, usageRow } from './gateway-helpers.js';
+import { backendEntry, chat, createGatewayApp, createTrainedModel, modelNotFoundBody, openaiClient, sseData, writeBackendsFile, usageRow } from './gateway-helpers.js';
 import { deadUrl, waitFor } from './helpers.js';
 
 let healthy: FakeEngine;
@@ -141,14 +141,7 @@ describe('a backend that discovers its models while its engines are still starti
           { method: 'POST', url: '/v1/chat/completions', headers: other.headers, payload: chat(modelId) },
           {
             status: 404,
-            body: {
-              error: {
-                message: `The model \`${modelId}\` does not exist or you do not have access to it.`,
-                type: 'invalid_request_error',
-                param: 'model',
-                code: 'model_not_found',
-              },
-            },
+            body: modelNotFoundBody(modelId),
             secrets: ['fake/base-model'],
           },
         );

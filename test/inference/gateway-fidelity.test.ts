@@ -5,7 +5,7 @@ import type { App } from '../../src/app.js';
 import { createUserWithKey, type TestUser } from '../helpers/app.js';
 import { listen } from '../helpers/listen.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
-import { backendEntry, chat, checkpointAdapter, createGatewayApp, createTrainedModel, openaiClient, sseData, usageRow } from './gateway-helpers.js';
+import { backendEntry, chat, checkpointAdapter, createGatewayApp, createTrainedModel, modelNotFoundBody, openaiClient, sseData, usageRow } from './gateway-helpers.js';
 
 /** The gateway against vLLM's request models: what vLLM accepts is accepted, and reaches the engine unchanged. */
 
@@ -247,9 +247,7 @@ describe('model cards', () => {
     for (const id of [`${owner.entity}/proj/agent`, 'nobody/has/this']) {
       const response = await app.inject({ method: 'GET', url: `/v1/models/${id}`, headers: other.headers });
       expect(response.statusCode).toBe(404);
-      expect(response.json()).toEqual({
-        error: { message: `The model \`${id}\` does not exist or you do not have access to it.`, type: 'invalid_request_error', param: 'model', code: 'model_not_found' },
-      });
+      expect(response.json()).toEqual(modelNotFoundBody(id));
     }
   });
 });

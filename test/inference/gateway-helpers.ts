@@ -65,6 +65,11 @@ export const chat = (model: string, overrides: Record<string, unknown> = {}) => 
   ...overrides,
 });
 
+/** The 404 every model a key cannot use answers, whether another tenant's or nobody's. */
+export const modelNotFoundBody = (model: string) => ({
+  error: { message: `The model \`${model}\` does not exist or you do not have access to it.`, type: 'invalid_request_error', param: 'model', code: 'model_not_found' },
+});
+
 /** The `data:` payloads of an SSE body. */
 export function sseData(body: string): string[] {
   return body

@@ -4,7 +4,7 @@ import type { App } from '../../src/app.js';
 import type { TestUser } from '../helpers/app.js';
 import { createTenants, expectOtherTenantRefused } from '../helpers/tenants.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
-import { addCheckpoint, backendEntry, chat, checkpointAdapter, createGatewayApp, createTrainedModel, sseData } from './gateway-helpers.js';
+import { addCheckpoint, backendEntry, chat, checkpointAdapter, createGatewayApp, createTrainedModel, modelNotFoundBody, sseData } from './gateway-helpers.js';
 import { waitFor } from './helpers.js';
 
 let engine: FakeEngine;
@@ -139,14 +139,7 @@ describe('trained checkpoints', () => {
         { method: 'POST', url: '/v1/chat/completions', headers: other.headers, payload: chat(modelId) },
         {
           status: 404,
-          body: {
-            error: {
-              message: `The model \`${modelId}\` does not exist or you do not have access to it.`,
-              type: 'invalid_request_error',
-              param: 'model',
-              code: 'model_not_found',
-            },
-          },
+          body: modelNotFoundBody(modelId),
           secrets: ['s3://', 'fake/base-model', 'step2'],
         },
       );

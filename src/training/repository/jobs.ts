@@ -180,6 +180,10 @@ const leaseEnd = (seconds: number) => sql<Date>`now() + make_interval(secs => ${
  */
 export type WorkerReach = readonly string[] | 'all';
 
+/** The ids of the entities a worker reaches by name (a list: `reach` is not 'all'). */
+const entitiesReached = (db: TrainingDb, reach: readonly string[]) =>
+  db.selectFrom('entities').select('entities.id').where('entities.name', 'in', [...reach]);
+
 export interface Claim {
   job: StoredJob;
   lease_token: string;
@@ -220,9 +224,7 @@ function claimCandidates(db: TrainingDb, args: ClaimFilter) {
         ),
       ),
     );
-  if (reach !== 'all') {
-    candidate = candidate.where('m.entity_id', 'in', (eb) => eb.selectFrom('entities').select('entities.id').where('entities.name', 'in', [...reach]));
-  }
+  if (reach !== 'all') candidate = candidate.where('m.entity_id', 'in', entitiesReached(db, reach));
   if (args.kinds?.length) candidate = candidate.where('j.kind', 'in', [...args.kinds]);
   if (args.baseModels?.length) candidate = candidate.where('m.base_model', 'in', [...args.baseModels]);
   if (args.maxRunningPerEntity) {
@@ -326,15 +328,7 @@ export async function reclaimJob(
     .where('claim_id', '=', args.claimId)
     .where('worker_id', '=', args.workerId)
     .where('status', '=', 'RUNNING');
-  if (reach !== 'all') {
-    query = query.where('model_id', 'in', (eb) =>
-      eb
-        .selectFrom('models')
-        .innerJoin('entities', 'entities.id', 'models.entity_id')
-        .select('models.id')
-        .where('entities.name', 'in', [...reach]),
-    );
-  }
+  if (reach !== 'all') query = query.where('model_id', 'in', db.selectFrom('models').select('models.id').where('models.entity_id', 'in', entitiesReached(db, reach)));
   const row = await query.returningAll().executeTakeFirst();
   return row && claimOf(db, row);
 }
