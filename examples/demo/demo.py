@@ -30,15 +30,16 @@ os.environ.pop("WANDB_API_KEY", None)
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import art  # noqa: E402
-from art.serverless.backend import ServerlessBackend  # noqa: E402
-
 
 def reward_of(choice) -> float:
     return 1.0 if (choice.message.content or "").lstrip().lower().startswith("yes") else 0.0
 
 
 async def train(stack: LocalStack, key: str, model_dir: str, question: str, steps: int, groups: int, group_size: int, learning_rate: float) -> None:
+    # Imported here, so that `--help` answers from any Python 3 before ART's venv exists (run.sh).
+    import art
+    from art.serverless.backend import ServerlessBackend
+
     backend = ServerlessBackend(api_key=key, base_url=stack.v1)
     name = f"yes-agent-{time.strftime('%H%M%S')}"
     model = art.TrainableModel(name=name, run_name=name, project="demo", base_model=model_dir,

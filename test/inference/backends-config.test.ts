@@ -1,3 +1,4 @@
+import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -116,5 +117,25 @@ describe('adapterPathFor', () => {
 
   it('leaves a URI no rule matches unchanged', () => {
     expect(adapterPathFor(backend, '/local/ckpt')).toBe('/local/ckpt');
+  });
+});
+
+describe('the documented backends files', () => {
+  // Users paste these: each YAML block in the docs, and the shipped deploy/backends.yaml, must load.
+  const documents = ['README.md', ...readdirSync('docs').filter((name) => name.endsWith('.md')).map((name) => join('docs', name))];
+  const blocks = documents.flatMap((file) =>
+    [...readFileSync(file, 'utf8').matchAll(/^( *)```yaml\n([\s\S]*?)^\1```/gm)]
+      .map((match) => match[2]!.replace(new RegExp(`^${match[1]}`, 'gm'), ''))
+      .filter((text) => /^backends:/m.test(text))
+      .map((text, index) => ({ name: `${file} block ${index + 1}`, text })),
+  );
+  blocks.push({ name: 'deploy/backends.yaml', text: readFileSync('deploy/backends.yaml', 'utf8') });
+
+  it('are found in the docs', () => {
+    expect(blocks.map((block) => block.name)).toEqual(['docs/inference.md block 1', 'docs/worker-runtime.md block 1', 'deploy/backends.yaml']);
+  });
+
+  it.each(blocks)('$name loads', ({ text, name }) => {
+    expect(parseBackends(text, name, { VLLM_API_KEY: 'secret' }).length).toBeGreaterThan(0);
   });
 });
