@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Kysely } from 'kysely';
+import type { Kysely, Transaction } from 'kysely';
 import type { Database } from '../db/schema.js';
 import { ConflictError, NotFoundError, UnprocessableError } from '../errors.js';
 import { randomBytes } from 'node:crypto';
@@ -56,16 +56,7 @@ export class AuthService {
 
   async createUser(args: { username: string; isAdmin?: boolean }): Promise<repo.UserRecord> {
     checkName('user', args.username, 'username');
-    const created = await this.db.transaction().execute(async (trx) => {
-      const entityId = randomUUID();
-      const userId = randomUUID();
-      if (!(await repo.insertEntity(trx, { id: entityId, name: args.username, kind: 'user' }))) return false;
-      if (!(await repo.insertUser(trx, { id: userId, username: args.username, entityId, isAdmin: args.isAdmin ?? false }))) {
-        return false;
-      }
-      await repo.upsertMembership(trx, { entityId, userId, role: 'admin' });
-      return true;
-    });
+    const created = await this.db.transaction().execute((trx) => insertUserWithEntity(trx, { username: args.username, isAdmin: args.isAdmin ?? false }));
     if (!created) throw new ConflictError(`The name ${args.username} is already taken by a user or team.`, { param: 'username' });
     return (await repo.findUser(this.db, { username: args.username }))!;
   }
@@ -112,17 +103,8 @@ export class AuthService {
   async createKey(args: { username: string; name?: string; kind?: KeyKind }): Promise<CreatedKey> {
     const user = await repo.findUser(this.db, { username: args.username });
     if (!user) throw new NotFoundError('user', args.username, { param: 'username' });
-    const key = generateApiKey();
-    const id = randomUUID();
     const kind = args.kind ?? 'user';
-    await repo.insertApiKey(this.db, {
-      id,
-      userId: user.id,
-      name: args.name ?? `${kind} key`,
-      kind,
-      prefix: displayPrefix(key),
-      keyHash: hashApiKey(key),
-    });
+    const { key, id } = await insertKey(this.db, { userId: user.id, name: args.name ?? `${kind} key`, kind });
     const record = (await repo.listApiKeys(this.db, { userId: user.id })).find((k) => k.id === id)!;
     return { key, record };
   }
@@ -218,20 +200,72 @@ export class AuthService {
    * On an empty database: create user `admin` with a key, write the key to DATA_DIR/admin-api-key (0600)
    * and return it so the caller can print it once. Returns undefined when any user exists, or when
    * another process sharing the database created `admin` first.
+   *
+   * The user, the key and the file come as one: the file is written before the transaction that creates
+   * the user and the key commits, so a crash (a SIGKILL, a failed commit) at any point leaves either a
+   * file and no user (the next start bootstraps again and overwrites the file) or both. Committing first
+   * would let a crash leave an admin whose key nobody has, and the next start, seeing a user, would
+   * print nothing.
    */
   async bootstrapAdmin(dataDir: string): Promise<{ key: string; file: string } | undefined> {
     if ((await repo.countUsers(this.db)) > 0) return undefined;
-    try {
-      await this.createUser({ username: 'admin', isAdmin: true });
-    } catch (error) {
-      if (error instanceof ConflictError) return undefined;
-      throw error;
-    }
-    const { key } = await this.createKey({ username: 'admin', name: 'bootstrap admin key' });
-    fs.mkdirSync(dataDir, { recursive: true });
     const file = path.join(dataDir, 'admin-api-key');
-    fs.writeFileSync(file, `${key}\n`, { mode: 0o600 });
-    fs.chmodSync(file, 0o600); // mode applies only when the file is created
-    return { key, file };
+    const key = await this.db.transaction().execute(async (trx) => {
+      // A second process sharing the database waits here until the first commits, then finds the name taken.
+      const userId = await insertUserWithEntity(trx, { username: 'admin', isAdmin: true });
+      if (!userId) return undefined;
+      const created = await insertKey(trx, { userId, name: 'bootstrap admin key', kind: 'user' });
+      writeSecretFile(file, `${created.key}\n`);
+      return created.key;
+    });
+    return key === undefined ? undefined : { key, file };
+  }
+}
+
+/** A user and the user's own entity, of which the user is an admin; undefined when the name is taken. */
+async function insertUserWithEntity(trx: Transaction<Database>, args: { username: string; isAdmin: boolean }): Promise<string | undefined> {
+  const entityId = randomUUID();
+  const userId = randomUUID();
+  if (!(await repo.insertEntity(trx, { id: entityId, name: args.username, kind: 'user' }))) return undefined;
+  if (!(await repo.insertUser(trx, { id: userId, username: args.username, entityId, isAdmin: args.isAdmin }))) return undefined;
+  await repo.upsertMembership(trx, { entityId, userId, role: 'admin' });
+  return userId;
+}
+
+/** A new key for a user: its secret (never stored) and its id. */
+async function insertKey(db: repo.Executor, args: { userId: string; name: string; kind: KeyKind }): Promise<{ key: string; id: string }> {
+  const key = generateApiKey();
+  const id = randomUUID();
+  await repo.insertApiKey(db, { id, userId: args.userId, name: args.name, kind: args.kind, prefix: displayPrefix(key), keyHash: hashApiKey(key) });
+  return { key, id };
+}
+
+/**
+ * Replaces `file` with `text`, readable by its owner only, whole or not at all: written to a temporary
+ * file in the same directory, flushed, then renamed over it (a crash leaves the old file or the new one).
+ */
+function writeSecretFile(file: string, text: string): void {
+  const dir = path.dirname(file);
+  fs.mkdirSync(dir, { recursive: true });
+  const temp = `${file}.tmp`;
+  const fd = fs.openSync(temp, 'w', 0o600);
+  try {
+    fs.fchmodSync(fd, 0o600); // the mode of open() applies only to a file it creates, and after the umask
+    fs.writeFileSync(fd, text);
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  fs.renameSync(temp, file);
+  // The rename itself survives a power loss only once the directory is flushed (not possible on Windows).
+  try {
+    const dirFd = fs.openSync(dir, 'r');
+    try {
+      fs.fsyncSync(dirFd);
+    } finally {
+      fs.closeSync(dirFd);
+    }
+  } catch {
+    // best effort
   }
 }

@@ -40,21 +40,42 @@ export function directClient(auth: AuthService): AdminClient {
   };
 }
 
+/** A call to the running server's admin API that failed: its answer's status, undefined when none came. */
 export class HttpAdminError extends Error {
-  constructor(readonly status: number, message: string) {
-    super(message);
+  constructor(readonly status: number | undefined, message: string, options?: ErrorOptions) {
+    super(message, options);
     this.name = 'HttpAdminError';
   }
+}
+
+/**
+ * What fetch hides under its bare "fetch failed": `connect ECONNREFUSED 127.0.0.1:8000`, or the code alone
+ * (the AggregateError of a name with several addresses has no message).
+ */
+function connectionFault(error: unknown): string {
+  const cause = error instanceof Error ? error.cause : undefined;
+  if (!(cause instanceof Error)) return error instanceof Error ? error.message : String(error);
+  return cause.message || (cause as NodeJS.ErrnoException).code || cause.name;
 }
 
 /** Talks to a running server's /v1/admin endpoints (the server holds the embedded database). */
 export function httpClient(baseUrl: string, key: string): AdminClient {
   async function call(method: string, path: string, body?: unknown): Promise<unknown> {
-    const response = await fetch(`${baseUrl}/v1/admin${path}`, {
-      method,
-      headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
+    let response: Response;
+    try {
+      response = await fetch(`${baseUrl}/v1/admin${path}`, {
+        method,
+        headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    } catch (error) {
+      throw new HttpAdminError(
+        undefined,
+        `Could not reach the trainyard server holding the data directory at ${baseUrl} (${connectionFault(error)}). ` +
+          'Set TRAINYARD_URL to the address that server listens on (http://host:port).',
+        { cause: error },
+      );
+    }
     const payload = (await response.json().catch(() => ({}))) as { detail?: unknown };
     if (!response.ok) {
       const detail = typeof payload.detail === 'string' ? payload.detail : JSON.stringify(payload.detail ?? payload);

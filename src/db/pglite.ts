@@ -18,10 +18,15 @@ export interface EmbeddedLog {
  * directory is then reopened (Postgres recovers from its write-ahead log: committed data survives); an
  * in-memory instance cannot be, and the handle fails every query from then on (503) so that nothing is
  * served from it.
+ *
+ * Once close() begins, none of this happens: queries cut by the close (PGlite's own "closed" error, a
+ * stopped worker) are no fault of the instance, and a reopen would open the data directory again after
+ * its owner released its lock. They, and every later query, fail with DatabaseUnavailable (503).
  */
 export class EmbeddedPglite {
   private failure: string | undefined;
   private recovering: Promise<void> | undefined;
+  private closed = false;
 
   constructor(
     private current: PgliteWorker,
@@ -45,8 +50,7 @@ export class EmbeddedPglite {
     try {
       return await this.current.query(text, params);
     } catch (error) {
-      if (!hasSqlState(error)) await this.verify(error);
-      throw error;
+      throw await this.afterError(error);
     }
   }
 
@@ -56,8 +60,7 @@ export class EmbeddedPglite {
     try {
       await this.current.query(text, [], { blob: data });
     } catch (error) {
-      if (!hasSqlState(error)) await this.verify(error);
-      throw error;
+      throw await this.afterError(error);
     }
   }
 
@@ -68,20 +71,28 @@ export class EmbeddedPglite {
   async check(): Promise<void> {
     this.throwIfFailed();
     if (await this.probe()) return;
+    this.throwIfFailed(); // closed while probing
     await this.recover(new Error('probe read back no rows'));
     throw new DatabaseUnavailable('The embedded database answered a probe wrongly and was reopened.');
   }
 
   async close(): Promise<void> {
+    this.closed = true;
+    await this.recovering; // a reopen under way ends first, so that the instance it opened is the one closed
     await this.current.close();
   }
 
   private throwIfFailed(): void {
+    if (this.closed) throw new DatabaseUnavailable(CLOSED);
     if (this.failure) throw new DatabaseUnavailable(this.failure);
   }
 
-  private async verify(cause: unknown): Promise<void> {
-    if (!(await this.probe())) await this.recover(cause);
+  /** The error a failed statement is answered with, once the instance was checked (and maybe reopened). */
+  private async afterError(error: unknown): Promise<unknown> {
+    if (hasSqlState(error)) return error; // Postgres raised it: the instance works
+    if (!this.closed && !(await this.probe())) await this.recover(error);
+    // Cut by close(): PGlite's own "closed" error is no 500.
+    return this.closed && !(error instanceof DatabaseUnavailable) ? new DatabaseUnavailable(CLOSED) : error;
   }
 
   private async probe(): Promise<boolean> {
@@ -102,6 +113,7 @@ export class EmbeddedPglite {
 
   private async replace(cause: unknown): Promise<void> {
     const err = cause instanceof Error ? cause : new Error(String(cause));
+    if (this.closed) return;
     if (!this.reopen) {
       this.failure = 'The embedded database failed and cannot be reopened (it is in memory). Restart the server.';
       this.log.error({ err }, this.failure);
@@ -119,6 +131,8 @@ export class EmbeddedPglite {
     }
   }
 }
+
+const CLOSED = 'The embedded database is closed.';
 
 function hasSqlState(error: unknown): boolean {
   const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined;

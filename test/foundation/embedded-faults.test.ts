@@ -6,6 +6,7 @@ import { sql } from 'kysely';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
 import { createPglite, pgliteDataPath, pgliteHandle } from '../../src/db/index.js';
+import { databaseFault, DatabaseUnavailable } from '../../src/db/faults.js';
 import { MAX_BIND_PARAMETERS, TooManyParametersError } from '../../src/db/limits.js';
 import { createTestApp, createUserWithKey, testConfig, type TestUser } from '../helpers/app.js';
 import { onPostgresServer } from '../helpers/database.js';
@@ -22,12 +23,18 @@ function oversized(count: number): [string, number[]] {
   return [`select 1 as x where -1 in (${params.map((_, i) => `$${i + 1}::int`).join(', ')})`, params];
 }
 
-/** The app on an embedded database kept in a data directory (so that it can be reopened), from the run's template. */
-async function appOnDataDir(): Promise<App> {
+/** An embedded database kept in a data directory (so that it can be reopened), from the run's template. */
+async function databaseOnDataDir() {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-faults-'));
   const dump = new Blob([fs.readFileSync(inject('pgliteTemplate'))]);
   const pglite = await createPglite({ dataDir: pgliteDataPath(dataDir), loadDataDir: dump });
-  return buildApp(testConfig({ DATA_DIR: dataDir, AUTH_CACHE_TTL_MS: '0' }), { database: pgliteHandle(pglite, { dataDir }) });
+  return { dataDir, database: pgliteHandle(pglite, { dataDir }) };
+}
+
+/** The app on an embedded database kept in a data directory. */
+async function appOnDataDir(): Promise<App> {
+  const { dataDir, database } = await databaseOnDataDir();
+  return buildApp(testConfig({ DATA_DIR: dataDir, AUTH_CACHE_TTL_MS: '0' }), { database });
 }
 
 /** Ends the thread PGlite runs in, as a crash of it would (the handle keeps its worker private). */
@@ -129,5 +136,37 @@ describe.skipIf(onPostgresServer)('a corrupted embedded database', { timeout: 12
     const check = await app.inject({ method: 'GET', url: '/v1/system-check' });
     expect(check.statusCode).toBe(503);
     expect(check.json().database.success).toBe(false);
+  });
+});
+
+describe.skipIf(onPostgresServer)('an embedded database that is closing', { timeout: 120_000 }, () => {
+  it('fails the queries its close cuts off with "closed" (503) and never reopens its data directory', async () => {
+    const { database } = await databaseOnDataDir();
+    const embedded = database.embedded!;
+    const opened = embedded.instance;
+    const logged: string[] = [];
+    embedded.useLog({ error: (_details, message) => logged.push(message), warn: (_details, message) => logged.push(message) });
+
+    // One statement runs on PGlite's one connection; the others wait their turn behind it, as requests do.
+    const running = sql`select pg_sleep(0.3)`.execute(database.db);
+    const waiting = Array.from({ length: 5 }, () => sql`select 1 as x`.execute(database.db));
+    const settled = Promise.allSettled([running, ...waiting]);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await database.close();
+    const results = await settled;
+
+    try {
+      expect(logged).toEqual([]);
+      expect(embedded.instance).toBe(opened);
+      const failures = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as unknown] : []));
+      expect(failures.length).toBeGreaterThan(0);
+      for (const error of failures) {
+        expect(error).toBeInstanceOf(DatabaseUnavailable);
+        expect(databaseFault(error)).toEqual({ code: 'database_unavailable', message: 'The embedded database is closed.' });
+      }
+      await expect(embedded.query('select 1 as x')).rejects.toThrow(new DatabaseUnavailable('The embedded database is closed.'));
+    } finally {
+      await embedded.instance.close(); // an instance reopened after the close would hold the data directory still
+    }
   });
 });

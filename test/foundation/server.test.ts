@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -43,6 +44,15 @@ describe('graceful shutdown', () => {
     await closing;
   });
 });
+
+/** A loopback port nothing listens on (it was free a moment ago). */
+async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
 
 /** The real entry point in a child process, as a newcomer runs it. */
 describe.skipIf(onPostgresServer)('the server process on its embedded database', () => {
@@ -98,6 +108,14 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     const keyCli = start('src/cli/main.ts', ['keys', 'create', 'carol', '--kind', 'worker'], { TRAINYARD_URL: url });
     expect(await keyCli.exited).toBe(0);
     expect(JSON.parse(keyCli.out())).toMatchObject({ username: 'carol', kind: 'worker', key: expect.stringMatching(/^ty_/) });
+    // Pointed at an address where nothing listens: one line that says where it looked and how to point it elsewhere.
+    const nowhere = `http://127.0.0.1:${await closedPort()}`;
+    const lost = start('src/cli/main.ts', ['users', 'list'], { TRAINYARD_URL: nowhere });
+    expect(await lost.exited).toBe(1);
+    expect(lost.err()).toBe(
+      `Could not reach the trainyard server holding the data directory at ${nowhere} (connect ECONNREFUSED ${nowhere.slice(7)}). ` +
+        'Set TRAINYARD_URL to the address that server listens on (http://host:port).\n',
+    );
 
     server.child.kill('SIGTERM');
     expect(await server.exited).toBe(0);
