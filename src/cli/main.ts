@@ -62,9 +62,9 @@ async function run(argv: string[], config: Config): Promise<unknown> {
   const role = values.role;
   const kind = values.kind;
 
-  const holder = config.databaseUrl ? undefined : lockHolder(config.dataDir);
+  const holder = config.databaseUrl ? undefined : await lockHolder(config.dataDir);
   if (group === 'migrate') {
-    if (holder !== undefined) return { migrated: [], note: `the server (pid ${holder}) holding ${config.dataDir} migrated it at start` };
+    if (holder !== undefined) return { migrated: [], note: `the server (pid ${holder.pid ?? 'unknown'}) holding ${config.dataDir} migrated it at start` };
     return withDatabase(config, async () => undefined, true);
   }
 

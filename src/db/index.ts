@@ -157,7 +157,7 @@ export interface OpenOptions {
 }
 
 /**
- * DATABASE_URL set: a pool on that server. Unset: embedded PGlite in DATA_DIR, held with a lock file
+ * DATABASE_URL set: a pool on that server. Unset: embedded PGlite in DATA_DIR, held with a lock (./lock.ts)
  * so that a second process on the same directory stops with a clear message instead of losing writes.
  */
 export async function openDatabase(config: Config, options: OpenOptions = { initdbTemplate: initdbTemplatePath() }): Promise<DatabaseHandle> {
@@ -168,7 +168,7 @@ export async function openDatabase(config: Config, options: OpenOptions = { init
       createPgPool(url, 1, { connectMs, statementMs: 0 }),
     );
   }
-  const lock = acquireDataDirLock(config.dataDir);
+  const lock = await acquireDataDirLock(config.dataDir);
   try {
     const dataDir = pgliteDataPath(config.dataDir);
     const pglite = await createPglite({ dataDir, loadDataDir: initdbTemplateFor(dataDir, options.initdbTemplate) });

@@ -73,29 +73,32 @@ describe('migrations', () => {
 });
 
 describe('the data directory lock', () => {
+  /** The file holds `<pid> <network namespace>` (test/foundation/data-dir-lock.test.ts has the rest). */
+  const lockFilePid = (dataDir: string) => Number(fs.readFileSync(lockFilePath(dataDir), 'utf8').split(' ')[0]);
 
   it('keeps a second opener out of a data directory in use', async () => {
     const dataDir = tempDir();
-    const lock = acquireDataDirLock(dataDir);
-    // Another live process holds it: pretend so by writing our parent's pid.
+    const lock = await acquireDataDirLock(dataDir);
+    const line = fs.readFileSync(lockFilePath(dataDir), 'utf8');
+    // The message names the pid in the lock file: pretend another process wrote it.
     fs.writeFileSync(lockFilePath(dataDir), String(process.ppid));
     try {
-      expect(() => acquireDataDirLock(dataDir)).toThrow(DataDirLockedError);
-      expect(() => acquireDataDirLock(dataDir)).toThrow(
-        `The data directory ${dataDir} is in use by another trainyard process (pid ${process.ppid}).`,
+      await expect(acquireDataDirLock(dataDir)).rejects.toThrow(DataDirLockedError);
+      await expect(acquireDataDirLock(dataDir)).rejects.toThrow(
+        `The data directory ${dataDir} is in use by another trainyard process (pid ${process.ppid}; lock file ${lockFilePath(dataDir)}).`,
       );
     } finally {
-      fs.writeFileSync(lockFilePath(dataDir), String(process.pid));
+      fs.writeFileSync(lockFilePath(dataDir), line);
       lock.release();
     }
     expect(fs.existsSync(lockFilePath(dataDir))).toBe(false);
   });
 
-  it('takes over a lock left by a process that is gone', () => {
+  it('takes over a lock left by a process that is gone', async () => {
     const dataDir = tempDir();
     fs.writeFileSync(lockFilePath(dataDir), '2147483646');
-    const lock = acquireDataDirLock(dataDir);
-    expect(fs.readFileSync(lockFilePath(dataDir), 'utf8')).toBe(String(process.pid));
+    const lock = await acquireDataDirLock(dataDir);
+    expect(lockFilePid(dataDir)).toBe(process.pid);
     lock.release();
   });
 
@@ -103,7 +106,7 @@ describe('the data directory lock', () => {
     const dataDir = tempDir();
     const config = loadConfig({ DATA_DIR: dataDir });
     const handle = await openDatabase(config);
-    expect(fs.readFileSync(lockFilePath(dataDir), 'utf8')).toBe(String(process.pid));
+    expect(lockFilePid(dataDir)).toBe(process.pid);
     await migrateToLatest(handle.db);
     await handle.close();
     expect(fs.existsSync(lockFilePath(dataDir))).toBe(false);
