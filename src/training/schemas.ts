@@ -118,14 +118,18 @@ export interface PageOf<T> {
 /**
  * A model's project and name: what a checkpoint's inference name (`entity/project/name:stepN`), a weave
  * project id and a W&B run or artifact name can all carry, so that a model registered under it can be
- * served, traced and logged.
+ * served, traced and logged. The pattern is checked by the service when a model is created, not here:
+ * a model registered before the rule keeps answering `return_existing` (ART sends it at every start).
  */
 const ModelNamePart = z
   .string()
   .min(1)
   .max(MAX_NAME_LENGTH)
-  .regex(NAME_SEGMENT)
-  .describe("Letters, digits, '.', '_' and '-', starting with a letter or digit.");
+  .meta({
+    pattern: NAME_SEGMENT.source,
+    description:
+      "Letters, digits, '.', '_' and '-', starting with a letter or digit; a model registered under another name before this rule is still answered with `return_existing`.",
+  });
 
 export const ModelCreate = z.object({
   entity: z.string().min(1).max(MAX_NAME_LENGTH).nullish(),

@@ -1,6 +1,7 @@
 import type { Principal } from '../auth/principal.js';
 import type { Config } from '../config.js';
 import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../errors.js';
+import { NAME_SEGMENT } from '../inference/model-name.js';
 import type { CheckpointReleaser } from './checkpoint-release.js';
 import type { JobSignal } from './job-signal.js';
 import { computeLogMetrics } from './metrics.js';
@@ -149,6 +150,17 @@ export class TrainingService {
       );
     }
     const args = { entityId, project: body.project, name: body.name, baseModel: body.base_model };
+    if (body.return_existing) {
+      // Before the name rule: a model an older release registered under a name it now refuses is still answered.
+      const existing = await repo.findModelByName(this.db, { ...(await this.scope(principal)), ...args });
+      if (existing) return modelJson(existing);
+    }
+    for (const field of ['project', 'name'] as const) {
+      if (!NAME_SEGMENT.test(body[field])) {
+        const pattern = NAME_SEGMENT.source;
+        throw new UnprocessableError(`String should match pattern '${pattern}'`, ['body', field], { type: 'string_pattern_mismatch', input: body[field], ctx: { pattern } });
+      }
+    }
     const created = await repo.createModel(this.db, args);
     if (created) return modelJson(created);
     const existing = await repo.findModelByName(this.db, { ...(await this.scope(principal)), ...args });

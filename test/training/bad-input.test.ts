@@ -12,6 +12,7 @@ import {
   ModelCreate,
   PostEventsRequest,
 } from '../../src/training/schemas.js';
+import { createModel, findEntityIds } from '../../src/training/repository.js';
 import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
 import { expectBadInputRejected } from '../helpers/bad-input.js';
 import { databaseFingerprint } from '../helpers/tenants.js';
@@ -113,6 +114,23 @@ describe('rules checked after the schema', () => {
     expect(await databaseFingerprint(app)).toEqual(before);
     const served = await call(app, user.headers, 'POST', '/v1/preview/models', { project: 'Proj.2', name: '0-agent_v1.5', base_model: TRAINABLE });
     expect(served.status).toBe(200);
+  });
+
+  it('a model an older release registered under a name the rule now refuses is still answered with return_existing, as ART asks at every start', async () => {
+    const entityId = (await findEntityIds(app.db, { names: [user.entity] })).get(user.entity)!;
+    const legacy = await createModel(app.db, { entityId, project: '2048 runs', name: 'my agent', baseModel: TRAINABLE });
+    const body = { project: '2048 runs', name: 'my agent', base_model: TRAINABLE };
+    const again = await call(app, user.headers, 'POST', '/v1/preview/models', { ...body, return_existing: true });
+    expect(again.status).toBe(200);
+    expect(again.body).toMatchObject({ id: legacy!.id, project: '2048 runs', name: 'my agent' });
+    const before = await databaseFingerprint(app);
+    const other = await call(app, user.headers, 'POST', '/v1/preview/models', { ...body, name: 'my agent 2', return_existing: true });
+    const pattern = '^[A-Za-z0-9][A-Za-z0-9._-]*$';
+    expect(other).toMatchObject({
+      status: 422,
+      body: { detail: [{ type: 'string_pattern_mismatch', loc: ['body', 'project'], msg: `String should match pattern '${pattern}'`, input: '2048 runs', ctx: { pattern } }] },
+    });
+    expect(await databaseFingerprint(app)).toEqual(before);
   });
 
   it('a body over the limit is a 413 and nothing is stored', async () => {
