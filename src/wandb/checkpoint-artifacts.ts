@@ -54,15 +54,42 @@ export class CheckpointArtifacts {
   }
 
   /**
-   * A collection by name: a stored one of another type keeps its name; otherwise a live model of that name
-   * makes it the model's `lora` collection (its row is made on first use). A `lora` collection whose model
-   * was deleted is gone with it.
+   * A collection by name: a stored one of another type keeps its name. A live model of that name makes it
+   * the model's `lora` collection (its row is made on first use), out of which any plain artifacts stored
+   * under the name move to `<name>-legacy` first (moveLegacyVersions). A stored `lora` collection that no
+   * live model is named after is served as stored while it holds plain artifacts (a `lora` artifact pushed
+   * before checkpoints were artifacts, migration 0019); one holding none (a deleted model's, whose
+   * checkpoints went with it) is gone.
    */
   async collection(scope: repo.ProjectScope, name: string): Promise<CollectionRow | undefined> {
     const stored = await repo.findCollection(this.db, { ...scope, name });
     if (stored && stored.type !== LORA) return stored;
-    if (!(await findTrainedModel(this.db, { ...scope, name }))) return undefined;
-    return stored ?? repo.ensureCollection(this.db, { ...scope, name, type: LORA });
+    if (!(await findTrainedModel(this.db, { ...scope, name }))) {
+      return stored && (await cr.holdsPlainVersions(this.db, { collectionId: stored.id })) ? stored : undefined;
+    }
+    if (!stored) return repo.ensureCollection(this.db, { ...scope, name, type: LORA });
+    await this.moveLegacyVersions(stored);
+    return stored;
+  }
+
+  /**
+   * Whether committing an artifact of this collection makes it a checkpoint (commitPush): in a `lora`
+   * collection, unless no live model has its name and it is served as stored.
+   */
+  async takesCheckpoints(collection: CollectionRow): Promise<boolean> {
+    if (collection.type !== LORA) return false;
+    if (await this.modelOf(collection)) return true;
+    return !(await cr.holdsPlainVersions(this.db, { collectionId: collection.id }));
+  }
+
+  /**
+   * A model's collection that holds plain artifacts (its model registered under the name of a stored
+   * `lora` artifact after the upgrade) hands them to `<name>-legacy`: they keep their numbers and aliases
+   * there, and the model's checkpoints their version numbers here.
+   */
+  private async moveLegacyVersions(collection: CollectionRow): Promise<void> {
+    if (!(await cr.holdsPlainVersions(this.db, { collectionId: collection.id }))) return;
+    await this.db.transaction().execute((tx) => cr.moveLegacyVersions(tx, { collection }));
   }
 
   /**
@@ -151,7 +178,8 @@ export class CheckpointArtifacts {
   /**
    * Checks a `lora` artifact about to be created against the model it is named after, before anything
    * is stored. Answers the step it will become (undefined: the next one), or the existing version when
-   * that step already holds these very files (the SDK then uploads nothing).
+   * that step already holds these very files (the SDK then uploads nothing); undefined for an artifact
+   * stored as pushed (another type, or a `lora` collection served as stored).
    */
   async checkPush(
     scope: repo.ProjectScope,
@@ -166,8 +194,11 @@ export class CheckpointArtifacts {
       throw new WandbRequestError(`${what} names a trainyard model, whose checkpoints are the "lora" artifact of that name: give a ${JSON.stringify(input.type)} artifact another name.`);
     }
     if (!model) {
+      // Served as stored: a push appends a plain version, as before checkpoints were artifacts.
+      if (stored && (await cr.holdsPlainVersions(this.db, { collectionId: stored.id }))) return undefined;
       throw new WandbRequestError(`No trainyard model ${what}: a "lora" artifact becomes a checkpoint of the model it is named after; register the model first (POST /v1/preview/models).`);
     }
+    if (stored) await this.moveLegacyVersions(stored);
     const base = (JSON.parse(input.metadata ?? '{}') as Record<string, unknown>)['wandb.base_model'];
     if (typeof base === 'string' && base !== model.baseModel) {
       throw new WandbRequestError(`The artifact's metadata names base model ${base}, but model ${what} is based on ${model.baseModel}.`);

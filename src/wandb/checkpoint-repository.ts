@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { StoredCheckpoint as CheckpointRef } from '../inference/checkpoints.js';
-import type { ArtifactRow, Executor } from './repository.js';
+import type { ArtifactRow, CollectionRow, Executor } from './repository.js';
 
 /**
  * Queries behind checkpoints as `lora` artifacts: a model's checkpoints page by page, and the W&B rows kept
@@ -46,10 +46,11 @@ export async function checkpointFiles(db: Executor, args: { artifactId: number }
 }
 
 /**
- * Makes or refreshes the W&B row of a checkpoint: version `v<step>`, COMMITTED, with these files. A row
- * that holds that version number otherwise leaves the collection first: one of an earlier model of the same
- * name (deleted, then registered again), or a `lora` artifact stored before checkpoints were served as
- * artifacts; lookups in a model's collection never reached either. Several statements: run it in a transaction.
+ * Makes or refreshes the W&B row of a checkpoint: version `v<step>`, COMMITTED, with these files. The row
+ * of another checkpoint that holds that version number (one of an earlier model of the same name, deleted,
+ * then registered again) leaves the collection first. A plain artifact (checkpoint_id null) is never
+ * deleted here: `moveLegacyVersions` takes those out of a model's collection before its versions are read.
+ * Several statements: run it in a transaction.
  */
 export async function putCheckpointArtifact(
   db: Executor,
@@ -59,7 +60,8 @@ export async function putCheckpointArtifact(
     .deleteFrom('wandb_artifacts')
     .where('collection_id', '=', args.collectionId)
     .where('version_index', '=', args.checkpoint.step)
-    .where(sql<boolean>`checkpoint_id is distinct from ${args.checkpoint.id}`)
+    .where('checkpoint_id', 'is not', null)
+    .where('checkpoint_id', '!=', args.checkpoint.id)
     .execute();
   const values = { digest: args.digest, size: args.size, file_count: args.files.length, updated_at: new Date() };
   const row = await db
@@ -157,6 +159,62 @@ export async function deleteUnreferencedBlobs(db: Executor, args: { entity: stri
       select 1 from wandb_artifacts a join wandb_collections k on k.id = a.collection_id where k.entity = b.entity and a.manifest_md5 = b.md5)
     and not exists (
       select 1 from wandb_run_files r join wandb_runs u on u.id = r.run_id where u.entity = b.entity and r.md5 = b.md5)`.execute(db);
+}
+
+/** Whether a collection holds committed plain artifacts: versions that are no checkpoint's. */
+export async function holdsPlainVersions(db: Executor, args: { collectionId: number }): Promise<boolean> {
+  const row = await db
+    .selectFrom('wandb_artifacts')
+    .select('id')
+    .where('collection_id', '=', args.collectionId)
+    .where('checkpoint_id', 'is', null)
+    .where('state', '=', 'COMMITTED')
+    .limit(1)
+    .executeTakeFirst();
+  return row !== undefined;
+}
+
+/**
+ * Moves the committed plain artifacts of a model's `lora` collection, with their version numbers, aliases,
+ * files and manifests, into a new `lora` collection `<name>-legacy` (`-legacy-2`, `-3`… when a collection or
+ * a model already has that name), where they are served as stored. They are `lora` artifacts an earlier
+ * release stored under the name (migration 0019 moves those at the upgrade), or versions pushed to the name
+ * while no live model had it. Locks the collection row: run it in a transaction.
+ */
+export async function moveLegacyVersions(db: Executor, args: { collection: CollectionRow }): Promise<void> {
+  const { collection } = args;
+  await db.selectFrom('wandb_collections').select('id').where('id', '=', collection.id).forUpdate().execute();
+  const legacy = db.selectFrom('wandb_artifacts').select('id').where('collection_id', '=', collection.id).where('checkpoint_id', 'is', null).where('state', '=', 'COMMITTED');
+  if (!(await legacy.limit(1).executeTakeFirst())) return;
+  let name = `${collection.name}-legacy`;
+  for (let n = 2; await nameTaken(db, { ...collection, name }); n++) name = `${collection.name}-legacy-${n}`;
+  const moved = await db
+    .insertInto('wandb_collections')
+    .values({ entity: collection.entity, project: collection.project, name, type: collection.type })
+    .returning('id')
+    .executeTakeFirstOrThrow();
+  await db.updateTable('wandb_aliases').set({ collection_id: moved.id }).where('artifact_id', 'in', legacy).execute();
+  await db.updateTable('wandb_artifacts').set({ collection_id: moved.id }).where('id', 'in', legacy).execute();
+}
+
+async function nameTaken(db: Executor, args: { entity: string; project: string; name: string }): Promise<boolean> {
+  const collection = await db
+    .selectFrom('wandb_collections')
+    .select('id')
+    .where('entity', '=', args.entity)
+    .where('project', '=', args.project)
+    .where('name', '=', args.name)
+    .executeTakeFirst();
+  if (collection) return true;
+  const model = await db
+    .selectFrom('models as m')
+    .innerJoin('entities as e', 'e.id', 'm.entity_id')
+    .select('m.id')
+    .where('e.name', '=', args.entity)
+    .where('m.project', '=', args.project)
+    .where('m.name', '=', args.name)
+    .executeTakeFirst();
+  return model !== undefined;
 }
 
 export async function deleteArtifact(db: Executor, args: { artifactId: number }): Promise<void> {

@@ -5,7 +5,7 @@ import type { Principal } from '../auth/principal.js';
 import type { Database } from '../db/schema.js';
 import { UNSTORABLE_CHARACTER } from '../db/refusals.js';
 import { ConflictError, InvalidRequestError, NotFoundError, PayloadTooLargeError } from '../errors.js';
-import { CheckpointArtifacts, LORA } from './checkpoint-artifacts.js';
+import { CheckpointArtifacts } from './checkpoint-artifacts.js';
 import { b64ToHex, manifestDigest, md5, newToken, WandbRequestError } from './common.js';
 import * as repo from './repository.js';
 import type { ArtifactRow, ArtifactWithCollection, CollectionRow, RunRow } from './repository.js';
@@ -423,7 +423,7 @@ export class WandbService {
       if (entry.size !== undefined && entry.size !== blob.size) throw new WandbRequestError(`Artifact ${artifactID}: file ${JSON.stringify(path)} has ${blob.size} bytes, not ${entry.size}.`);
       size += blob.size;
     }
-    if (collection.type === LORA) return this.checkpoints.commitPush({ artifact, collection }, contents);
+    if (await this.checkpoints.takesCheckpoints(collection)) return this.checkpoints.commitPush({ artifact, collection }, contents);
     await this.db.transaction().execute(async (tx) => {
       const known = new Map((await repo.artifactFiles(tx, { artifactId: artifact.id })).map((f) => [f.name, f]));
       const missing = Object.entries(contents).filter(([path, entry]) => known.get(path)?.md5 !== entry.digest);

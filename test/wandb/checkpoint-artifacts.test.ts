@@ -1,7 +1,9 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import type { Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as legacyLoraArtifacts from '../../migrations/0019_legacy_lora_artifacts.js';
 import type { App } from '../../src/app.js';
 import { manifestDigest } from '../../src/wandb/service.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
@@ -292,6 +294,153 @@ describe('pushing a lora artifact', () => {
       expect(answer.errors![0].message).toBe(`Model ${owner.entity}/${model.project}/${model.name} already has a checkpoint at step 1: push under another step<N> alias, or delete that checkpoint first.`);
       expect(await gql(app, owner, 'query($id: ID!) { artifact(id: $id) { id } }', { id: d.id })).toEqual({ data: { artifact: null } });
     });
+  });
+});
+
+describe('lora artifacts stored before checkpoints were artifacts (before migration 0014)', () => {
+  interface LegacyVersion {
+    index: number;
+    aliases: string[];
+    files: Record<string, Buffer>;
+  }
+
+  /** Rows as a release before 0014 committed a pushed `lora` artifact: plain ones, bytes as blobs. */
+  async function storeLegacy(project: string, name: string, versions: LegacyVersion[]): Promise<number[]> {
+    const { id: collectionId } = await app.db
+      .insertInto('wandb_collections')
+      .values({ entity: owner.entity, project, name, type: 'lora' })
+      .onConflict((c) => c.constraint('wandb_collections_name_uq').doUpdateSet({ type: 'lora' }))
+      .returning('id')
+      .executeTakeFirstOrThrow();
+    const ids: number[] = [];
+    for (const version of versions) {
+      const contents = contentsOf(version.files);
+      const manifest = Buffer.from(JSON.stringify(manifestOf(contents)));
+      for (const data of [...Object.values(version.files), manifest]) {
+        const md5 = Buffer.from(b64md5(data), 'base64').toString('hex');
+        await app.db.insertInto('wandb_blobs').values({ entity: owner.entity, md5, size: data.length, data }).onConflict((c) => c.columns(['entity', 'md5']).doNothing()).execute();
+      }
+      const { id } = await app.db
+        .insertInto('wandb_artifacts')
+        .values({
+          collection_id: collectionId,
+          version_index: version.index,
+          state: 'COMMITTED',
+          digest: manifestDigest(contents),
+          description: null,
+          metadata: null,
+          run_name: null,
+          storage_region: null,
+          manifest_token: uniqueName('manifest'),
+          manifest_md5: Buffer.from(b64md5(manifest), 'base64').toString('hex'),
+          manifest_expected_md5: b64md5(manifest),
+          size: Object.values(version.files).reduce((sum, data) => sum + data.length, 0),
+          file_count: Object.keys(version.files).length,
+        })
+        .returning('id')
+        .executeTakeFirstOrThrow();
+      await app.db
+        .insertInto('wandb_artifact_files')
+        .values(Object.entries(contents).map(([file, c]) => ({ artifact_id: id, name: file, md5: c.digest, size: c.size, birth_artifact_id: id, token: uniqueName('file') })))
+        .execute();
+      if (version.aliases.length) await app.db.insertInto('wandb_aliases').values(version.aliases.map((alias) => ({ collection_id: collectionId, alias, artifact_id: id }))).execute();
+      ids.push(Number(id));
+    }
+    return ids;
+  }
+
+  const legacyFiles = (text: string) => ({ 'adapter_model.safetensors': safetensors(text), 'notes.txt': Buffer.from(`notes of ${text}`) });
+
+  async function expectServed(project: string, name: string, files: Record<string, Buffer>, versionIndex: number) {
+    const answer = await membership(owner, project, name);
+    expect(answer.errors, name).toBeUndefined();
+    const m = answer.data!.project.artifactCollectionMembership;
+    expect(m, name).not.toBeNull();
+    expect([m.versionIndex, m.artifact.digest, m.artifact.artifactType.name]).toEqual([versionIndex, manifestDigest(contentsOf(files)), 'lora']);
+    expect(m.files.edges.map((e: any) => e.node.name)).toEqual(Object.keys(files).sort());
+    for (const { node } of m.files.edges) {
+      const download = await app.inject({ method: 'GET', url: pathOf(node.directUrl) });
+      expect(download.statusCode).toBe(200);
+      expect(download.rawPayload.equals(files[node.name])).toBe(true);
+    }
+    const manifest = await app.inject({ method: 'GET', url: pathOf(m.artifact.currentManifest.file.directUrl) });
+    expect(Object.keys(manifest.json().contents).sort()).toEqual(Object.keys(files).sort());
+    return m;
+  }
+
+  const runMigration = () => legacyLoraArtifacts.up(app.db as unknown as Kysely<unknown>);
+  const artifactRows = async (ids: number[]) =>
+    (await app.db.selectFrom('wandb_artifacts as a').innerJoin('wandb_collections as k', 'k.id', 'a.collection_id').select(['a.id', 'k.name', 'a.version_index']).where('a.id', 'in', ids).orderBy('a.id').execute())
+      .map((r) => [Number(r.id), r.name, r.version_index]);
+
+  it('serves one under a name no model has as stored, by alias and version, byte for byte, and appends pushed versions to it', async () => {
+    const project = uniqueName('p');
+    const name = uniqueName('my-adapter');
+    const [v0, v1] = [legacyFiles('zero'), legacyFiles('one')];
+    await storeLegacy(project, name, [{ index: 0, aliases: ['best'], files: v0 }, { index: 1, aliases: ['latest'], files: v1 }]);
+    await runMigration();
+
+    expect((await expectServed(project, `${name}:best`, v0, 0)).aliases).toEqual([{ alias: 'v0' }, { alias: 'best' }]);
+    await expectServed(project, `${name}:v1`, v1, 1);
+    await expectServed(project, name, v1, 1);
+
+    const v2 = legacyFiles('two');
+    const pushed = await uploadAndCommit(app, owner, v2, { project, name, type: 'lora', aliases: ['candidate'] });
+    expect(pushed.committed).toEqual({ data: { commitArtifact: { artifact: { id: pushed.id, state: 'COMMITTED', versionIndex: 2 } } } });
+    await expectServed(project, `${name}:latest`, v2, 2);
+    await expectServed(project, `${name}:candidate`, v2, 2);
+  });
+
+  it('serves one under a deleted model\'s name as stored, the model\'s checkpoints gone with it', async () => {
+    const model = await trainedModel({ 1: adapterFiles() });
+    await membership(owner, model.project, `${model.name}:v1`);
+    expect((await app.inject(jsonRequest('DELETE', `/v1/preview/models/${model.id}`, owner))).statusCode).toBeLessThan(300);
+    const v0 = legacyFiles('zero');
+    await storeLegacy(model.project, model.name, [{ index: 0, aliases: ['latest'], files: v0 }]);
+    await runMigration();
+
+    await expectServed(model.project, model.name, v0, 0);
+    expect(await membership(owner, model.project, `${model.name}:v1`)).toEqual({ data: { project: { artifactCollectionMembership: null } } });
+    const listed = await gql(app, owner, LIST, { entity: owner.entity, project: model.project, name: model.name });
+    expect(listed.data!.project.artifactType.artifactCollection.artifacts).toEqual({ totalCount: 1, edges: [{ version: 'v0', node: { versionIndex: 0, aliases: [{ alias: 'v0' }, { alias: 'latest' }] } }] });
+  });
+
+  it('migration 0019 moves those under a live model\'s name to <name>-legacy with their versions, aliases, files and manifests; the checkpoints keep the name', async () => {
+    const checkpoint1 = adapterFiles({ payload: 'checkpoint one' });
+    const model = await trainedModel({ 1: checkpoint1, 2: adapterFiles({ payload: 'checkpoint two' }) });
+    const [v0, v1] = [legacyFiles('best eval'), legacyFiles('candidate')];
+    const ids = await storeLegacy(model.project, model.name, [{ index: 0, aliases: ['best-eval'], files: v0 }, { index: 1, aliases: ['candidate', 'latest'], files: v1 }]);
+    await runMigration();
+    const legacy = `${model.name}-legacy`;
+    expect(await artifactRows(ids)).toEqual([[ids[0], legacy, 0], [ids[1], legacy, 1]]);
+
+    const checkpoint = (await membership(owner, model.project, `${model.name}:v1`)).data!.project.artifactCollectionMembership;
+    expect([checkpoint.versionIndex, checkpoint.artifact.digest, checkpoint.aliases]).toEqual([1, manifestDigest(contentsOf(checkpoint1)), [{ alias: 'v1' }, { alias: 'step1' }]]);
+    expect((await expectServed(model.project, `${legacy}:candidate`, v1, 1)).aliases).toEqual([{ alias: 'v1' }, { alias: 'candidate' }, { alias: 'latest' }]);
+    await expectServed(model.project, `${legacy}:v1`, v1, 1);
+    await expectServed(model.project, `${legacy}:best-eval`, v0, 0);
+    const listed = await gql(app, owner, LIST, { entity: owner.entity, project: model.project, name: legacy });
+    expect(listed.data!.project.artifactType.artifactCollection.artifacts.edges.map((e: any) => e.version)).toEqual(['v1', 'v0']);
+    expect(await artifactRows(ids)).toEqual([[ids[0], legacy, 0], [ids[1], legacy, 1]]);
+  });
+
+  it('migration 0019 takes <name>-legacy-2 when <name>-legacy is taken', async () => {
+    const model = await trainedModel({ 1: adapterFiles() });
+    await app.db.insertInto('wandb_collections').values({ entity: owner.entity, project: model.project, name: `${model.name}-legacy`, type: 'dataset' }).execute();
+    const ids = await storeLegacy(model.project, model.name, [{ index: 1, aliases: ['latest'], files: legacyFiles('one') }]);
+    await runMigration();
+    expect(await artifactRows(ids)).toEqual([[ids[0], `${model.name}-legacy-2`, 1]]);
+  });
+
+  it('a lookup of a model\'s version never deletes one stored under the model\'s name: it moves to <name>-legacy', async () => {
+    const model = await trainedModel({ 1: adapterFiles({ payload: 'one' }), 2: adapterFiles({ payload: 'two' }) });
+    const v1 = legacyFiles('user pushed');
+    const ids = await storeLegacy(model.project, model.name, [{ index: 1, aliases: ['candidate', 'latest'], files: v1 }]);
+
+    const checkpoint = (await membership(owner, model.project, `${model.name}:v1`)).data!.project.artifactCollectionMembership;
+    expect(checkpoint.aliases).toEqual([{ alias: 'v1' }, { alias: 'step1' }]);
+    expect(await artifactRows(ids)).toEqual([[ids[0], `${model.name}-legacy`, 1]]);
+    await expectServed(model.project, `${model.name}-legacy:candidate`, v1, 1);
   });
 });
 
