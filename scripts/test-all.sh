@@ -2,7 +2,8 @@
 # npm test: every suite the project has, one after the other, on the embedded database.
 #   test:ts       the TypeScript suite (vitest; with TEST_DATABASE_URL set it runs against that server)
 #   test:trainer  the reference trainer (pytest; makes trainer/.venv from its lock on the first run)
-#   test:clients  the real ART, weave and openai Python clients against a running trainyard (test/python/.venv)
+#   test:clients  the real ART, weave, openai and OpenTelemetry Python clients against a running trainyard
+#                 (test/python/.venv; weave 0.52 and 0.53 and the newest openai in venvs of their own)
 #   test:wandb    the real wandb SDK (artifacts, SFT data, runs) against a running trainyard (test/wandb/.venv)
 #   test:ui       the web UI in headless Chromium (needs Debian's `chromium` package)
 #   test:fuzz     schemathesis over openapi/openapi.json against a running trainyard (test/fuzz/.venv)
