@@ -9,7 +9,8 @@ import path from 'node:path';
  * On Linux the lock is an abstract Unix socket named after the directory's device and inode: binding it is
  * atomic, fails with EADDRINUSE while another process holds it, and the kernel frees it however the holder
  * dies. Abstract sockets are per network namespace, so a pid file, `trainyard.lock`, also names the holder and
- * its namespace for processes in other namespaces (containers sharing the volume) and for the error message.
+ * its namespace, for the error message and for processes of other namespaces, which can only test whether the
+ * pid is alive in their own pid namespace (unreliable across containers: sharing DATA_DIR between them is unsupported).
  * The file is written to a temporary name and linked into place, so it is never seen empty. Elsewhere the
  * file alone is the lock, as before: a file whose process is dead is taken over.
  */
@@ -147,7 +148,7 @@ function takeLockFile(dataDir: string, line: string, netns: string | undefined):
   for (let attempt = 0; attempt < 3; attempt++) {
     const temp = writeTemp(dataDir, line);
     try {
-      fs.linkSync(temp, file);
+      linkOrCreate(temp, file, line);
       return;
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
@@ -162,6 +163,20 @@ function takeLockFile(dataDir: string, line: string, netns: string | undefined):
     return;
   }
   throw new Error(`Could not take the lock file ${file}`);
+}
+
+/**
+ * Puts the written temporary file in place as `file`, or fails with EEXIST. A file system without hard links
+ * (vfat, some network and FUSE mounts) gets `file` created exclusively and then written instead, briefly empty:
+ * a reader without the socket gives an unreadable file UNPARSEABLE_GRACE_MS before taking it over.
+ */
+function linkOrCreate(temp: string, file: string, line: string): void {
+  try {
+    fs.linkSync(temp, file);
+  } catch (error) {
+    if (!['EPERM', 'ENOTSUP', 'EOPNOTSUPP', 'ENOSYS'].includes((error as NodeJS.ErrnoException).code ?? '')) throw error;
+    fs.writeFileSync(file, line, { flag: 'wx', mode: 0o600 });
+  }
 }
 
 function writeTemp(dataDir: string, line: string): string {

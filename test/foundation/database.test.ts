@@ -80,7 +80,8 @@ describe('the data directory lock', () => {
     const dataDir = tempDir();
     const lock = await acquireDataDirLock(dataDir);
     const line = fs.readFileSync(lockFilePath(dataDir), 'utf8');
-    // The message names the pid in the lock file: pretend another process wrote it.
+    // This process holds the directory (on Linux its socket refuses the second opener); the message names the
+    // pid in the lock file, here one another process is made to seem to have written.
     fs.writeFileSync(lockFilePath(dataDir), String(process.ppid));
     try {
       await expect(acquireDataDirLock(dataDir)).rejects.toThrow(DataDirLockedError);
