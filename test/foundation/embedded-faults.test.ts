@@ -140,32 +140,32 @@ describe.skipIf(onPostgresServer)('a corrupted embedded database', { timeout: 12
 });
 
 describe.skipIf(onPostgresServer)('an embedded database that is closing', { timeout: 120_000 }, () => {
-  it('fails the queries its close cuts off with "closed" (503) and never reopens its data directory', async () => {
+  it('answers what was sent before its close began, fails what comes after with "closed" (503) and never reopens its data directory', async () => {
     const { database } = await databaseOnDataDir();
     const embedded = database.embedded!;
     const opened = embedded.instance;
     const logged: string[] = [];
     embedded.useLog({ error: (_details, message) => logged.push(message), warn: (_details, message) => logged.push(message) });
 
-    // One statement runs on PGlite's one connection; the others wait their turn behind it, as requests do.
-    const running = sql`select pg_sleep(0.3)`.execute(database.db);
-    const waiting = Array.from({ length: 5 }, () => sql`select 1 as x`.execute(database.db));
-    const settled = Promise.allSettled([running, ...waiting]);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    await database.close();
-    const results = await settled;
-
+    // The worker takes statements in the order they were posted: this one before the close, the others after it
+    // (requests that were waiting for the one connection when the server began to shut down).
+    const before = embedded.query('select 1 as x');
+    const closing = embedded.close();
+    const after = await Promise.allSettled([embedded.query('select 2 as x'), embedded.query('select 3 as x')]);
+    await closing;
     try {
-      expect(logged).toEqual([]);
-      expect(embedded.instance).toBe(opened);
-      const failures = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as unknown] : []));
-      expect(failures.length).toBeGreaterThan(0);
-      for (const error of failures) {
+      expect((await before).rows).toEqual([{ x: 1 }]);
+      for (const result of after) {
+        expect(result.status).toBe('rejected');
+        const error = (result as PromiseRejectedResult).reason as unknown;
         expect(error).toBeInstanceOf(DatabaseUnavailable);
         expect(databaseFault(error)).toEqual({ code: 'database_unavailable', message: 'The embedded database is closed.' });
       }
-      await expect(embedded.query('select 1 as x')).rejects.toThrow(new DatabaseUnavailable('The embedded database is closed.'));
+      await expect(sql`select 1 as x`.execute(database.db)).rejects.toThrow(new DatabaseUnavailable('The embedded database is closed.'));
+      expect(logged).toEqual([]);
+      expect(embedded.instance).toBe(opened);
     } finally {
+      await database.close();
       await embedded.instance.close(); // an instance reopened after the close would hold the data directory still
     }
   });
