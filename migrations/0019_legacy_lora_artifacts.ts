@@ -19,8 +19,8 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       and exists (select 1 from wandb_artifacts a where a.collection_id = k.id and a.checkpoint_id is null and a.state = 'COMMITTED')
     order by k.id`.execute(db);
   for (const collection of rows) {
-    let name = `${collection.name}-legacy`;
-    for (let n = 2; await nameTaken(db, { ...collection, name }); n++) name = `${collection.name}-legacy-${n}`;
+    let name = legacyName(collection.name, 1);
+    for (let n = 2; await nameTaken(db, { ...collection, name }); n++) name = legacyName(collection.name, n);
     const { rows: created } = await sql<{ id: string }>`
       insert into wandb_collections (entity, project, name, type)
       values (${collection.entity}, ${collection.project}, ${name}, 'lora') returning id`.execute(db);
@@ -28,6 +28,12 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     await sql`update wandb_aliases set collection_id = ${created[0].id} where artifact_id in (${legacy})`.execute(db);
     await sql`update wandb_artifacts set collection_id = ${created[0].id} where id in (${legacy})`.execute(db);
   }
+}
+
+/** `<name>-legacy` (`-legacy-<n>` from 2), the name cut so that the whole stays within W&B names' 128 characters. */
+function legacyName(name: string, n: number): string {
+  const suffix = n === 1 ? '-legacy' : `-legacy-${n}`;
+  return name.slice(0, 128 - suffix.length) + suffix;
 }
 
 async function nameTaken(db: Kysely<unknown>, args: { entity: string; project: string; name: string }): Promise<boolean> {

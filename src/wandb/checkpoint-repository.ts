@@ -186,8 +186,8 @@ export async function moveLegacyVersions(db: Executor, args: { collection: Colle
   await db.selectFrom('wandb_collections').select('id').where('id', '=', collection.id).forUpdate().execute();
   const legacy = db.selectFrom('wandb_artifacts').select('id').where('collection_id', '=', collection.id).where('checkpoint_id', 'is', null).where('state', '=', 'COMMITTED');
   if (!(await legacy.limit(1).executeTakeFirst())) return;
-  let name = `${collection.name}-legacy`;
-  for (let n = 2; await nameTaken(db, { ...collection, name }); n++) name = `${collection.name}-legacy-${n}`;
+  let name = legacyName(collection.name, 1);
+  for (let n = 2; await nameTaken(db, { ...collection, name }); n++) name = legacyName(collection.name, n);
   const moved = await db
     .insertInto('wandb_collections')
     .values({ entity: collection.entity, project: collection.project, name, type: collection.type })
@@ -195,6 +195,12 @@ export async function moveLegacyVersions(db: Executor, args: { collection: Colle
     .executeTakeFirstOrThrow();
   await db.updateTable('wandb_aliases').set({ collection_id: moved.id }).where('artifact_id', 'in', legacy).execute();
   await db.updateTable('wandb_artifacts').set({ collection_id: moved.id }).where('id', 'in', legacy).execute();
+}
+
+/** `<name>-legacy` (`-legacy-<n>` from 2), the name cut so that the whole stays a W&B name (at most 128 characters). */
+function legacyName(name: string, n: number): string {
+  const suffix = n === 1 ? '-legacy' : `-legacy-${n}`;
+  return name.slice(0, 128 - suffix.length) + suffix;
 }
 
 async function nameTaken(db: Executor, args: { entity: string; project: string; name: string }): Promise<boolean> {

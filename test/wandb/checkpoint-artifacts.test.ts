@@ -57,9 +57,8 @@ function outputDir(files: Record<string, Buffer>): string {
   return dir;
 }
 
-async function trainedModel(steps: Record<number, Record<string, Buffer> | string>) {
+async function trainedModel(steps: Record<number, Record<string, Buffer> | string>, name = uniqueName('agent')) {
   const project = uniqueName('p');
-  const name = uniqueName('agent');
   const model = await createTrainedModel(app, { entity: owner.entity, project, name });
   for (const [step, files] of Object.entries(steps)) await addCheckpoint(app, model.id, Number(step), typeof files === 'string' ? files : outputDir(files));
   return { ...model, project, name };
@@ -430,6 +429,18 @@ describe('lora artifacts stored before checkpoints were artifacts (before migrat
     const ids = await storeLegacy(model.project, model.name, [{ index: 1, aliases: ['latest'], files: legacyFiles('one') }]);
     await runMigration();
     expect(await artifactRows(ids)).toEqual([[ids[0], `${model.name}-legacy-2`, 1]]);
+  });
+
+  it('migration 0019 cuts a long model name so that <name>-legacy stays a W&B name of at most 128 characters, which takes pushes', async () => {
+    const model = await trainedModel({ 1: adapterFiles() }, `${uniqueName('agent')}-`.padEnd(128, 'x'));
+    const ids = await storeLegacy(model.project, model.name, [{ index: 1, aliases: ['latest'], files: legacyFiles('one') }]);
+    await runMigration();
+    const legacy = `${model.name.slice(0, 121)}-legacy`;
+    expect(legacy).toHaveLength(128);
+    expect(await artifactRows(ids)).toEqual([[ids[0], legacy, 1]]);
+    const v2 = legacyFiles('two');
+    const pushed = await uploadAndCommit(app, owner, v2, { project: model.project, name: legacy, type: 'lora', aliases: ['candidate'] });
+    expect(pushed.committed).toEqual({ data: { commitArtifact: { artifact: { id: pushed.id, state: 'COMMITTED', versionIndex: 2 } } } });
   });
 
   it('a lookup of a model\'s version never deletes one stored under the model\'s name: it moves to <name>-legacy', async () => {
