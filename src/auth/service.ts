@@ -248,15 +248,20 @@ function writeSecretFile(file: string, text: string): void {
   const dir = path.dirname(file);
   fs.mkdirSync(dir, { recursive: true });
   const temp = `${file}.tmp`;
-  const fd = fs.openSync(temp, 'w', 0o600);
   try {
-    fs.fchmodSync(fd, 0o600); // the mode of open() applies only to a file it creates, and after the umask
-    fs.writeFileSync(fd, text);
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
+    const fd = fs.openSync(temp, 'w', 0o600);
+    try {
+      fs.fchmodSync(fd, 0o600); // the mode of open() applies only to a file it creates, and after the umask
+      fs.writeFileSync(fd, text);
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.renameSync(temp, file);
+  } catch (error) {
+    fs.rmSync(temp, { force: true }); // a part of the key, say when the disk is full
+    throw error;
   }
-  fs.renameSync(temp, file);
   // The rename itself survives a power loss only once the directory is flushed (not possible on Windows).
   try {
     const dirFd = fs.openSync(dir, 'r');

@@ -31,6 +31,11 @@ export function textWithoutNul() {
     .refine((value) => !value.includes('\u0000'), { message: NUL_DETAIL.msg, params: { type: NUL_DETAIL.type, ctx: NUL_DETAIL.ctx } });
 }
 
+/** pydantic's detail for a string that does not match `pattern` (the regex's source). */
+export function patternMismatch(loc: ValidationDetail['loc'], input: unknown, pattern: string): ValidationDetail {
+  return { type: 'string_pattern_mismatch', loc, msg: `String should match pattern '${pattern}'`, input, ctx: { pattern } };
+}
+
 export class RequestValidationError extends Error {
   readonly statusCode = 422;
   readonly code = 'FST_ERR_VALIDATION';
@@ -196,7 +201,7 @@ function issueToDetail(issue: z.core.$ZodIssue, prefix: (string | number)[], dat
         // zod gives the regex as a literal (`/^a$/`); pydantic names its source alone.
         const literal = String(issue.pattern);
         const pattern = /^\/(.*)\/[a-z]*$/s.exec(literal)?.[1] ?? literal;
-        return [{ ...base, type: 'string_pattern_mismatch', msg: `String should match pattern '${pattern}'`, ctx: { pattern } }];
+        return [patternMismatch(loc, input, pattern)];
       }
       return [{ ...base, type: 'value_error', msg: `Value error, ${issue.message}`, ctx: { error: issue.message } }];
     }

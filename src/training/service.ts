@@ -1,6 +1,7 @@
 import type { Principal } from '../auth/principal.js';
 import type { Config } from '../config.js';
 import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../errors.js';
+import { patternMismatch, RequestValidationError } from '../http/validation.js';
 import { NAME_SEGMENT } from '../inference/model-name.js';
 import type { CheckpointReleaser } from './checkpoint-release.js';
 import type { JobSignal } from './job-signal.js';
@@ -155,12 +156,8 @@ export class TrainingService {
       const existing = await repo.findModelByName(this.db, { ...(await this.scope(principal)), ...args });
       if (existing) return modelJson(existing);
     }
-    for (const field of ['project', 'name'] as const) {
-      if (!NAME_SEGMENT.test(body[field])) {
-        const pattern = NAME_SEGMENT.source;
-        throw new UnprocessableError(`String should match pattern '${pattern}'`, ['body', field], { type: 'string_pattern_mismatch', input: body[field], ctx: { pattern } });
-      }
-    }
+    const misnamed = (['project', 'name'] as const).filter((field) => !NAME_SEGMENT.test(body[field]));
+    if (misnamed.length > 0) throw new RequestValidationError(misnamed.map((field) => patternMismatch(['body', field], body[field], NAME_SEGMENT.source)));
     const created = await repo.createModel(this.db, args);
     if (created) return modelJson(created);
     const existing = await repo.findModelByName(this.db, { ...(await this.scope(principal)), ...args });
