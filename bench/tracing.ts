@@ -128,6 +128,10 @@ await measure('filter by op name (50)', true, () => postJson('/calls/stream_quer
 await measure('$eq on inputs.user (50)', false, () =>
   postJson('/calls/stream_query', { project_id: project, query: { $expr: { $eq: [{ $getField: 'inputs.user' }, { $literal: 'u999' }] } }, limit: 50 }),
 );
+// A numeric comparison on a JSON path reads every row's value as a number (query/values.ts).
+await measure('$eq on inputs.i number (count)', false, () =>
+  postJson('/calls/query_stats', { project_id: project, query: { $expr: { $eq: [{ $getField: 'inputs.i' }, { $literal: 7 }] } } }),
+);
 let n = 0;
 await measure('fetch one trace', true, () => postJson('/calls/stream_query', { project_id: project, filter: { trace_ids: [`t${(n += 7919) % (BIG / 10)}`] } }));
 await measure('query_stats (whole project)', false, () => postJson('/calls/query_stats', { project_id: project }));

@@ -162,3 +162,104 @@ describe('$not and missing values', () => {
     expect(await ids(project, { query: { $expr: { $not: [{ $eq: [f('inputs.tag'), l('x')] }] } } })).toEqual(['y', 'none']);
   });
 });
+
+describe('numbers read from JSON values and text', () => {
+  // Each call's inputs.v is spliced into the request as this raw JSON text. Calls store JSON numbers as
+  // doubles spelled out by PostgreSQL: 1e200 is 201 digits, 1e-201 has 201 after the point.
+  const values: Record<string, string> = {
+    int: '7',
+    float: '7.0',
+    neg: '-7',
+    negZero: '-0',
+    negZeroFloat: '-0.0',
+    exp: '7e0',
+    bigExp: '1e199',
+    hugeExp: '1e200',
+    maxDouble: '1.7e308',
+    tinyExp: '1e-200',
+    tinierExp: '1e-201',
+    fraction: `0.${'1'.repeat(201)}`,
+    strInt: '"7"',
+    strSpaces: '"  7  "',
+    strPlus: '"+7"',
+    strPoint: '"7."',
+    strLeadingPoint: '".5"',
+    strExp: '"0.7e1"',
+    strExp3: '"7e-999"',
+    strExp4: '"7e1000"',
+    strDigits200: `"${'9'.repeat(200)}"`,
+    strDigits201: `"${'9'.repeat(201)}"`,
+    strDigits400: `"${'9'.repeat(400)}"`,
+    strDigits401: `"${'9'.repeat(401)}"`,
+    strFraction200: `"0.${'1'.repeat(200)}"`,
+    strFraction201: `"0.${'1'.repeat(201)}"`,
+    strPadded: `"${' '.repeat(300)}7"`,
+    strLeadingZeros: `"${'0'.repeat(201)}7"`,
+    strLongWord: `"${'x'.repeat(300)}"`,
+    strNaN: '"NaN"',
+    strInfinity: '"Infinity"',
+    strHex: '"0x7"',
+    strUnderscore: '"1_000"',
+    strEmpty: '""',
+    strWord: '"seven"',
+    boolTrue: 'true',
+    boolFalse: 'false',
+    object: '{"v": 7}',
+    array: '[7]',
+    jsonNull: 'null',
+  };
+  const names = Object.keys(values);
+  let project: string;
+
+  beforeAll(async () => {
+    project = newProject();
+    const specs: CallSpec[] = [...names.map((id) => ({ id, inputs: { v: `@${id}@` } })), { id: 'missing', inputs: {} }];
+    let body = JSON.stringify({ batch: specs.flatMap((s) => callItems(project, s)) });
+    for (const id of names) body = body.replace(`"@${id}@"`, values[id]);
+    const response = await post(app, user, '/call/upsert_batch', body);
+    expect(response.statusCode, response.body).toBe(200);
+  });
+
+  const where = (expr: unknown) => ({ query: { $expr: expr } });
+  const v = f('inputs.v');
+  const isNumber = where({ $or: [{ $gte: [v, l(0)] }, { $lt: [v, l(0)] }] });
+  const atLeastSeven = ['int', 'float', 'exp', 'bigExp', 'hugeExp', 'maxDouble', 'strInt', 'strSpaces', 'strPlus', 'strPoint', 'strExp', 'strDigits200', 'strDigits201', 'strDigits400', 'strPadded', 'strLeadingZeros'];
+
+  it('reads JSON numbers, and strings that spell one, as numbers; anything else is no number', async () => {
+    const numbers = ['int', 'float', 'neg', 'negZero', 'negZeroFloat', 'exp', 'bigExp', 'hugeExp', 'maxDouble', 'tinyExp', 'fraction'];
+    const strings = ['strInt', 'strSpaces', 'strPlus', 'strPoint', 'strLeadingPoint', 'strExp', 'strExp3', 'strDigits200', 'strDigits201', 'strDigits400', 'strFraction200', 'strPadded', 'strLeadingZeros'];
+    expect(await ids(project, isNumber)).toEqual([...numbers, ...strings]);
+    expect(await count(project, isNumber)).toBe(numbers.length + strings.length);
+  });
+
+  it('compares by value whatever the spelling, negative zero included', async () => {
+    const sevens = ['int', 'float', 'exp', 'strInt', 'strSpaces', 'strPlus', 'strPoint', 'strExp', 'strPadded', 'strLeadingZeros'];
+    expect(await ids(project, where({ $eq: [v, l(7)] }))).toEqual(sevens);
+    expect(await ids(project, where({ $eq: [v, l(0)] }))).toEqual(['negZero', 'negZeroFloat']);
+  });
+
+  it('reads digit runs over 200 (400 without a point) as no number, so no huge value fails a cast', async () => {
+    expect(await ids(project, where({ $gt: [v, l(1e198)] }))).toEqual(['bigExp', 'hugeExp', 'maxDouble', 'strDigits200', 'strDigits201', 'strDigits400']);
+    expect(await ids(project, where({ $lt: [v, l(1e-199)] }))).toEqual(['neg', 'negZero', 'negZeroFloat', 'tinyExp', 'strExp3']);
+  });
+
+  it('matches a value that is no number under neither a comparison nor its $not', async () => {
+    expect(await ids(project, where({ $not: [{ $lt: [v, l(7)] }] }))).toEqual(atLeastSeven);
+  });
+
+  it('converts with $convert as comparisons do, from JSON and from text', async () => {
+    const toDouble = (input: unknown) => ({ $convert: { input, to: 'double' } });
+    expect(await ids(project, where({ $gte: [toDouble(v), l(7)] }))).toEqual(atLeastSeven);
+    expect(await ids(project, where({ $gte: [toDouble({ $convert: { input: v, to: 'string' } }), l(7)] }))).toEqual(atLeastSeven);
+  });
+
+  it('sorts numbers by value, then the rest by text, missing last', async () => {
+    expect(await ids(project, { sort_by: [{ field: 'inputs.v', direction: 'asc' }] })).toEqual([
+      'neg', 'negZero', 'negZeroFloat', 'strExp3', 'tinyExp', 'fraction', 'strFraction200', 'strLeadingPoint', 'strPadded', 'strSpaces',
+      'strPlus', 'strExp', 'strLeadingZeros', 'exp', 'float', 'int', 'strInt', 'strPoint', 'bigExp', 'strDigits200', 'hugeExp',
+      'strDigits201', 'maxDouble', 'strDigits400',
+      'strEmpty', 'tinierExp', 'strFraction201', 'strHex', 'strUnderscore', 'strExp4', 'strDigits401', 'strInfinity', 'strNaN', 'array',
+      'boolFalse', 'strWord', 'boolTrue', 'strLongWord', 'object', 'jsonNull', 'missing',
+    ]);
+  });
+});

@@ -85,8 +85,12 @@ describe('$expr', () => {
 
   it('casts a JSON path to a number when compared with a number literal', () => {
     const { sql: text, params } = where({ expr: { $gt: [field('output.score'), lit(0.5)] } });
-    expect(text).toContain(`then (coalesce(jsonb_extract_path("trace_calls"."output", $3::text) #>> '{}', ''))::numeric end) > $4::numeric)`);
-    expect(params).toEqual(['score', 'score', 0.5]);
+    const path = (n: number) => `jsonb_extract_path("trace_calls"."output", $${n}::text)`;
+    expect(text.startsWith(` and ((case jsonb_typeof(${path(2)}) when 'number' then`)).toBe(true);
+    // A JSON number casts straight from JSONB; a string only when it reads as a number.
+    expect(text).toContain(`then (${path(5)})::numeric end) when 'string' then`);
+    expect(text).toContain(`then ((${path(9)} #>> '{}'))::numeric end) end) > $10::numeric)`);
+    expect(params).toEqual([...Array(8).fill('score'), 0.5]);
   });
 
   it('casts a JSON path to bool when compared with a bool literal', () => {
@@ -141,7 +145,7 @@ describe('$expr', () => {
   });
 
   it('compiles $convert to double, int, string, bool and exists', () => {
-    expect(where({ expr: { $gt: [{ $convert: { input: field('inputs.n'), to: 'int' } }, lit(2)] } }).sql).toMatch(/^ and \(trunc\(\(case when .* end\)\) > \$\d+::numeric\)$/);
+    expect(where({ expr: { $gt: [{ $convert: { input: field('inputs.n'), to: 'int' } }, lit(2)] } }).sql).toMatch(/^ and \(trunc\(\(case .* end\)\) > \$\d+::numeric\)$/);
     expect(where({ expr: { $eq: [{ $convert: { input: field('wb_run_step'), to: 'string' } }, lit('3')] } }).sql).toBe(
       ' and (("trace_calls"."wb_run_step")::text = $2::text)',
     );
@@ -151,7 +155,7 @@ describe('$expr', () => {
     expect(where({ expr: { $eq: [{ $convert: { input: field('inputs.ok'), to: 'bool' } }, lit(false)] } }).sql).toContain(
       `when 'false' then false end) = $3::boolean)`,
     );
-    expect(where({ expr: { $eq: [{ $convert: { input: lit('3.5'), to: 'double' } }, lit(3.5)] } }).params).toEqual(['3.5', '3.5', 3.5]);
+    expect(where({ expr: { $eq: [{ $convert: { input: lit('3.5'), to: 'double' } }, lit(3.5)] } }).params).toEqual(['3.5', '3.5', '3.5', '3.5', 3.5]);
   });
 
   it('derives summary.weave.status from exception, status counts and end', () => {
@@ -233,8 +237,8 @@ describe('calls sort', () => {
 
   it('orders a JSON path by its number, then its text', () => {
     const { sql: text, params } = orderBy([{ field: 'summary.usage.tokens', direction: 'desc' }]);
-    expect(text).toMatch(/^\(case when .* end\) desc nulls last, \(jsonb_extract_path\("trace_calls"."summary", \$\d::text, \$\d::text\) #>> '\{\}'\) collate "C" desc nulls last, "trace_calls"."id" asc$/);
-    expect(params).toEqual(['usage', 'tokens', 'usage', 'tokens', 'usage', 'tokens']);
+    expect(text).toMatch(/^\(case .* end\) desc nulls last, \(jsonb_extract_path\("trace_calls"."summary", \$\d+::text, \$\d+::text\) #>> '\{\}'\) collate "C" desc nulls last, "trace_calls"."id" asc$/);
+    expect(params).toEqual(Array(9).fill(['usage', 'tokens']).flat());
   });
 
   it('does not add id twice, and sorts text in byte order', () => {

@@ -23,11 +23,18 @@ export type FieldValue = Exclude<Value, { kind: 'literal' }>;
 
 // No backslashes in these patterns: kysely's `sql` tag reads cooked template strings.
 /**
- * Digits are bounded (200 before and 200 after the point; PostgreSQL's regex repeats go to 255): numeric
- * holds 131,072 digits before the point, so one huge stored digit string would otherwise fail every
- * query that casts that path. Longer digit runs read as "not a number".
+ * What text reads as a number. Digits are bounded (200 on each side of a point, 400 without one;
+ * PostgreSQL's regex repeats go to 255): numeric holds 131,072 digits before the point, so
+ * one huge stored digit string would otherwise fail every query that casts that path. Longer digit
+ * runs read as "not a number".
  */
 const NUMBER_PATTERN = `'^ *[-+]?([0-9]{1,200}[.]?[0-9]{0,200}|[.][0-9]{1,200})([eE][-+]?[0-9]{1,3})? *$'`;
+/**
+ * NUMBER_PATTERN without the bounds. The bounded repeats make PostgreSQL's regex engine slow (20 to
+ * 25 µs a row against 1 to 2 µs for this one, on PostgreSQL 15 and PGlite), so text is tested against
+ * this shape first and against the bounds only when it is long enough to break them.
+ */
+const NUMBER_SHAPE = `'^ *[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]{1,3})? *$'`;
 /** 9999-12-31T23:59:59Z, and as far before 1970. */
 const MAX_UNIX_SECONDS = 253402300799;
 
@@ -53,7 +60,27 @@ function jsonText(json: RawBuilder<unknown>): RawBuilder<unknown> {
 
 /** A number from text, or null when the text is not one (a bad cast must not fail the whole query). */
 function textToNumeric(text: RawBuilder<unknown>): RawBuilder<unknown> {
-  return sql`(case when ${text} ~ ${sql.raw(NUMBER_PATTERN)} then (${text})::numeric end)`;
+  return sql`(case when ${text} ~ ${sql.raw(NUMBER_SHAPE)} and ${withinDigitBounds(text)} then (${text})::numeric end)`;
+}
+
+/**
+ * Whether number-shaped text keeps to NUMBER_PATTERN's bounds: text of at most 200 characters has no
+ * digit run over 200, so only longer text pays for the bounded pattern.
+ */
+function withinDigitBounds(text: RawBuilder<unknown>): RawBuilder<unknown> {
+  return sql`(length(${text}) <= 200 or ${text} ~ ${sql.raw(NUMBER_PATTERN)})`;
+}
+
+/**
+ * A number from a JSONB value: a JSON number, or a string that reads as one; null for anything else,
+ * as when its scalar text (jsonText) goes through textToNumeric. A JSON number's text is always
+ * number-shaped and casts back to the same numeric, so it skips the shape test and casts directly.
+ */
+function jsonToNumeric(json: RawBuilder<unknown>): RawBuilder<unknown> {
+  const text = sql`(${json} #>> '{}')`;
+  return sql`(case jsonb_typeof(${json})
+    when 'number' then (case when ${withinDigitBounds(text)} then (${json})::numeric end)
+    when 'string' then ${textToNumeric(text)} end)`;
 }
 
 function textToBool(text: RawBuilder<unknown>): RawBuilder<unknown> {
@@ -65,7 +92,7 @@ export function toType(value: Value, type: SqlType): RawBuilder<unknown> {
     case 'literal':
       return bindLiteral(value.value, type);
     case 'json':
-      return convertTyped(jsonText(value.sql), 'text', type);
+      return type === 'numeric' ? jsonToNumeric(value.sql) : convertTyped(jsonText(value.sql), 'text', type);
     case 'typed':
       return convertTyped(value.sql, value.type, type);
   }
