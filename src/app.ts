@@ -8,6 +8,7 @@ import { registerAuth } from './auth/plugin.js';
 import { AuthService } from './auth/service.js';
 import type { Config } from './config.js';
 import { migrateOrClose, openDatabase, type Database, type DatabaseHandle } from './db/index.js';
+import { EmbeddedStatistics } from './db/statistics.js';
 import { DomainEvents } from './events.js';
 import { SystemChecks } from './health/checks.js';
 import { healthRoutes } from './health/routes.js';
@@ -85,6 +86,12 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   app.decorate('events', new DomainEvents());
   app.decorate('wandb', new WandbService(database.db, { maxFileBytes: config.bodyLimitBytes, adaptersDir: config.adaptersDir, archiveLimitBytes: config.adapterArchiveLimitBytes }));
   app.addHook('onClose', async () => database.close());
+  // PostgreSQL servers analyze their tables themselves (autovacuum); PGlite does not.
+  if (database.kind === 'pglite') {
+    const statistics = new EmbeddedStatistics(database.db, app.log, config.embeddedAnalyzeIntervalMs);
+    app.addHook('onReady', async () => statistics.start());
+    app.addHook('preClose', async () => statistics.stop());
+  }
 
   app.setValidatorCompiler(validatorCompiler);
   // Response schemas document the API; responses are not re-validated on the way out (a drifted

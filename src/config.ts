@@ -52,6 +52,7 @@ const EnvSchema = z.object({
   WORKER_CLAIM_WAITS_PER_KEY: integer(1, 100_000).default(64),
   LEASE_SWEEP_INTERVAL_MS: integer(100, 3_600_000).default(5_000),
   CHECKPOINT_EXPIRY_INTERVAL_MS: integer(100, 86_400_000).default(60_000),
+  EMBEDDED_ANALYZE_INTERVAL_MS: integer(100, 86_400_000).default(60_000),
   ADAPTERS_DIR: z.string().min(1, 'must not be empty').optional(),
   ADAPTER_ARCHIVE_LIMIT_MB: megabytes(65_536).default(1024 * 1024 * 1024),
   CHECKPOINT_URI_PREFIXES: list
@@ -101,6 +102,8 @@ export interface Config {
   readonly leaseSweepIntervalMs: number;
   /** How often each process deletes checkpoints whose TTL passed. */
   readonly checkpointExpiryIntervalMs: number;
+  /** Embedded database only: how often tables with stale planner statistics are analyzed (src/db/statistics.ts). */
+  readonly embeddedAnalyzeIntervalMs: number;
   /** Where imported adapters are stored (trainyard owns these files); engines must be able to read it. */
   readonly adaptersDir: string;
   /** Bytes of an adapter archive, imported or exported (packed and unpacked). */
@@ -171,6 +174,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     workerClaimWaitsPerKey: e.WORKER_CLAIM_WAITS_PER_KEY,
     leaseSweepIntervalMs: e.LEASE_SWEEP_INTERVAL_MS,
     checkpointExpiryIntervalMs: e.CHECKPOINT_EXPIRY_INTERVAL_MS,
+    embeddedAnalyzeIntervalMs: e.EMBEDDED_ANALYZE_INTERVAL_MS,
     adaptersDir: path.resolve(e.ADAPTERS_DIR ?? path.join(e.DATA_DIR, 'adapters')),
     adapterArchiveLimitBytes: e.ADAPTER_ARCHIVE_LIMIT_MB,
     checkpointUriPrefixes: Object.freeze([...e.CHECKPOINT_URI_PREFIXES]),
