@@ -64,9 +64,7 @@ export class CheckpointArtifacts {
   async collection(scope: repo.ProjectScope, name: string): Promise<CollectionRow | undefined> {
     const stored = await repo.findCollection(this.db, { ...scope, name });
     if (stored && stored.type !== LORA) return stored;
-    if (!(await findTrainedModel(this.db, { ...scope, name }))) {
-      return stored && (await cr.holdsPlainVersions(this.db, { collectionId: stored.id })) ? stored : undefined;
-    }
+    if (!(await findTrainedModel(this.db, { ...scope, name }))) return (await this.servedAsStored(stored)) ? stored : undefined;
     if (!stored) return repo.ensureCollection(this.db, { ...scope, name, type: LORA });
     await this.moveLegacyVersions(stored);
     return stored;
@@ -79,7 +77,15 @@ export class CheckpointArtifacts {
   async takesCheckpoints(collection: CollectionRow): Promise<boolean> {
     if (collection.type !== LORA) return false;
     if (await this.modelOf(collection)) return true;
-    return !(await cr.holdsPlainVersions(this.db, { collectionId: collection.id }));
+    return !(await this.servedAsStored(collection));
+  }
+
+  /**
+   * Whether a stored `lora` collection that no live model is named after is served as stored: while it holds
+   * plain artifacts (pushed before checkpoints were artifacts, or appended to since).
+   */
+  private async servedAsStored(stored: CollectionRow | undefined): Promise<boolean> {
+    return stored !== undefined && (await cr.holdsPlainVersions(this.db, { collectionId: stored.id }));
   }
 
   /**
@@ -195,7 +201,7 @@ export class CheckpointArtifacts {
     }
     if (!model) {
       // Served as stored: a push appends a plain version, as before checkpoints were artifacts.
-      if (stored && (await cr.holdsPlainVersions(this.db, { collectionId: stored.id }))) return undefined;
+      if (await this.servedAsStored(stored)) return undefined;
       throw new WandbRequestError(`No trainyard model ${what}: a "lora" artifact becomes a checkpoint of the model it is named after; register the model first (POST /v1/preview/models).`);
     }
     if (stored) await this.moveLegacyVersions(stored);

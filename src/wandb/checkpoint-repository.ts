@@ -163,15 +163,11 @@ export async function deleteUnreferencedBlobs(db: Executor, args: { entity: stri
 
 /** Whether a collection holds committed plain artifacts: versions that are no checkpoint's. */
 export async function holdsPlainVersions(db: Executor, args: { collectionId: number }): Promise<boolean> {
-  const row = await db
-    .selectFrom('wandb_artifacts')
-    .select('id')
-    .where('collection_id', '=', args.collectionId)
-    .where('checkpoint_id', 'is', null)
-    .where('state', '=', 'COMMITTED')
-    .limit(1)
-    .executeTakeFirst();
-  return row !== undefined;
+  return (await plainVersions(db, args.collectionId).limit(1).executeTakeFirst()) !== undefined;
+}
+
+function plainVersions(db: Executor, collectionId: number) {
+  return db.selectFrom('wandb_artifacts').select('id').where('collection_id', '=', collectionId).where('checkpoint_id', 'is', null).where('state', '=', 'COMMITTED');
 }
 
 /**
@@ -184,8 +180,8 @@ export async function holdsPlainVersions(db: Executor, args: { collectionId: num
 export async function moveLegacyVersions(db: Executor, args: { collection: CollectionRow }): Promise<void> {
   const { collection } = args;
   await db.selectFrom('wandb_collections').select('id').where('id', '=', collection.id).forUpdate().execute();
-  const legacy = db.selectFrom('wandb_artifacts').select('id').where('collection_id', '=', collection.id).where('checkpoint_id', 'is', null).where('state', '=', 'COMMITTED');
-  if (!(await legacy.limit(1).executeTakeFirst())) return;
+  if (!(await holdsPlainVersions(db, { collectionId: collection.id }))) return;
+  const legacy = plainVersions(db, collection.id);
   let name = legacyName(collection.name, 1);
   for (let n = 2; await nameTaken(db, { ...collection, name }); n++) name = legacyName(collection.name, n);
   const moved = await db
