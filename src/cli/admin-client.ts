@@ -40,9 +40,9 @@ export function directClient(auth: AuthService): AdminClient {
   };
 }
 
-/** A call to the running server's admin API that failed: its answer's status, undefined when none came. */
+/** A call to the running server's admin API that failed: no answer came, or its status and detail are the message. */
 export class HttpAdminError extends Error {
-  constructor(readonly status: number | undefined, message: string, options?: ErrorOptions) {
+  constructor(message: string, options?: ErrorOptions) {
     super(message, options);
     this.name = 'HttpAdminError';
   }
@@ -70,7 +70,6 @@ export function httpClient(baseUrl: string, key: string): AdminClient {
       });
     } catch (error) {
       throw new HttpAdminError(
-        undefined,
         `Could not reach the trainyard server holding the data directory at ${baseUrl} (${connectionFault(error)}). ` +
           'Set TRAINYARD_URL to the address that server listens on (http://host:port).',
         { cause: error },
@@ -79,7 +78,7 @@ export function httpClient(baseUrl: string, key: string): AdminClient {
     const payload = (await response.json().catch(() => ({}))) as { detail?: unknown };
     if (!response.ok) {
       const detail = typeof payload.detail === 'string' ? payload.detail : JSON.stringify(payload.detail ?? payload);
-      throw new HttpAdminError(response.status, `${response.status}: ${detail}`);
+      throw new HttpAdminError(`${response.status}: ${detail}`);
     }
     return payload;
   }
