@@ -1,8 +1,22 @@
 import { ConfigError, loadConfig } from './config.js';
 import { migrateOrClose, openDatabase } from './db/index.js';
 import { DataDirLockedError } from './db/lock.js';
+import type { RunningServer } from './server.js';
 
 async function main(): Promise<void> {
+  // The handlers come first: a SIGTERM that arrives while the server starts (the database opening, the
+  // migrations, the listener binding) is held until it is up, then stops it like any other. Without them
+  // Node's default would kill the process with the data directory's lock and the database half-open.
+  let server: RunningServer | undefined;
+  let requested: NodeJS.Signals | undefined;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (requested) return;
+    requested = signal;
+    if (server) stop(server, signal);
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+
   const config = loadConfig();
   // PGlite boots and migrates in a thread of its own (0.4 s on an existing data directory, 1.5 s on a
   // new one): the app's modules load meanwhile (0.6 s). A failure is reported below, once they are in;
@@ -10,7 +24,7 @@ async function main(): Promise<void> {
   const opening = openDatabase(config).then(migrateOrClose);
   opening.catch(() => undefined);
   const { startServer } = await import('./server.js');
-  const server = await startServer(config, { database: await opening });
+  server = await startServer(config, { database: await opening });
 
   if (server.adminKey) {
     process.stdout.write(
@@ -26,25 +40,21 @@ async function main(): Promise<void> {
     );
   }
   process.stdout.write(`Web UI: ${server.url}/ui/ (sign in with an API key)\n`);
+  if (requested) stop(server, requested);
+}
 
-  let signalled = false;
-  const stop = (signal: NodeJS.Signals) => {
-    if (signalled) return;
-    signalled = true;
-    server.app.log.info({ signal }, 'shutting down');
-    server.shutdown().then(
-      () => {
-        server.app.log.info('stopped');
-        process.exit(0);
-      },
-      (error: unknown) => {
-        server.app.log.error({ err: error }, 'shutdown failed');
-        process.exit(1);
-      },
-    );
-  };
-  process.on('SIGTERM', stop);
-  process.on('SIGINT', stop);
+function stop(server: RunningServer, signal: NodeJS.Signals): void {
+  server.app.log.info({ signal }, 'shutting down');
+  server.shutdown().then(
+    () => {
+      server.app.log.info('stopped');
+      process.exit(0);
+    },
+    (error: unknown) => {
+      server.app.log.error({ err: error }, 'shutdown failed');
+      process.exit(1);
+    },
+  );
 }
 
 main().catch((error: unknown) => {

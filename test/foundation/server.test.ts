@@ -134,6 +134,25 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     expect(JSON.parse(list.out()).data).toEqual([expect.objectContaining({ username: 'carol', kind: 'worker', last_used_at: null })]);
   }, 120_000);
 
+  it('stops cleanly on a SIGTERM that arrives while it is still starting', async () => {
+    const freshDir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-proc-'));
+    try {
+      const server = start('src/main.ts', [], { DATA_DIR: freshDir });
+      // The lock is taken while the database opens, before the migrations run and long before it listens.
+      const lock = path.join(freshDir, 'trainyard.lock');
+      while (!fs.existsSync(lock)) await new Promise((r) => setTimeout(r, 5));
+      server.child.kill('SIGTERM');
+      expect(await server.exited).toBe(0);
+      expect(server.out()).toMatch(/Web UI: http:\/\/127\.0\.0\.1:\d+\/ui\//);
+      expect(server.out()).toContain('"msg":"stopped"');
+      expect(fs.existsSync(lock)).toBe(false);
+      // The admin created on the way up is kept, with its key file, and the next start finds both.
+      expect(fs.readFileSync(path.join(freshDir, 'admin-api-key'), 'utf8')).toMatch(/^ty_\w+\n?$/);
+    } finally {
+      fs.rmSync(freshDir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('refuses to start on an invalid setting, naming it', async () => {
     const bad = start('src/main.ts', [], { PORT: 'eighty' });
     expect(await bad.exited).toBe(1);
