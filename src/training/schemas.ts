@@ -567,6 +567,12 @@ export type ClaimedJob = z.infer<typeof ClaimedJob>;
 export const ClaimResponse = z.object({ job: ClaimedJob, lease: Lease });
 export type ClaimResponse = z.infer<typeof ClaimResponse>;
 
+/** What a worker checks its own setup against when it starts (docs/workers.md, "Checkpoint URIs"). */
+export const WorkerSettingsResponse = z.object({
+  checkpoint_uri_prefixes: z.array(z.string()).describe('CHECKPOINT_URI_PREFIXES: a checkpoint URI must start with one of them to be registered.'),
+});
+export type WorkerSettingsResponse = z.infer<typeof WorkerSettingsResponse>;
+
 const LeaseToken = z.uuid();
 
 export const HeartbeatRequest = z.object({ lease_token: LeaseToken });

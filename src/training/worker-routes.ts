@@ -16,6 +16,7 @@ import {
   PostEventsResponse,
   ResidentTrainer,
   WorkerJobParams,
+  WorkerSettingsResponse,
 } from './schemas.js';
 import { CLAIM_BUSY_RETRY_SECONDS, type WorkerService } from './worker-service.js';
 
@@ -59,6 +60,21 @@ export const workerRoutes: FastifyPluginAsyncZod<{ workers: WorkerService }> = a
       },
     },
     async (request) => workers.recentWorkers(request.query),
+  );
+
+  app.get(
+    '/v1/workers/settings',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Read the settings a worker must fit',
+        description:
+          'The server settings a worker checks its own against when it starts: `checkpoint_uri_prefixes` (CHECKPOINT_URI_PREFIXES), the prefixes a checkpoint URI must start with to be registered. `trainyard-worker` warns at start when its `--output-dir` lies under none of them, since every job it completes would then be refused at its end.',
+        response: { 200: WorkerSettingsResponse },
+      },
+    },
+    async () => ({ checkpoint_uri_prefixes: [...app.config.checkpointUriPrefixes] }),
   );
 
   app.post(

@@ -8,6 +8,7 @@ import {
   ClaimResponse,
   CompleteResponse,
   HeartbeatResponse,
+  WorkerSettingsResponse,
   type ClaimRequest,
   type WorkerEvent,
 } from '../training/schemas.js';
@@ -98,6 +99,21 @@ export class WorkerClient {
         return undefined;
       }
       return this.parse(response, ClaimResponse, 'claim');
+    });
+  }
+
+  /**
+   * The server's settings for workers, or undefined from a server older than the call (404). Retries until
+   * `signal` aborts, like a claim: a worker may start before its server.
+   */
+  async settings(signal?: AbortSignal): Promise<WorkerSettingsResponse | undefined> {
+    return this.retrying('settings', { ...this.backoff, maxElapsedMs: Infinity }, signal, async () => {
+      const response = await this.call('GET', '/v1/workers/settings', undefined, { signal, timeoutMs: this.requestTimeoutMs });
+      if (response.statusCode === 404) {
+        await response.body.dump();
+        return undefined;
+      }
+      return this.parse(response, WorkerSettingsResponse, 'settings');
     });
   }
 

@@ -1,6 +1,8 @@
 import fs from 'node:fs/promises';
+import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
+import { checkpointUriProblem } from '../training/protocol.js';
 import { ProtocolError, WorkerClient } from './client.js';
 import { JobDirWatch, removeStaleJobDirs } from './job-files.js';
 import { JobRun, type JobOutcome } from './job-run.js';
@@ -72,7 +74,12 @@ export class Worker {
       'worker started',
     );
     try {
-      await Promise.all([...Array.from({ length: this.settings.concurrency }, () => this.slot()), this.releaseStorage(), this.sweepJobDirs()]);
+      await Promise.all([
+        ...Array.from({ length: this.settings.concurrency }, () => this.slot()),
+        this.checkOutputDir(),
+        this.releaseStorage(),
+        this.sweepJobDirs(),
+      ]);
     } finally {
       clearTimeout(this.drainTimer);
       await this.client.close();
@@ -103,6 +110,34 @@ export class Worker {
   private interruptAll(): void {
     if (this.running.size > 0) this.logger.warn({ running: this.running.size }, 'interrupting running jobs');
     for (const job of this.running) job.interrupt();
+  }
+
+  /**
+   * Warns at start when the server would refuse the checkpoints written under --output-dir: otherwise that
+   * is found only when the first job ends, its training lost. A warning, not a refusal: a trainer may
+   * report a URI elsewhere (an s3:// upload, say). A key the server refuses is the claims' to report.
+   */
+  private async checkOutputDir(): Promise<void> {
+    let server;
+    try {
+      server = await this.client.settings(this.claims.signal);
+    } catch (error) {
+      if (!this.draining) this.logger.debug({ err: (error as Error).message }, 'could not read the server\'s worker settings');
+      return;
+    }
+    if (!server) return;
+    const directory = this.settings.outputDir.endsWith(path.sep) ? this.settings.outputDir : this.settings.outputDir + path.sep;
+    const prefixes = server.checkpoint_uri_prefixes;
+    if (checkpointUriProblem(directory, prefixes) === null) {
+      this.logger.debug({ output_dir: this.settings.outputDir, checkpoint_uri_prefixes: prefixes }, 'the server registers checkpoints under --output-dir');
+      return;
+    }
+    this.logger.warn(
+      { output_dir: this.settings.outputDir, checkpoint_uri_prefixes: prefixes },
+      `--output-dir ${directory} lies under none of the server's CHECKPOINT_URI_PREFIXES (${prefixes.join(', ')}): ` +
+        'a checkpoint written there is refused when its job ends, and the job fails. ' +
+        `Add ${directory} to CHECKPOINT_URI_PREFIXES on the server, or choose an --output-dir under one of them.`,
+    );
   }
 
   /** Until drained: a sweep of the storage releases at start, then every `releaseMs` (0: none). */

@@ -55,6 +55,19 @@ async function waitForStatus(user: TestUser, jobId: string, status: string): Pro
 const started = { type: 'training_started', data: { num_sequences: 2 } };
 const step = (loss: number) => ({ type: 'gradient_step', data: { loss } });
 
+describe('settings', () => {
+  it('tells a worker which checkpoint URIs the server registers, and only a worker key may ask', async () => {
+    const { user, worker } = await setup();
+    const reply = await worker.call('GET', '/v1/workers/settings');
+    expect(reply.status).toBe(200);
+    expect(reply.body).toEqual({ checkpoint_uri_prefixes: ['/adapters/', 's3://'] });
+
+    const refused = await call(app, user.headers, 'GET', '/v1/workers/settings');
+    expect(refused.status).toBe(403);
+    expect(refused.body).toEqual({ detail: 'This route is for trainer workers: call it with a worker key (npm run cli -- keys create USER --kind worker).' });
+  });
+});
+
 describe('claiming', () => {
   it('answers 204 when no job is queued for the worker', async () => {
     const { worker } = await setup();

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { pino } from 'pino';
+import { pino, type Logger } from 'pino';
 import type { App } from '../../src/app.js';
 import type { JobOutcome } from '../../src/worker/job-run.js';
 import { Worker, type WorkerSettings } from '../../src/worker/worker.js';
@@ -129,6 +129,7 @@ export function startWorker(
   baseUrl: string,
   tenant: Tenant,
   overrides: Partial<WorkerSettings> = {},
+  logger: Logger = pino({ level: 'silent' }),
 ): { worker: Worker; outcomes: Map<string, JobOutcome>; done: Promise<void>; settings: WorkerSettings } {
   const settings: WorkerSettings = {
     serverUrl: baseUrl,
@@ -151,7 +152,7 @@ export function startWorker(
     ...overrides,
   };
   const outcomes = new Map<string, JobOutcome>();
-  const worker = new Worker(settings, pino({ level: 'silent' }), (jobId, outcome) => outcomes.set(jobId, outcome));
+  const worker = new Worker(settings, logger, (jobId, outcome) => outcomes.set(jobId, outcome));
   return { worker, outcomes, done: worker.run(), settings };
 }
 
