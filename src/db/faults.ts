@@ -25,6 +25,7 @@ const CLIENT_MESSAGES = [
   /^Client has encountered a connection error and is not queryable$/,
   /^Client was closed and is not queryable$/,
   /^Cannot use a pool after calling end on the pool$/,
+  /^driver has already been destroyed$/, // kysely's, for a statement after the database was closed (at shutdown)
 ];
 
 export function databaseFault(error: unknown): DatabaseFault | undefined {

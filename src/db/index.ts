@@ -96,7 +96,10 @@ export function createPglite(options: { dataDir?: string; loadDataDir?: Blob } =
 export function pgliteHandle(pglite: PgliteWorker, extra: { dataDir?: string; lock?: DataDirLock } = {}): DatabaseHandle {
   const dataDir = extra.dataDir;
   const embedded = new EmbeddedPglite(pglite, dataDir === undefined ? undefined : () => createPglite({ dataDir: pgliteDataPath(dataDir) }));
-  // The dialect needs only query() and close(), which EmbeddedPglite provides.
+  // The dialect needs only query() and close(), which EmbeddedPglite provides. The handle closes the
+  // instance itself rather than through db.destroy(): kysely's destroy skips a driver that never ran a
+  // query, leaving its PGlite thread open, and a query after it fails with kysely's own error, not the
+  // instance's 503 "closed".
   const db = new Kysely<Database>({ dialect: new GuardedPgliteDialect(embedded as unknown as PGlite) });
   let closed = false;
   return {
@@ -114,7 +117,7 @@ export function pgliteHandle(pglite: PgliteWorker, extra: { dataDir?: string; lo
       if (closed) return;
       closed = true;
       try {
-        await db.destroy(); // also closes the PGlite instance
+        await embedded.close();
       } finally {
         extra.lock?.release();
       }

@@ -3,9 +3,10 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import { sql } from 'kysely';
+import pg from 'pg';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
-import { createPglite, pgliteDataPath, pgliteHandle } from '../../src/db/index.js';
+import { createPglite, pgliteDataPath, pgliteHandle, postgresHandle } from '../../src/db/index.js';
 import { databaseFault, DatabaseUnavailable } from '../../src/db/faults.js';
 import { MAX_BIND_PARAMETERS, TooManyParametersError } from '../../src/db/limits.js';
 import { createTestApp, createUserWithKey, testConfig, type TestUser } from '../helpers/app.js';
@@ -168,5 +169,38 @@ describe.skipIf(onPostgresServer)('an embedded database that is closing', { time
       await database.close();
       await embedded.instance.close(); // an instance reopened after the close would hold the data directory still
     }
+  });
+});
+
+describe.skipIf(onPostgresServer)('a closed embedded database handle', () => {
+  it('closes its instance even when it never ran a statement, and answers later statements "closed" (503)', async () => {
+    const { dataDir, database } = await databaseOnDataDir();
+    const instance = database.embedded!.instance;
+    try {
+      await database.close();
+      await expect(instance.query('select 1 as x')).rejects.toThrow(new DatabaseUnavailable('The embedded database is closed.'));
+      const error = await sql`select 1 as x`.execute(database.db).then(
+        () => undefined,
+        (reason: unknown) => reason,
+      );
+      expect(databaseFault(error)).toEqual({ code: 'database_unavailable', message: 'The embedded database is closed.' });
+    } finally {
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('a closed server database handle', () => {
+  it('answers a statement after its close as the database unavailable (503), not as a bug', async () => {
+    // Nothing listens on port 9: the first statement starts kysely's driver (and fails), as a served request would have.
+    const database = postgresHandle(new pg.Pool({ connectionString: 'postgres://nobody@127.0.0.1:9/none', connectionTimeoutMillis: 1_000 }));
+    await sql`select 1 as x`.execute(database.db).catch(() => undefined);
+    await database.close();
+    const error = await sql`select 1 as x`.execute(database.db).then(
+      () => undefined,
+      (reason: unknown) => reason,
+    );
+    expect((error as Error).message).toBe('driver has already been destroyed');
+    expect(databaseFault(error)).toEqual({ code: 'database_unavailable', message: 'The database is unavailable. Try again shortly.' });
   });
 });
