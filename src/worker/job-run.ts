@@ -18,7 +18,7 @@ import type { ResidentTrainerSlot } from './resident.js';
 import { checkpointDirectory } from './storage-releases.js';
 import { storableText } from './text.js';
 import { EventOrder, parseTrainerLine } from './trainer-output.js';
-import { MAX_LINE_CHARS, TrainerProcess, type TrainerExit, type TrainerHandlers } from './trainer-process.js';
+import { TrainerProcess, warnLongLine, type TrainerExit, type TrainerHandlers } from './trainer-process.js';
 
 /** Exit status a trainer uses to say "retrying will not help" (bad config, unusable inputs). */
 export const PERMANENT_FAILURE_EXIT_CODE = 3;
@@ -223,7 +223,7 @@ export class JobRun {
           endJob(endOnStdout);
         }
       },
-      onLongLine: (stream) => trainerLog.warn({ stream, max_chars: MAX_LINE_CHARS }, 'a trainer line was longer than the limit; only its start was kept'),
+      onLongLine: warnLongLine(trainerLog),
     };
     let trainer = this.resident?.take();
     if (trainer) {

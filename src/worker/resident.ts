@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { ResidentTrainer } from '../training/schemas.js';
-import { MAX_LINE_CHARS, type TrainerProcess } from './trainer-process.js';
+import { warnLongLine, type TrainerProcess } from './trainer-process.js';
 
 /**
  * The resident trainer of one worker slot (one device set): a trainer process that finished its job with a
@@ -31,7 +31,7 @@ export class ResidentTrainerSlot {
     trainer.attach({
       onStdoutLine: (line) => log.info({ stream: 'stdout' }, line),
       onStderrLine: (line) => log.info({ stream: 'stderr' }, line),
-      onLongLine: (stream) => log.warn({ stream, max_chars: MAX_LINE_CHARS }, 'a trainer line was longer than the limit; only its start was kept'),
+      onLongLine: warnLongLine(log),
     });
     this.idle = trainer;
     this.held = holds;

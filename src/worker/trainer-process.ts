@@ -49,6 +49,11 @@ const DRAIN_AFTER_EXIT_MS = 5_000;
 /** Characters of one line of the command's output that are kept (1 MiB of ASCII); the rest of a longer line is dropped. */
 export const MAX_LINE_CHARS = 1 << 20;
 
+/** The onLongLine handler that logs the cut to `log` (the trainer's log, during a job or between jobs). */
+export function warnLongLine(log: { warn(details: Record<string, unknown>, message: string): void }): TrainerHandlers['onLongLine'] {
+  return (stream) => log.warn({ stream, max_chars: MAX_LINE_CHARS }, 'a trainer line was longer than the limit; only its start was kept');
+}
+
 /** How often the command's process group is looked at while what is left of it gets its grace period. */
 const GROUP_POLL_MS = 100;
 
