@@ -72,7 +72,8 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     let stderr = '';
     child.stdout!.on('data', (d) => (stdout += d));
     child.stderr!.on('data', (d) => (stderr += d));
-    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    // 'close' comes once the output is all read, after 'exit'.
+    const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
     return { child, exited, out: () => stdout, err: () => stderr };
   }
 
@@ -140,7 +141,12 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
       const server = start('src/main.ts', [], { DATA_DIR: freshDir });
       // The lock is taken while the database opens, before the migrations run and long before it listens.
       const lock = path.join(freshDir, 'trainyard.lock');
-      while (!fs.existsSync(lock)) await new Promise((r) => setTimeout(r, 5));
+      let ended = false;
+      void server.exited.then(() => (ended = true));
+      while (!fs.existsSync(lock)) {
+        if (ended) throw new Error(`the server exited before taking the lock:\n${server.err()}`);
+        await new Promise((r) => setTimeout(r, 5));
+      }
       server.child.kill('SIGTERM');
       expect(await server.exited).toBe(0);
       expect(server.out()).toMatch(/Web UI: http:\/\/127\.0\.0\.1:\d+\/ui\//);
@@ -150,6 +156,30 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
       expect(fs.readFileSync(path.join(freshDir, 'admin-api-key'), 'utf8')).toMatch(/^ty_\w+\n?$/);
     } finally {
       fs.rmSync(freshDir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it('exits at once on a second signal while it is still starting', async () => {
+    // A database server that accepts connections and never answers: the start waits on it.
+    const sockets: net.Socket[] = [];
+    const silent = net.createServer((socket) => sockets.push(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const connected = new Promise<void>((resolve) => silent.once('connection', () => resolve()));
+    try {
+      const { port } = silent.address() as net.AddressInfo;
+      const server = start('src/main.ts', [], { DATABASE_URL: `postgres://nobody@127.0.0.1:${port}/none`, DATABASE_POOL_TIMEOUT_MS: '120000' });
+      // It connects from main(), after its signal handlers are in place.
+      await Promise.race([connected, server.exited.then(() => Promise.reject(new Error(`the server exited:\n${server.err()}`)))]);
+      server.child.kill('SIGTERM');
+      await waitFor(server.err, /SIGTERM while starting/);
+      server.child.kill('SIGTERM');
+      expect(await server.exited).toBe(1);
+      expect(server.err()).toBe(
+        'trainyard: SIGTERM while starting: stopping once started (send it again to exit now)\n' + 'trainyard: SIGTERM again while starting: exiting now\n',
+      );
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => silent.close(resolve));
     }
   }, 60_000);
 
