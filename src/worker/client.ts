@@ -44,12 +44,15 @@ export interface Backoff {
   maxDelayMs: number;
   /** Give up (rethrowing the last error) once this much time has passed; Infinity to retry until aborted. */
   maxElapsedMs: number;
+  /** The level a retry is logged at (default warn). */
+  logLevel?: 'warn' | 'debug';
 }
 
 export const DEFAULT_BACKOFF: Backoff = { baseDelayMs: 500, maxDelayMs: 15_000, maxElapsedMs: 120_000 };
 
 interface Logger {
   warn(object: object, message: string): void;
+  debug(object: object, message: string): void;
 }
 
 export interface WorkerClientOptions {
@@ -104,10 +107,12 @@ export class WorkerClient {
 
   /**
    * The server's settings for workers, or undefined from a server older than the call (404). Retries until
-   * `signal` aborts, like a claim: a worker may start before its server.
+   * `signal` aborts, like a claim (a worker may start before its server), logging its retries at debug
+   * level only: the claims already warn of an unreachable server.
    */
   async settings(signal?: AbortSignal): Promise<WorkerSettingsResponse | undefined> {
-    return this.retrying('settings', { ...this.backoff, maxElapsedMs: Infinity }, signal, async () => {
+    const retries = { ...this.backoff, maxElapsedMs: Infinity, logLevel: 'debug' as const };
+    return this.retrying('settings', retries, signal, async () => {
       const response = await this.call('GET', '/v1/workers/settings', undefined, { signal, timeoutMs: this.requestTimeoutMs });
       if (response.statusCode === 404) {
         await response.body.dump();
@@ -278,7 +283,7 @@ export class WorkerClient {
         const jittered = Math.random() * Math.min(backoff.maxDelayMs, backoff.baseDelayMs * 2 ** n);
         const delay = Math.max(jittered, error.retryAfterMs ?? 0);
         if (Date.now() - started + delay > backoff.maxElapsedMs) throw new Error(`${what}: gave up after ${n + 1} tries: ${error.message}`);
-        this.options.logger.warn({ err: error.message, retry_in_ms: Math.round(delay) }, `${what} failed; retrying`);
+        this.options.logger[backoff.logLevel ?? 'warn']({ err: error.message, retry_in_ms: Math.round(delay) }, `${what} failed; retrying`);
         await sleep(delay, undefined, { signal });
       }
     }

@@ -1,5 +1,6 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { checkpointUriProblem } from '../training/protocol.js';
@@ -128,7 +129,8 @@ export class Worker {
     if (!server) return;
     const directory = this.settings.outputDir.endsWith(path.sep) ? this.settings.outputDir : this.settings.outputDir + path.sep;
     const prefixes = server.checkpoint_uri_prefixes;
-    if (checkpointUriProblem(directory, prefixes) === null) {
+    // The reference trainer reports the path; a trainer may report it as a file:// URI instead.
+    if (checkpointUriProblem(directory, prefixes) === null || checkpointUriProblem(pathToFileURL(directory).href, prefixes) === null) {
       this.logger.debug({ output_dir: this.settings.outputDir, checkpoint_uri_prefixes: prefixes }, 'the server registers checkpoints under --output-dir');
       return;
     }

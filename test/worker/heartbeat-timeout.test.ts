@@ -127,7 +127,7 @@ describe('a heartbeat that gets no answer', () => {
   it('is retried no longer than the lease lasts', async () => {
     const hung = fakeServer({ hangAll: true });
     await new Promise<void>((resolve) => hung.server.listen(0, '127.0.0.1', resolve));
-    const client = new WorkerClient({ serverUrl: `http://127.0.0.1:${(hung.server.address() as { port: number }).port}`, key: 'ty_test', logger: { warn: () => {} } });
+    const client = new WorkerClient({ serverUrl: `http://127.0.0.1:${(hung.server.address() as { port: number }).port}`, key: 'ty_test', logger: { warn: () => {}, debug: () => {} } });
     try {
       const started = Date.now();
       await expect(client.heartbeat(randomUUID(), randomUUID(), { timeoutMs: 300, until: started + 1_500 })).rejects.toThrow(/gave up/);
