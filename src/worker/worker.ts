@@ -1,9 +1,10 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { pathToFileURL } from 'node:url';
 import type { Logger } from 'pino';
 import { checkpointUriProblem } from '../training/protocol.js';
+import type { WorkerSettingsResponse } from '../training/schemas.js';
 import { ProtocolError, WorkerClient } from './client.js';
 import { JobDirWatch, removeStaleJobDirs } from './job-files.js';
 import { JobRun, type JobOutcome } from './job-run.js';
@@ -119,7 +120,7 @@ export class Worker {
    * report a URI elsewhere (an s3:// upload, say). A key the server refuses is the claims' to report.
    */
   private async checkOutputDir(): Promise<void> {
-    let server;
+    let server: WorkerSettingsResponse | undefined;
     try {
       server = await this.client.settings(this.claims.signal);
     } catch (error) {
