@@ -254,8 +254,8 @@ export function callsListQuery(args: CallsListArgs, window?: { limit: number; of
  *
  * The shape keeps that plan whatever the statistics say. A project the statistics do not know yet
  * (created since the last ANALYZE) is estimated at one row, and `id in (subquery)` was then planned as a
- * nested loop over the project's calls that ran the subquery again for each (16 s for 50 rows of a
- * 20,000-call project on PGlite). So the CTE runs once (MATERIALIZED), the payloads are joined on the
+ * nested loop over the project's calls that ran the subquery again for each (4.6-7.8 s for 50 rows of a
+ * 20,000-call project on PGlite, docs/benchmarks.md). So the CTE runs once (MATERIALIZED), the payloads are joined on the
  * CTE's own project_id, a join key estimated from the column's distinct values rather than from the
  * unknown constant (with the constant, the planner scanned the project's calls, or another index on
  * project_id, once per window row), and the rows are ordered by their place in the window.
