@@ -1,22 +1,14 @@
-import { randomBytes } from 'node:crypto';
-import { isPlainJson, parseJsonBody } from '../http/json-body.js';
+import { isPlainJson } from '../http/json-body.js';
+import { MARK, parseWithLongIntegers, unmarkLongIntegers } from '../http/long-integers.js';
 import { RequestValidationError, type ValidationDetail } from '../http/validation.js';
 
 /**
  * Request bodies whose integers reach the engine exactly as the client wrote them. JSON.parse reads
  * every number as a double, which changes integers above 2^53 (a 63-bit `seed` becomes another seed,
- * or a value out of int64 range). A body with no run of 16 digits cannot hold such an integer and is
- * parsed natively (the common case, at native speed); any other is scanned once, its long integer
- * literals read as BigInt, and written back digit for digit when the engine body is serialised.
+ * or a value out of int64 range). Long integer literals are read as BigInt (http/long-integers.ts; a
+ * body that cannot hold one is parsed natively) and written back digit for digit when the engine body
+ * is serialised.
  */
-
-const LONG_DIGITS = /\d{16}/;
-/** Marks a long integer literal while the text goes through JSON.parse; random, so no client string can pass for one. */
-const MARK = `\u0000int-${randomBytes(8).toString('hex')}:`;
-const MARK_JSON = JSON.stringify(MARK).slice(1, -1);
-
-const PLAIN = { plain: true };
-const GUARDED = { plain: false };
 
 /**
  * The parsed body; whether it holds BigInts (only then does validation need `holdIntegers`); and
@@ -24,52 +16,7 @@ const GUARDED = { plain: false };
  */
 export function parseExactJson(text: string): { value: unknown; exact: boolean; plain: boolean } {
   const plain = isPlainJson(text);
-  const options = plain ? PLAIN : GUARDED;
-  if (!LONG_DIGITS.test(text)) return { value: parseJsonBody(text, options), exact: false, plain };
-  const marked = markLongIntegers(text);
-  if (marked === text) return { value: parseJsonBody(text, options), exact: false, plain };
-  // The marks add quoted `\u0000int-<hex>:` strings, which neither make nor hide a prototype key.
-  return { value: revive(parseJsonBody(marked, options)), exact: true, plain };
-}
-
-/** The text with each integer literal outside strings that a double would change put in a marked string. */
-function markLongIntegers(text: string): string {
-  let out = '';
-  let copied = 0;
-  const number = /-?\d+(\.\d+)?([eE][+-]?\d+)?/y;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 0x22) {
-      // Skip a string, escapes included.
-      for (i++; i < text.length; i++) {
-        const d = text.charCodeAt(i);
-        if (d === 0x5c) i++;
-        else if (d === 0x22) break;
-      }
-    } else if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
-      number.lastIndex = i;
-      const match = number.exec(text);
-      if (!match) continue;
-      const literal = match[0];
-      if (match[1] === undefined && match[2] === undefined && !Number.isSafeInteger(Number(literal))) {
-        out += `${text.slice(copied, i)}"${MARK_JSON}${literal}"`;
-        copied = i + literal.length;
-      }
-      i += literal.length - 1;
-    }
-  }
-  return copied === 0 ? text : out + text.slice(copied);
-}
-
-function revive(value: unknown): unknown {
-  if (typeof value === 'string') return value.startsWith(MARK) ? BigInt(value.slice(MARK.length)) : value;
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) value[i] = revive(value[i]);
-  } else if (value !== null && typeof value === 'object') {
-    const object = value as Record<string, unknown>;
-    for (const key of Object.keys(object)) object[key] = revive(object[key]);
-  }
-  return value;
+  return { ...parseWithLongIntegers(text, BigInt, plain), plain };
 }
 
 /** JSON text of a body that may hold BigInts, each written as its exact digits. */
@@ -79,12 +26,7 @@ export function stringifyExact(value: unknown): string {
   } catch (error) {
     if (!(error instanceof TypeError)) throw error;
   }
-  const text = JSON.stringify(value, (_key, item: unknown) => (typeof item === 'bigint' ? `${MARK}${item}` : item));
-  return text.replaceAll(new RegExp(`"${escapeRegExp(MARK_JSON)}(-?\\d+)"`, 'g'), '$1');
-}
-
-function escapeRegExp(text: string): string {
-  return text.replace(/[\\^$.*+?()[\]{}|]/g, '\\$&');
+  return unmarkLongIntegers(JSON.stringify(value, (_key, item: unknown) => (typeof item === 'bigint' ? `${MARK}${item}` : item)));
 }
 
 // ---- Exact values through validation ----
