@@ -233,6 +233,25 @@ def test_get_calls_with_filter_query_and_sort_match_the_api(stack, client, proje
     assert len(client.get_calls(filter={"op_names": [square_ref]})) == 3
 
 
+def test_integers_beyond_a_double_read_back_exactly_and_filter_exactly(stack, client, project, write_path):
+    """Python ints are unbounded: a 63-bit seed logged as an input, and ids beyond 2^64 in an output, read back
+    digit for digit, and a query literal matches the seed and not its neighbour (both are the same double)."""
+
+    @weave.op
+    def sample(seed: int) -> dict:
+        return {"seed": seed, "ids": [2**64 + 1, -(2**53) - 1]}
+
+    seed = 2**63 - 1
+    sample(seed)
+    sample(seed - 1)
+    client.flush()
+
+    found = client.get_calls(query={"$expr": {"$eq": [{"$getField": "inputs.seed"}, {"$literal": seed}]}})
+    assert [c.inputs["seed"] for c in found] == [seed]
+    assert found[0].output == {"seed": seed, "ids": [2**64 + 1, -(2**53) - 1]}
+    assert sorted(c["inputs"]["seed"] for c in read_calls(stack, project)) == [seed - 1, seed]
+
+
 def test_feedback_reactions_notes_and_scorer_results(stack, client, project, write_path):
     @weave.op
     def answer(q: str) -> str:

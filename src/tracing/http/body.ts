@@ -1,6 +1,7 @@
 import { errorCodes, type FastifyInstance, type FastifyRequest } from 'fastify';
 import { isLosslessNumber } from 'lossless-json';
 import { parseJsonBody } from '../../http/json-body.js';
+import { parseExactIntegers, restoreIntegers, type HeldInteger } from '../exact-integers.js';
 import { parseLossless, type JsonValue, type LosslessJson } from '../json.js';
 
 declare module 'fastify' {
@@ -10,9 +11,16 @@ declare module 'fastify' {
      * and `1` kept apart (reference §3.2). The handler reads the lossless tree with `losslessBody()`.
      */
     losslessBody?: boolean;
+    /**
+     * Keep integers beyond 2^53 in this route's call payloads and query literals exact
+     * (tracing/exact-integers.ts): the schemas check the nearest double, and the handler gets the exact
+     * values back in `request.body`.
+     */
+    exactIntegers?: boolean;
   }
   interface FastifyRequest {
     tracingLosslessBody?: LosslessJson;
+    tracingHeldIntegers?: HeldInteger[];
   }
 }
 
@@ -48,7 +56,14 @@ export function registerTracingBodyParsers(app: FastifyInstance): void {
   const parser = (request: FastifyRequest, body: string | Buffer, done: (err: Error | null, body?: unknown) => void) => {
     try {
       const text = typeof body === 'string' ? body : body.toString('utf8');
-      if (!request.routeOptions.config.losslessBody || text.trim() === '') {
+      const config = request.routeOptions.config;
+      if (config.exactIntegers && text.trim() !== '') {
+        const { value, held } = parseExactIntegers(text);
+        if (held.length > 0) request.tracingHeldIntegers = held;
+        done(null, value);
+        return;
+      }
+      if (!config.losslessBody || text.trim() === '') {
         done(null, parseJsonBody(text));
         return;
       }
@@ -65,5 +80,10 @@ export function registerTracingBodyParsers(app: FastifyInstance): void {
   app.addContentTypeParser('*', { parseAs: 'string' }, (request, body, done) => {
     if (request.headers['content-type'] === undefined) parser(request, body, done);
     else done(new errorCodes.FST_ERR_CTP_INVALID_MEDIA_TYPE(), undefined);
+  });
+  // After validation, which saw the nearest doubles, the payloads get their exact integers back.
+  app.addHook('preHandler', (request, _reply, done) => {
+    if (request.tracingHeldIntegers) restoreIntegers(request.body, request.tracingHeldIntegers);
+    done();
   });
 }

@@ -1,5 +1,6 @@
 import { Readable } from 'node:stream';
 import type { FastifyReply } from 'fastify';
+import { unmarkLongIntegers } from '../../http/long-integers.js';
 import { losslessJsonText } from '../json.js';
 
 /**
@@ -32,10 +33,11 @@ export async function sendJsonLines(
   return reply.send(Readable.from(lines(), { objectMode: false }));
 }
 
+/** Rows as JSON Lines; exact integers read from call payloads (tracing/exact-integers.ts) as their digits. */
 function encodePlain(rows: readonly unknown[]): string {
   let out = '';
   for (const row of rows) out += `${JSON.stringify(row)}\n`;
-  return out;
+  return unmarkLongIntegers(out);
 }
 
 /** For stored digested values (table rows), which may hold LosslessNumbers. */

@@ -1,5 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { InvalidRequestError } from '../../errors.js';
+import { unmarkLongIntegers } from '../../http/long-integers.js';
+import { ExactInteger } from '../exact-integers.js';
 import type { JsonValue } from '../json.js';
 import { isValidIsoDateTime } from '../schemas/common.js';
 
@@ -10,9 +12,12 @@ import { isValidIsoDateTime } from '../schemas/common.js';
 
 export type SqlType = 'text' | 'numeric' | 'bool' | 'timestamptz';
 
+/** A `$literal`'s value: JSON, integers beyond 2^53 exact (tracing/exact-integers.ts). */
+export type LiteralValue = JsonValue | ExactInteger;
+
 export type Value =
   /** A `$literal`: bound only once the comparison has chosen its type. */
-  | { kind: 'literal'; value: JsonValue }
+  | { kind: 'literal'; value: LiteralValue }
   /** A JSONB value at a path (SQL null when the path is missing, JSON `null` when set to null). */
   | { kind: 'json'; sql: RawBuilder<unknown> }
   /** A column, a derived field, a conversion or an operation. */
@@ -39,8 +44,9 @@ const NUMBER_SHAPE = `'^ *[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]{1,3})
 const MAX_UNIX_SECONDS = 253402300799;
 
 /** The type a literal compares as: a bool literal compares as bool, a number as a number (reference §3.8). */
-export function literalType(value: JsonValue): SqlType | null {
+export function literalType(value: LiteralValue): SqlType | null {
   if (value === null) return null;
+  if (value instanceof ExactInteger) return 'numeric';
   switch (typeof value) {
     case 'string':
       return 'text';
@@ -123,8 +129,15 @@ function convertTyped(expr: RawBuilder<unknown>, from: SqlType, to: SqlType): Ra
   }
 }
 
-function bindLiteral(value: JsonValue, type: SqlType): RawBuilder<unknown> {
+function bindLiteral(value: LiteralValue, type: SqlType): RawBuilder<unknown> {
   if (value === null) return sql`null`;
+  if (value instanceof ExactInteger) {
+    // Its digits, cast by PostgreSQL: numeric holds them exactly.
+    if (type === 'numeric') return sql`${value.value}::numeric`;
+    if (type === 'text') return sql`${value.value}::text`;
+    // As a number beyond the range of unix seconds, and as any number compared as a bool.
+    throw new InvalidRequestError(`Literal ${value.value} cannot be compared as ${type}`, { code: 'invalid_query' });
+  }
   switch (type) {
     case 'text':
       if (typeof value === 'object') break;
@@ -143,7 +156,7 @@ function bindLiteral(value: JsonValue, type: SqlType): RawBuilder<unknown> {
       if (typeof value === 'string' && isValidIsoDateTime(value, { dateOnly: true })) return sql`${value}::timestamptz`;
       break;
   }
-  throw new InvalidRequestError(`Literal ${JSON.stringify(value)} cannot be compared as ${type}`, { code: 'invalid_query' });
+  throw new InvalidRequestError(`Literal ${unmarkLongIntegers(JSON.stringify(value))} cannot be compared as ${type}`, { code: 'invalid_query' });
 }
 
 /**

@@ -16,6 +16,8 @@ export interface CallStartWrite {
   attributes: string;
   inputs: string;
   inputRefs: string[];
+  /** Whether attributes or inputs hold integers beyond 2^53 (the row's long_integers). */
+  longIntegers: boolean;
   otelDump: string | null;
   wbUserId: string;
   wbRunId: string | null;
@@ -28,6 +30,8 @@ export interface CallEndWrite {
   output: string;
   outputRefs: string[];
   summary: string;
+  /** Whether output or summary hold integers beyond 2^53. */
+  longIntegers: boolean;
   wbRunStepEnd: number | null;
   displayName: string | null;
 }
@@ -65,6 +69,8 @@ export async function upsertCalls(db: Executor, calls: readonly CallWrite[]): Pr
           for (const column of END_COLUMNS) set[column] = keepUnless('ended_at', column);
           set.display_name = sql`coalesce(trace_calls.display_name, excluded.display_name)`;
           set.wb_user_id = sql`coalesce(trace_calls.wb_user_id, excluded.wb_user_id)`;
+          // Either half may hold them; once set it stays (a false true only costs reading the row as text).
+          set.long_integers = sql`trace_calls.long_integers or excluded.long_integers`;
           return set;
         }),
       )
@@ -159,6 +165,9 @@ function toRow(call: CallWrite) {
     output_refs: end?.outputRefs ?? [],
     summary: jsonbText(end?.summary ?? null),
     wb_run_step_end: end?.wbRunStepEnd ?? null,
+    // Only where true: kysely writes DEFAULT (false) for a row without it, and a batch without any keeps
+    // the statement it had before the column existed.
+    ...(start?.longIntegers || end?.longIntegers ? { long_integers: true } : {}),
   } as never;
 }
 
@@ -209,12 +218,16 @@ export interface CallsListArgs {
   selection: CallSelection;
 }
 
-/** A row as read: timestamps as ISO text, JSON columns parsed by the driver. */
+/**
+ * A row as read: timestamps as ISO text, JSON columns parsed by the driver, except the payloads
+ * (PAYLOAD_COLUMNS) of a row with `long_integers`: those come as their JSON text in `<column>_text`
+ * (the column itself null), for `parsePayloadText` to keep integers beyond 2^53.
+ */
 export type CallRow = Record<string, unknown>;
 
 const TEXT_COLUMNS = ['id', 'project_id', 'op_name', 'display_name', 'trace_id', 'parent_id', 'thread_id', 'turn_id', 'exception', 'wb_user_id', 'wb_run_id', 'wb_run_step', 'wb_run_step_end'];
 const TIME_COLUMNS = ['started_at', 'ended_at', 'deleted_at'];
-const JSON_COLUMNS = ['attributes', 'inputs', 'output', 'summary', 'otel_dump'];
+export const PAYLOAD_COLUMNS = ['attributes', 'inputs', 'output', 'summary'] as const;
 const ALWAYS = new Set(['id', 'project_id', 'trace_id', 'op_name', 'started_at']);
 
 /** The stored size of a call's payloads (attributes, inputs, output, summary) as JSON text, in bytes. */
@@ -227,7 +240,14 @@ function selectList(selection: CallSelection): RawBuilder<unknown> {
   const items: RawBuilder<unknown>[] = [];
   for (const column of TEXT_COLUMNS) if (wanted(column)) items.push(sql`trace_calls.${sql.raw(column)}`);
   for (const column of TIME_COLUMNS) if (wanted(column)) items.push(sql`${isoText(sql.ref(`trace_calls.${column}`))} as ${sql.raw(column)}`);
-  for (const column of JSON_COLUMNS) if (wanted(column)) items.push(sql`trace_calls.${sql.raw(column)}`);
+  const payloads = PAYLOAD_COLUMNS.filter(wanted);
+  for (const column of payloads) {
+    const ref = sql.ref(`trace_calls.${column}`);
+    items.push(sql`case when trace_calls.long_integers then null else ${ref} end as ${sql.raw(column)}`);
+    items.push(sql`case when trace_calls.long_integers then ${ref}::text end as ${sql.raw(`${column}_text`)}`);
+  }
+  if (payloads.length > 0) items.push(sql`trace_calls.long_integers`);
+  if (wanted('otel_dump')) items.push(sql`trace_calls.otel_dump`);
   items.push(sql`floor(extract(epoch from (trace_calls.ended_at - trace_calls.started_at)) * 1000) as latency_ms`);
   if (selection.storageSize) items.push(sql`${size('trace_calls')} as storage_size_bytes`);
   if (selection.totalStorageSize) {

@@ -1,5 +1,7 @@
 import { channel } from 'node:diagnostics_channel';
 import { InvalidRequestError } from '../../errors.js';
+import { hasMarkedIntegers, unmarkLongIntegers } from '../../http/long-integers.js';
+import { parsePayloadText } from '../exact-integers.js';
 import { uuidv7 } from '../ids.js';
 import { extractRefs, isWeaveRef, REF_SCHEME } from '../refs.js';
 import * as repo from '../repositories/calls.js';
@@ -133,11 +135,27 @@ export async function upsertCompleteCalls(deps: TracingDeps, args: { userId: str
 export type CompleteCall = Omit<repo.CompleteCallRow, 'wb_user_id' | 'input_refs' | 'output_refs'>;
 
 /**
+ * JSON texts of call payloads from a request, as JSON.stringify writes them: exact integers
+ * (exact-integers.ts) as marked strings, which `payloadText` turns into their digits.
+ */
+const payloadJson = (values: readonly unknown[]): { texts: string[]; longIntegers: boolean } => {
+  const texts = values.map((value) => JSON.stringify(value));
+  return { texts, longIntegers: texts.some(hasMarkedIntegers) };
+};
+
+/** JSONB text of a call payload: its exact integers as digits (when `payloadJson` found any), cleaned. */
+const payloadText = (json: string, longIntegers: boolean): string => cleanJsonText(longIntegers ? unmarkLongIntegers(json) : json);
+
+/**
  * Call payloads are stored with U+0000 and lone surrogates replaced by U+FFFD (src/tracing/sanitize.ts):
  * refusing them would fail a whole SDK batch, and the JS SDK gives up on a process after ten.
  */
 function startWrite(start: StartedCall, userId: string): { id: string; start: repo.CallStartWrite } {
   const id = start.id == null ? uuidv7() : cleanString(start.id);
+  const {
+    texts: [attributes, inputs],
+    longIntegers,
+  } = payloadJson([start.attributes, start.inputs]);
   return {
     id,
     start: {
@@ -148,8 +166,9 @@ function startWrite(start: StartedCall, userId: string): { id: string; start: re
       threadId: cleanNullable(start.thread_id ?? null),
       turnId: cleanNullable(start.turn_id ?? null),
       startedAt: start.started_at,
-      attributes: cleanJsonText(JSON.stringify(start.attributes)),
-      inputs: cleanJsonText(JSON.stringify(start.inputs)),
+      attributes: payloadText(attributes, longIntegers),
+      inputs: payloadText(inputs, longIntegers),
+      longIntegers,
       inputRefs: extractRefs(start.inputs).map(cleanString),
       otelDump: start.otel_dump ? cleanJsonText(JSON.stringify(start.otel_dump)) : null,
       // Stamped from the key's user: a client-sent wb_user_id is not trusted (reference §1.2).
@@ -162,12 +181,17 @@ function startWrite(start: StartedCall, userId: string): { id: string; start: re
 
 function endWrite(end: EndedCall): repo.CallEndWrite {
   const output = end.output === undefined ? null : end.output;
+  const {
+    texts: [outputJson, summary],
+    longIntegers,
+  } = payloadJson([output, end.summary]);
   return {
     endedAt: end.ended_at,
     exception: cleanNullable(end.exception ?? null),
-    output: cleanJsonText(JSON.stringify(output)),
+    output: payloadText(outputJson, longIntegers),
     outputRefs: extractRefs(output).map(cleanString),
-    summary: cleanJsonText(JSON.stringify(end.summary)),
+    summary: payloadText(summary, longIntegers),
+    longIntegers,
     wbRunStepEnd: end.wb_run_step_end ?? null,
     displayName: cleanNullable(end.display_name ?? null),
   };
@@ -299,7 +323,8 @@ export async function* streamCalls(deps: TracingDeps, projectId: string, body: O
 }
 
 /** A stored row as the clients' CallSchema, with the derived `summary.weave` (reference §3.6). */
-export function toCallSchema(row: repo.CallRow, selection: repo.CallSelection): Record<string, unknown> {
+export function toCallSchema(stored: repo.CallRow, selection: repo.CallSelection): Record<string, unknown> {
+  const row = stored.long_integers ? withExactPayloads(stored) : stored;
   const has = (column: string) => column in row;
   const displayName = has('display_name') && row.display_name !== '' ? (row.display_name as string | null) : null;
   const opName = row.op_name as string;
@@ -335,6 +360,16 @@ export function toCallSchema(row: repo.CallRow, selection: repo.CallSelection): 
   if (selection.storageSize) call.storage_size_bytes = row.storage_size_bytes == null ? null : Number(row.storage_size_bytes);
   if (selection.totalStorageSize) call.total_storage_size_bytes = row.total_storage_size_bytes == null ? null : Number(row.total_storage_size_bytes);
   return call;
+}
+
+/** A row whose payloads came as JSON text (repositories/calls.ts CallRow), parsed keeping integers beyond 2^53. */
+function withExactPayloads(stored: repo.CallRow): repo.CallRow {
+  const row = { ...stored };
+  for (const column of repo.PAYLOAD_COLUMNS) {
+    const text = row[`${column}_text`];
+    if (typeof text === 'string') row[column] = parsePayloadText(text);
+  }
+  return row;
 }
 
 const isObject = (value: unknown): value is Record<string, unknown> => value !== null && typeof value === 'object' && !Array.isArray(value);

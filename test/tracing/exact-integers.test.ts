@@ -1,0 +1,168 @@
+import { parse } from 'lossless-json';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
+import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
+import { callItems, post } from './helpers.js';
+
+/**
+ * Integers beyond 2^53 in call payloads, as Python clients send them (a 63-bit seed, a snowflake id):
+ * stored and answered digit for digit, and matched exactly by query literals. JSON.parse would read
+ * 9007199254740993 as 9007199254740992.
+ */
+
+let app: App;
+let user: TestUser;
+
+beforeAll(async () => {
+  app = await createTestApp();
+  user = await createUserWithKey(app);
+});
+afterAll(async () => {
+  await app.close();
+});
+
+const newProject = () => `${user.entity}/${uniqueName('exact')}`;
+
+/** JSON text in which each `"<name>"` string placeholder is replaced by a raw number literal. */
+function withLiterals(body: unknown, literals: Record<string, string>): string {
+  let text = JSON.stringify(body);
+  for (const [name, literal] of Object.entries(literals)) text = text.replaceAll(`"${name}"`, literal);
+  return text;
+}
+
+/** Parses an answer keeping every number's text, so that a changed digit shows. */
+const exact = (text: string) => JSON.parse(JSON.stringify(parse(text, null, (n) => `#${n}`)));
+
+const LITERALS = {
+  SEED: '9223372036854775807',
+  NEG: '-9007199254740993',
+  SNOWFLAKE: '1789012345678901234567',
+  FLOAT: '0.30000000000000004',
+  SAFE: '9007199254740991',
+};
+
+async function ingest(project: string, id: string): Promise<void> {
+  const items = callItems(project, {
+    id,
+    attributes: { run: 'SNOWFLAKE' },
+    inputs: { seed: 'SEED', nested: [{ n: 'NEG' }, 'SAFE'], text: '9223372036854775807', x: 'FLOAT' },
+    output: ['SEED', 'NEG'],
+    summary: { tokens: 'SNOWFLAKE' },
+  });
+  // A plain call in the same batch: its row is written without the long_integers flag.
+  const plain = callItems(project, { id: `${id}-plain`, inputs: { n: 1 }, output: 2 });
+  const response = await post(app, user, '/call/upsert_batch', withLiterals({ batch: [...plain, ...items] }, LITERALS));
+  expect(response.statusCode, response.body).toBe(200);
+}
+
+const EXPECTED = {
+  attributes: { run: '#1789012345678901234567' },
+  inputs: { seed: '#9223372036854775807', nested: [{ n: '#-9007199254740993' }, '#9007199254740991'], text: '9223372036854775807', x: '#0.30000000000000004' },
+  output: ['#9223372036854775807', '#-9007199254740993'],
+};
+
+describe('integers beyond 2^53 in calls', () => {
+  it('are stored and read back digit for digit by /call/read, /calls/query and /calls/stream_query', async () => {
+    const project = newProject();
+    await ingest(project, 'c1');
+    const plain = (await post(app, user, '/call/read', { project_id: project, id: 'c1-plain' })).json().call;
+    expect([plain.inputs, plain.output]).toEqual([{ n: 1 }, 2]);
+    const read = exact((await post(app, user, '/call/read', { project_id: project, id: 'c1' })).body).call;
+    expect(read).toMatchObject(EXPECTED);
+    expect(read.summary.tokens).toBe('#1789012345678901234567');
+    const only = { project_id: project, filter: { call_ids: ['c1'] } };
+    const [queried] = exact((await post(app, user, '/calls/query', only)).body).calls;
+    expect(queried).toMatchObject(EXPECTED);
+    const streamed = (await post(app, user, '/calls/stream_query', only)).body;
+    expect(exact(streamed.trim())).toMatchObject(EXPECTED);
+  });
+
+  it('keep their digits through /call/start, /call/end and the v2 routes', async () => {
+    const project = newProject();
+    const [start, end] = callItems(project, { id: 'c2', inputs: { seed: 'SEED' }, output: { seed: 'NEG' } }) as { req: Record<string, unknown> }[];
+    expect((await post(app, user, '/call/start', withLiterals(start.req, LITERALS))).statusCode).toBe(200);
+    expect((await post(app, user, '/call/end', withLiterals(end.req, LITERALS))).statusCode).toBe(200);
+    const [v2start, v2end] = callItems(project, { id: 'c3', inputs: { seed: 'SNOWFLAKE' }, output: null }) as { req: Record<string, unknown> }[];
+    expect((await app.inject({ method: 'POST', url: `/traces/v2/${project}/call/start`, headers: headers(), payload: withLiterals(v2start.req, LITERALS) })).statusCode).toBe(200);
+    expect((await app.inject({ method: 'POST', url: `/traces/v2/${project}/call/end`, headers: headers(), payload: withLiterals(v2end.req, LITERALS) })).statusCode).toBe(200);
+    const complete = { ...(callItems(project, { id: 'c4', inputs: { seed: 'SEED' } })[0] as { req: { start: object } }).req.start, ended_at: '2026-01-01T00:00:00Z', output: 'NEG', summary: {} };
+    const response = await app.inject({ method: 'POST', url: `/traces/v2/${project}/calls/complete`, headers: headers(), payload: withLiterals({ batch: [complete] }, LITERALS) });
+    expect(response.statusCode, response.body).toBe(200);
+    const calls = (await post(app, user, '/calls/stream_query', { project_id: project, sort_by: [{ field: 'id', direction: 'asc' }] })).body;
+    expect(calls.trim().split('\n').map(exact).map((c: Record<string, unknown>) => [c.id, c.inputs, c.output])).toEqual([
+      ['c2', { seed: '#9223372036854775807' }, { seed: '#-9007199254740993' }],
+      ['c3', { seed: '#1789012345678901234567' }, null],
+      ['c4', { seed: '#9223372036854775807' }, '#-9007199254740993'],
+    ]);
+  });
+
+  it('keep their digits whichever half of the call holds them and whichever arrives first', async () => {
+    const project = newProject();
+    const [start, end] = callItems(project, { id: 'late-start', inputs: { plain: 1 }, output: { seed: 'SEED' } });
+    for (const item of [end, start]) expect((await post(app, user, '/call/upsert_batch', withLiterals({ batch: [item] }, LITERALS))).statusCode).toBe(200);
+    // The start is sent again, without long integers: the output keeps its digits.
+    expect((await post(app, user, '/call/upsert_batch', withLiterals({ batch: [start] }, LITERALS))).statusCode).toBe(200);
+    const { call } = exact((await post(app, user, '/call/read', { project_id: project, id: 'late-start' })).body);
+    expect([call.inputs, call.output]).toEqual([{ plain: '#1' }, { seed: '#9223372036854775807' }]);
+  });
+
+  it('are matched exactly by query literals, where the nearest double would match another call', async () => {
+    const project = newProject();
+    // 2^63 - 1 and 2^63 - 2 are the same double.
+    for (const [id, seed] of [['max', '9223372036854775807'], ['below', '9223372036854775806'], ['small', '5']]) {
+      const items = callItems(project, { id, inputs: { seed: 'SEED' } });
+      expect((await post(app, user, '/call/upsert_batch', withLiterals({ batch: items }, { SEED: seed }))).statusCode).toBe(200);
+    }
+    const ids = async (expr: unknown) => {
+      const body = withLiterals({ project_id: project, query: { $expr: expr }, sort_by: [{ field: 'id', direction: 'asc' }] }, { SEED: '9223372036854775807' });
+      const response = await post(app, user, '/calls/stream_query', body);
+      expect(response.statusCode, response.body).toBe(200);
+      return response.body.trim().split('\n').filter(Boolean).map((line) => JSON.parse(line).id);
+    };
+    const seed = { $getField: 'inputs.seed' };
+    expect(await ids({ $eq: [seed, { $literal: 'SEED' }] })).toEqual(['max']);
+    expect(await ids({ $lt: [seed, { $literal: 'SEED' }] })).toEqual(['below', 'small']);
+    expect(await ids({ $in: [seed, [{ $literal: 'SEED' }, { $literal: 5 }]] })).toEqual(['max', 'small']);
+    expect(await ids({ $eq: [{ $convert: { input: seed, to: 'string' } }, { $literal: 'SEED' }] })).toEqual(['max']);
+    const stats = await post(app, user, '/calls/query_stats', withLiterals({ project_id: project, query: { $expr: { $eq: [seed, { $literal: 'SEED' }] } } }, { SEED: '9223372036854775807' }));
+    expect(stats.json()).toEqual({ count: 1 });
+    const refused = await post(app, user, '/calls/query', withLiterals({ project_id: project, query: { $expr: { $eq: [{ $getField: 'started_at' }, { $literal: 'SEED' }] } } }, { SEED: '9223372036854775807' }));
+    expect(refused.statusCode).toBe(400);
+    expect(refused.json()).toEqual({ reason: 'Literal 9223372036854775807 cannot be compared as timestamptz' });
+    const contains = { $contains: { input: seed, substr: { $literal: ['SEED'] } } };
+    const list = await post(app, user, '/calls/query', withLiterals({ project_id: project, query: { $expr: contains } }, { SEED: '9223372036854775807' }));
+    expect([list.statusCode, list.json()]).toEqual([400, { reason: 'Literal [9223372036854775807] cannot be compared as text' }]);
+  });
+
+  it('keep their digits beside a NUL character that the payload is cleaned of', async () => {
+    const project = newProject();
+    const items = callItems(project, { id: 'nul', inputs: { seed: 'SEED', text: 'a\u0000b' } });
+    expect((await post(app, user, '/call/upsert_batch', withLiterals({ batch: items }, LITERALS))).statusCode).toBe(200);
+    const { call } = exact((await post(app, user, '/call/read', { project_id: project, id: 'nul' })).body);
+    expect(call.inputs).toEqual({ seed: '#9223372036854775807', text: 'a\ufffdb' });
+  });
+
+  it('outside the payloads are checked as the nearest double, as before', async () => {
+    const project = newProject();
+    const items = callItems(project, { id: 'step', inputs: {} }) as { req: { start: Record<string, unknown> } }[];
+    items[0].req.start.wb_run_step = 'STEP';
+    const response = await post(app, user, '/call/upsert_batch', withLiterals({ batch: items }, { STEP: '9007199254740993' }));
+    expect(response.statusCode).toBe(422);
+    expect(response.json()).toEqual({
+      detail: [
+        {
+          type: 'less_than_equal',
+          loc: ['body', 'batch', 0, 'req', 'start', 'wb_run_step'],
+          msg: 'Input should be less than or equal to 9007199254740991',
+          input: 9007199254740992,
+          ctx: { le: 9007199254740991 },
+        },
+      ],
+    });
+    expect((await post(app, user, '/calls/query_stats', { project_id: project })).json()).toEqual({ count: 0 });
+  });
+});
+
+function headers() {
+  return { authorization: `Basic ${Buffer.from(`api:${user.key}`).toString('base64')}`, 'content-type': 'application/json' };
+}
