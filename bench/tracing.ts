@@ -7,9 +7,10 @@
  * embedded PGlite in a temporary directory.
  *   1. Ingest: `--calls` calls through POST /traces/call/upsert_batch on loopback, batches of 500 start+end
  *      pairs with about 1 KB of inputs each, against a baseline in the same run: the same rows written
- *      by one multi-row INSERT per batch straight into the database.
+ *      by one multi-row INSERT per batch straight into the database. Then the same calls with a 63-bit
+ *      integer in each one's inputs, against the plain calls' rate.
  *   2. Queries: `--big` calls seeded in one project with INSERT ... SELECT generate_series, then p50/p99
- *      over `--runs` requests of each query through HTTP.
+ *      over `--runs` requests of each query through HTTP; and 2,000 of the ingested calls streamed back.
  */
 import os from 'node:os';
 import { sql } from 'kysely';
@@ -92,6 +93,17 @@ for (const rows of baselineBatches) await app.db.insertInto('trace_calls').value
 const baseMs = performance.now() - t;
 console.log(`ingest ${CALLS} calls: HTTP upsert_batch ${rate(CALLS, httpMs)} calls/s, baseline INSERT ${rate(CALLS, baseMs)} calls/s, ratio ${((baseMs / httpMs) * 100).toFixed(0)}% (target >= 50%)`);
 
+// The same calls with a 63-bit integer in each one's inputs: such bodies take the exact-integer parse
+// (src/tracing/exact-integers.ts) instead of JSON.parse alone.
+for (let i = 0; i < CALLS; i += BATCH) {
+  bodies.push(JSON.stringify({ batch: batchItems('bench/exact', i, Math.min(BATCH, CALLS - i)) }).replaceAll('{"i":', '{"seed":9223372036854775807,"i":'));
+}
+t = performance.now();
+for (const body of bodies) await postJson('/call/upsert_batch', body);
+const exactMs = performance.now() - t;
+bodies.length = 0;
+console.log(`ingest ${CALLS} calls with a 63-bit integer each: ${rate(CALLS, exactMs)} calls/s, ${((httpMs / exactMs) * 100).toFixed(0)}% of the plain calls' rate`);
+
 // 2. Queries on a big project
 const project = 'bench/big';
 t = performance.now();
@@ -132,6 +144,9 @@ await measure('$eq on inputs.user (50)', false, () =>
 await measure('$eq on inputs.i number (count)', false, () =>
   postJson('/calls/query_stats', { project_id: project, query: { $expr: { $eq: [{ $getField: 'inputs.i' }, { $literal: 7 }] } } }),
 );
+// Reading payloads back: 2,000 of the ingested calls (about 1 KB of inputs each), plain and with a 63-bit integer.
+await measure('stream 2,000 calls (1 KB inputs)', false, () => postJson('/calls/stream_query', { project_id: 'bench/ingest', limit: 2000 }));
+await measure('same, a 63-bit integer in each', false, () => postJson('/calls/stream_query', { project_id: 'bench/exact', limit: 2000 }));
 let n = 0;
 await measure('fetch one trace', true, () => postJson('/calls/stream_query', { project_id: project, filter: { trace_ids: [`t${(n += 7919) % (BIG / 10)}`] } }));
 await measure('query_stats (whole project)', false, () => postJson('/calls/query_stats', { project_id: project }));

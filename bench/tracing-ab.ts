@@ -1,0 +1,73 @@
+/**
+ * Calls ingest and reads of two checkouts in one process, requests alternated, so that the machine's
+ * drift between runs does not pass for a difference. Not a test: run by hand, prints p50s and ratios.
+ *
+ *   git worktree add /tmp/before <rev> && ln -s "$PWD/node_modules" /tmp/before/node_modules
+ *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres npx tsx bench/tracing-ab.ts /tmp/before [--runs 60]
+ *
+ * Each checkout serves on its own scratch database (bench/lib/server.ts; PGlite without DATABASE_URL).
+ * Measures, per request: a /call/upsert_batch of 500 calls (about 1 KB of inputs each), the same with a
+ * 63-bit integer in each call's inputs, and /calls/stream_query of 2,000 such calls, plain and with the
+ * integers.
+ */
+import { request } from 'undici';
+import type { BenchServer } from './lib/server.js';
+
+const before = process.argv[2];
+if (!before || before.startsWith('--')) throw new Error('usage: tracing-ab.ts <the other checkout> [--runs N]');
+const runsAt = process.argv.indexOf('--runs');
+const RUNS = runsAt > 0 ? Number(process.argv[runsAt + 1]) : 60;
+const BATCH = 500;
+const SEED = '9223372036854775807';
+
+const trees: Record<string, string> = { before, after: new URL('..', import.meta.url).pathname };
+const servers: Record<string, BenchServer> = {};
+for (const [name, dir] of Object.entries(trees)) {
+  const { startBenchServer } = (await import(`${dir}/bench/lib/server.ts`)) as typeof import('./lib/server.js');
+  servers[name] = await startBenchServer(`ab_${name}`);
+}
+
+async function post(name: string, url: string, body: string): Promise<void> {
+  const server = servers[name];
+  const headers = { authorization: `Basic ${Buffer.from(`api:${server.key}`).toString('base64')}`, 'content-type': 'application/json' };
+  const response = await request(`${server.url}/traces${url}`, { method: 'POST', headers, body });
+  const text = await response.body.text();
+  if (response.statusCode !== 200) throw new Error(`${name} ${url}: ${response.statusCode} ${text.slice(0, 300)}`);
+}
+
+const padding = 'lorem ipsum dolor sit amet '.repeat(36).slice(0, 950);
+/** A batch of `BATCH` calls into `project`, numbered from `from`; `seed`: a 63-bit integer in each call's inputs. */
+function batch(project: string, from: number, seed: boolean): string {
+  const items: unknown[] = [];
+  for (let i = from; i < from + BATCH; i++) {
+    const started = new Date(Date.UTC(2025, 0, 1) + i * 10).toISOString();
+    const ended = new Date(Date.UTC(2025, 0, 1) + i * 10 + 7).toISOString();
+    const inputs = seed ? { seed: 'SEED', i, text: padding } : { i, text: padding };
+    items.push({ mode: 'start', req: { start: { project_id: project, id: `c${i}`, trace_id: `t${i}`, op_name: `weave:///${project}/op/predict:abc`, started_at: started, attributes: { weave: { source: 'bench' } }, inputs } } });
+    items.push({ mode: 'end', req: { end: { project_id: project, id: `c${i}`, ended_at: ended, output: { ok: true }, summary: {} } } });
+  }
+  return JSON.stringify({ batch: items }).replaceAll('"SEED"', SEED);
+}
+
+/** p50 of `RUNS` timed requests per checkout, alternating which goes first; two warm-up rounds. */
+async function measure(label: string, body: (name: string, run: number) => [url: string, body: string]): Promise<void> {
+  const times: Record<string, number[]> = { before: [], after: [] };
+  for (let run = -2; run < RUNS; run++) {
+    for (const name of run % 2 ? ['before', 'after'] : ['after', 'before']) {
+      const [url, text] = body(name, run + 2);
+      const start = performance.now();
+      await post(name, url, text);
+      if (run >= 0) times[name].push(performance.now() - start);
+    }
+  }
+  const p50 = (list: number[]) => [...list].sort((a, b) => a - b)[Math.floor(list.length / 2)];
+  const [b, a] = [p50(times.before), p50(times.after)];
+  console.log(`${label.padEnd(40)} before ${b.toFixed(1).padStart(7)} ms  after ${a.toFixed(1).padStart(7)} ms  after/before ${(a / b).toFixed(2)}`);
+}
+
+console.log(`database: ${servers.after.onServer ? 'PostgreSQL server' : 'PGlite (embedded)'}; node ${process.version}; ${RUNS} runs each`);
+await measure('upsert_batch, 500 calls', (_name, run) => ['/call/upsert_batch', batch('bench/plain', run * BATCH, false)]);
+await measure('upsert_batch, 500 calls, a 63-bit int each', (_name, run) => ['/call/upsert_batch', batch('bench/seeded', run * BATCH, true)]);
+await measure('stream_query, 2,000 calls', () => ['/calls/stream_query', JSON.stringify({ project_id: 'bench/plain', limit: 2000 })]);
+await measure('stream_query, 2,000 calls, a 63-bit int each', () => ['/calls/stream_query', JSON.stringify({ project_id: 'bench/seeded', limit: 2000 })]);
+for (const server of Object.values(servers)) await server.close();
