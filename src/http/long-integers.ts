@@ -96,3 +96,19 @@ export function hasMarkedIntegers(json: string): boolean {
 export function unmarkLongIntegers(json: string): string {
   return hasMarkedIntegers(json) ? json.replace(MARKED_LITERAL, '$1') : json;
 }
+
+/** A long integer taken out of a request body for validation (which sees a number there), to be put back after it. */
+export interface HeldValue<T> {
+  path: (string | number)[];
+  value: T;
+}
+
+/** Puts held integers back where validation left the numbers that stood for them. */
+export function restoreIntegers(body: unknown, held: readonly HeldValue<unknown>[]): void {
+  for (const { path, value } of held) {
+    let parent = body as Record<string | number, unknown> | undefined;
+    for (let i = 0; i < path.length - 1 && parent; i++) parent = parent[path[i]] as Record<string | number, unknown> | undefined;
+    const key = path[path.length - 1];
+    if (parent && typeof parent === 'object' && typeof parent[key] === 'number') parent[key] = value;
+  }
+}

@@ -1,6 +1,8 @@
 import { isPlainJson } from '../http/json-body.js';
-import { MARK, parseWithLongIntegers, unmarkLongIntegers } from '../http/long-integers.js';
+import { MARK, parseWithLongIntegers, unmarkLongIntegers, type HeldValue } from '../http/long-integers.js';
 import { RequestValidationError, type ValidationDetail } from '../http/validation.js';
+
+export { restoreIntegers } from '../http/long-integers.js';
 
 /**
  * Request bodies whose integers reach the engine exactly as the client wrote them. JSON.parse reads
@@ -34,11 +36,8 @@ export function stringifyExact(value: unknown): string {
 const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
 
-/** A BigInt taken out of a body for validation, to be put back after it. */
-export interface HeldInteger {
-  path: (string | number)[];
-  value: bigint;
-}
+/** A BigInt taken out of a body for validation, to be put back after it with `restoreIntegers`. */
+export type HeldInteger = HeldValue<bigint>;
 
 /** The integer fields vLLM bounds to int64; other integer fields are bounded to what a double holds exactly. */
 const INT64_FIELDS = new Set(['seed', 'priority', 'truncate_prompt_tokens']);
@@ -80,16 +79,6 @@ export function holdIntegers(body: unknown): HeldInteger[] {
   walk(body, []);
   if (details.length > 0) throw new RequestValidationError(details);
   return held;
-}
-
-/** Puts the held BigInts back where validation left the numbers that stood for them. */
-export function restoreIntegers(body: unknown, held: readonly HeldInteger[]): void {
-  for (const { path, value } of held) {
-    let parent = body as Record<string | number, unknown> | undefined;
-    for (let i = 0; i < path.length - 1 && parent; i++) parent = parent[path[i]] as Record<string | number, unknown> | undefined;
-    const key = path[path.length - 1];
-    if (parent && typeof parent === 'object' && typeof parent[key] === 'number') parent[key] = value;
-  }
 }
 
 // ---- Lax scalars, as pydantic coerces them ----

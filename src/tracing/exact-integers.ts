@@ -1,5 +1,7 @@
 import { LosslessNumber } from 'lossless-json';
-import { MARK, mayHoldLongInteger, parseWithLongIntegers } from '../http/long-integers.js';
+import { MARK, mayHoldLongInteger, parseWithLongIntegers, type HeldValue } from '../http/long-integers.js';
+
+export { restoreIntegers } from '../http/long-integers.js';
 
 /**
  * Integers beyond 2^53 in call payloads (attributes, inputs, output, summary), kept digit for digit
@@ -28,11 +30,8 @@ const exactInteger = (digits: string) => new ExactInteger(digits);
  */
 const EXACT_KEYS = new Set(['attributes', 'inputs', 'output', 'summary', '$literal']);
 
-/** An exact integer taken out of a request body for validation, to be put back after it. */
-export interface HeldInteger {
-  path: (string | number)[];
-  value: ExactInteger;
-}
+/** An exact integer taken out of a request body for validation, to be put back after it with `restoreIntegers`. */
+export type HeldInteger = HeldValue<ExactInteger>;
 
 /**
  * A request body parsed with its long integers exact: the body with each one replaced by the nearest
@@ -66,16 +65,6 @@ export function parseExactIntegers(text: string): { value: unknown; held: HeldIn
     return item;
   };
   return { value: walk(value, false), held };
-}
-
-/** Puts the held exact integers back where validation left the numbers that stood for them. */
-export function restoreIntegers(body: unknown, held: readonly HeldInteger[]): void {
-  for (const { path, value } of held) {
-    let parent = body as Record<string | number, unknown> | undefined;
-    for (let i = 0; i < path.length - 1 && parent; i++) parent = parent[path[i]] as Record<string | number, unknown> | undefined;
-    const key = path[path.length - 1];
-    if (parent && typeof parent === 'object' && typeof parent[key] === 'number') parent[key] = value;
-  }
 }
 
 /** A call payload's JSON text (as JSONB keeps it: every digit), its integers beyond 2^53 as ExactIntegers. */
