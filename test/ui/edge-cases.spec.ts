@@ -80,6 +80,29 @@ describe('names and URLs', () => {
   });
 });
 
+describe('trace page', () => {
+  it('shows an integer beyond 2^53 in a call\'s inputs and output with all its digits', async () => {
+    const project = `${user.entity}/long-integers`;
+    const started = '2026-11-20T10:00:00.000Z';
+    // Raw JSON text: JavaScript numbers cannot hold these literals.
+    const start = { project_id: project, id: 'seeded', trace_id: 't-seeded', op_name: 'sample', started_at: started, attributes: {}, inputs: { seed: 'SEED' } };
+    const end = { project_id: project, id: 'seeded', ended_at: '2026-11-20T10:00:01.000Z', output: { ids: ['ID', 7] }, summary: {} };
+    const body = JSON.stringify({ batch: [{ mode: 'start', req: { start } }, { mode: 'end', req: { end } }] })
+      .replace('"SEED"', '9223372036854775807')
+      .replace('"ID"', '-18446744073709551617');
+    const response = await server.app.inject({ method: 'POST', url: '/traces/call/upsert_batch', headers: { ...user.headers, 'content-type': 'application/json' }, payload: body });
+    expect(response.statusCode, response.body).toBe(200);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/p/${project}/traces/t-seeded?call=seeded`);
+    const detail = w.page.getByRole('region', { name: 'Call detail' });
+    await detail.locator('pre.json').first().waitFor();
+    const shown = await detail.locator('pre.json').allTextContents();
+    expect(shown.map((text) => text.replace(/\s+/g, ''))).toEqual(['{"seed":9223372036854775807}', '{"ids":[-18446744073709551617,7]}']);
+    w.expectClean();
+    await w.context.close();
+  });
+});
+
 describe('traces list', () => {
   it('lists calls whose usage holds a null entry or string counts, summing only numeric counts', async () => {
     const project = `${user.entity}/odd-usage`;

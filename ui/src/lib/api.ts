@@ -33,7 +33,24 @@ function errorMessage(status: number, body: unknown): string {
   return `HTTP ${status}`;
 }
 
-export async function api<T>(path: string, options: { method?: string; body?: unknown } = {}): Promise<T> {
+/** JSON.rawJSON (ES2025; Chromium 114+, Firefox 135+): a value JSON.stringify writes as the given JSON text. */
+const rawJSON = (JSON as { rawJSON?: (text: string) => unknown }).rawJSON;
+
+/**
+ * A JSON.parse reviver that keeps integer literals a double would change (the tracing API answers a
+ * 63-bit seed digit for digit, docs/tracing.md) as raw JSON, which JSON.stringify writes back as those
+ * digits. Browsers without JSON.parse's source text access (`context`) keep the nearest double.
+ */
+function keepLongIntegers(_key: string, value: unknown, context?: { source?: string }): unknown {
+  if (typeof value !== 'number' || Number.isSafeInteger(value) || !rawJSON || !context?.source || !/^-?\d+$/.test(context.source)) return value;
+  return rawJSON(context.source);
+}
+
+/**
+ * `exactIntegers`: integers beyond 2^53 in the answer come back as raw JSON values (keepLongIntegers), for
+ * pages that show payloads with JSON.stringify; other pages compute on numbers and keep plain ones.
+ */
+export async function api<T>(path: string, options: { method?: string; body?: unknown; exactIntegers?: boolean } = {}): Promise<T> {
   const headers: Record<string, string> = { 'x-trainyard-ui': '1' };
   if (options.body !== undefined) headers['content-type'] = 'application/json';
   const response = await fetch(path, {
@@ -46,7 +63,7 @@ export async function api<T>(path: string, options: { method?: string; body?: un
   let body: unknown = undefined;
   if (text) {
     try {
-      body = JSON.parse(text);
+      body = options.exactIntegers ? JSON.parse(text, keepLongIntegers as (key: string, value: unknown) => unknown) : JSON.parse(text);
     } catch {
       body = text;
     }

@@ -144,7 +144,11 @@ function Json(props: { value: unknown }) {
 /** Inputs, output and feedback of one call, read when it is selected. */
 function CallDetail(props: { project: string; id: string }) {
   const call = useLoad(`${props.project}|${props.id}`, () =>
-    api<{ call: Call | null }>('/traces/call/read', { method: 'POST', body: { project_id: props.project, id: props.id, include_costs: true } }),
+    api<{ call: Call | null }>('/traces/call/read', {
+      method: 'POST',
+      body: { project_id: props.project, id: props.id, include_costs: true },
+      exactIntegers: true,
+    }),
   );
   const ref = `weave:///${props.project}/call/${props.id}`;
   const feedback = useLoad(`fb|${ref}`, () =>
