@@ -18,7 +18,7 @@ const LONG_DIGITS = /(?<![\d.eE+])\d{16}/;
 /** Marks a long integer literal while the text goes through JSON.parse; random, so no client string can pass for one. */
 export const MARK = `\u0000int-${randomBytes(8).toString('hex')}:`;
 /** MARK as JSON.stringify writes it inside a string. */
-export const MARK_JSON = JSON.stringify(MARK).slice(1, -1);
+const MARK_JSON = JSON.stringify(MARK).slice(1, -1);
 const MARKED_LITERAL = new RegExp(`"${MARK_JSON.replace(/[\\^$.*+?()[\]{}|]/g, '\\$&')}(-?\\d+)"`, 'g');
 
 /** Whether the text may hold an integer literal that a double would change (false: it cannot). */

@@ -1,7 +1,5 @@
 import { LosslessNumber } from 'lossless-json';
-import { MARK, mayHoldLongInteger, parseWithLongIntegers, type HeldValue } from '../http/long-integers.js';
-
-export { restoreIntegers } from '../http/long-integers.js';
+import { MARK, parseWithLongIntegers, type HeldValue } from '../http/long-integers.js';
 
 /**
  * Integers beyond 2^53 in call payloads (attributes, inputs, output, summary), kept digit for digit
@@ -69,6 +67,5 @@ export function parseExactIntegers(text: string): { value: unknown; held: HeldIn
 
 /** A call payload's JSON text (as JSONB keeps it: every digit), its integers beyond 2^53 as ExactIntegers. */
 export function parsePayloadText(text: string): unknown {
-  if (!mayHoldLongInteger(text)) return JSON.parse(text);
   return parseWithLongIntegers(text, exactInteger, true).value;
 }

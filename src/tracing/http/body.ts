@@ -1,7 +1,8 @@
 import { errorCodes, type FastifyInstance, type FastifyRequest } from 'fastify';
 import { isLosslessNumber } from 'lossless-json';
 import { parseJsonBody } from '../../http/json-body.js';
-import { parseExactIntegers, restoreIntegers, type HeldInteger } from '../exact-integers.js';
+import { restoreIntegers } from '../../http/long-integers.js';
+import { parseExactIntegers, type HeldInteger } from '../exact-integers.js';
 import { parseLossless, type JsonValue, type LosslessJson } from '../json.js';
 
 declare module 'fastify' {
@@ -57,7 +58,7 @@ export function registerTracingBodyParsers(app: FastifyInstance): void {
     try {
       const text = typeof body === 'string' ? body : body.toString('utf8');
       const config = request.routeOptions.config;
-      if (config.exactIntegers && text.trim() !== '') {
+      if (config.exactIntegers) {
         const { value, held } = parseExactIntegers(text);
         if (held.length > 0) request.tracingHeldIntegers = held;
         done(null, value);
