@@ -142,6 +142,12 @@ describe('integers beyond 2^53 in calls', () => {
     expect(call.inputs).toEqual({ seed: '#9223372036854775807', text: 'a\ufffdb' });
   });
 
+  it('leave an empty body to the schema, which reports it missing', async () => {
+    const response = await post(app, user, '/call/upsert_batch', ' ');
+    expect(response.statusCode).toBe(422);
+    expect(response.json()).toEqual({ detail: [{ type: 'missing', loc: ['body'], msg: 'Field required', input: null }] });
+  });
+
   it('outside the payloads are checked as the nearest double, as before', async () => {
     const project = newProject();
     const items = callItems(project, { id: 'step', inputs: {} }) as { req: { start: Record<string, unknown> } }[];
