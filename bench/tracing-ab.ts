@@ -6,9 +6,10 @@
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres npx tsx bench/tracing-ab.ts /tmp/before [--runs 60]
  *
  * Each checkout serves on its own scratch database (bench/lib/server.ts; PGlite without DATABASE_URL).
- * Measures, per request: a /call/upsert_batch of 500 calls (about 1 KB of inputs each), the same with a
- * 63-bit integer in each call's inputs, and /calls/stream_query of 2,000 such calls, plain and with the
- * integers.
+ * Measures, per request: a /call/upsert_batch of 500 calls (about 1 KB of inputs each); the same with a
+ * 63-bit integer in each call's inputs, with whole floats (`1.0`, `0.0`) in each call's inputs and summary,
+ * with JSON text holding `1.0` in a string, and with 200 floats (log-probabilities) each; and
+ * /calls/stream_query of 2,000 calls of the first three kinds.
  */
 import { request } from 'undici';
 import type { BenchServer } from './lib/server.js';
@@ -36,17 +37,24 @@ async function post(name: string, url: string, body: string): Promise<void> {
 }
 
 const padding = 'lorem ipsum dolor sit amet '.repeat(36).slice(0, 950);
-/** A batch of `BATCH` calls into `project`, numbered from `from`; `seed`: a 63-bit integer in each call's inputs. */
-function batch(project: string, from: number, seed: boolean): string {
+type Kind = 'plain' | 'seed' | 'floats' | 'jsonText' | 'logprobs';
+
+/** 200 log-probabilities as a sampler reports them: doubles of 16 or 17 digits, a few of them tiny. */
+const logprobs = Array.from({ length: 200 }, (_, i) => -Math.exp(-i / 8) * Math.PI);
+
+/** A batch of `BATCH` calls into `project`, numbered from `from`, with what `kind` adds to each call. */
+function batch(project: string, from: number, kind: Kind): string {
   const items: unknown[] = [];
   for (let i = from; i < from + BATCH; i++) {
     const started = new Date(Date.UTC(2025, 0, 1) + i * 10).toISOString();
     const ended = new Date(Date.UTC(2025, 0, 1) + i * 10 + 7).toISOString();
-    const inputs = seed ? { seed: 'SEED', i, text: padding } : { i, text: padding };
+    const extra = { plain: {}, seed: { seed: 'SEED' }, floats: { temperature: 'ONE', scores: ['ZERO', 0.5, 'ONE'] }, jsonText: { args: '{"temperature": 1.0}' }, logprobs: { logprobs } }[kind];
+    const inputs = { ...extra, i, text: padding };
+    const summary = kind === 'floats' ? { reward: 'ONE' } : {};
     items.push({ mode: 'start', req: { start: { project_id: project, id: `c${i}`, trace_id: `t${i}`, op_name: `weave:///${project}/op/predict:abc`, started_at: started, attributes: { weave: { source: 'bench' } }, inputs } } });
-    items.push({ mode: 'end', req: { end: { project_id: project, id: `c${i}`, ended_at: ended, output: { ok: true }, summary: {} } } });
+    items.push({ mode: 'end', req: { end: { project_id: project, id: `c${i}`, ended_at: ended, output: { ok: true }, summary } } });
   }
-  return JSON.stringify({ batch: items }).replaceAll('"SEED"', SEED);
+  return JSON.stringify({ batch: items }).replaceAll('"SEED"', SEED).replaceAll('"ONE"', '1.0').replaceAll('"ZERO"', '0.0');
 }
 
 /** p50 of `RUNS` timed requests per checkout, alternating which goes first; two warm-up rounds. */
@@ -66,8 +74,12 @@ async function measure(label: string, body: (name: string, run: number) => [url:
 }
 
 console.log(`database: ${servers.after.onServer ? 'PostgreSQL server' : 'PGlite (embedded)'}; node ${process.version}; ${RUNS} runs each`);
-await measure('upsert_batch, 500 calls', (_name, run) => ['/call/upsert_batch', batch('bench/plain', run * BATCH, false)]);
-await measure('upsert_batch, 500 calls, a 63-bit int each', (_name, run) => ['/call/upsert_batch', batch('bench/seeded', run * BATCH, true)]);
+await measure('upsert_batch, 500 calls', (_name, run) => ['/call/upsert_batch', batch('bench/plain', run * BATCH, 'plain')]);
+await measure('upsert_batch, 500 calls, a 63-bit int each', (_name, run) => ['/call/upsert_batch', batch('bench/seeded', run * BATCH, 'seed')]);
+await measure('upsert_batch, 500 calls, whole floats each', (_name, run) => ['/call/upsert_batch', batch('bench/floats', run * BATCH, 'floats')]);
+await measure('upsert_batch, 500 calls, "1.0" in a string', (_name, run) => ['/call/upsert_batch', batch('bench/json-text', run * BATCH, 'jsonText')]);
+await measure('upsert_batch, 500 calls, 200 floats each', (_name, run) => ['/call/upsert_batch', batch('bench/logprobs', run * BATCH, 'logprobs')]);
 await measure('stream_query, 2,000 calls', () => ['/calls/stream_query', JSON.stringify({ project_id: 'bench/plain', limit: 2000 })]);
 await measure('stream_query, 2,000 calls, a 63-bit int each', () => ['/calls/stream_query', JSON.stringify({ project_id: 'bench/seeded', limit: 2000 })]);
+await measure('stream_query, 2,000 calls, whole floats each', () => ['/calls/stream_query', JSON.stringify({ project_id: 'bench/floats', limit: 2000 })]);
 for (const server of Object.values(servers)) await server.close();

@@ -93,8 +93,8 @@ for (const rows of baselineBatches) await app.db.insertInto('trace_calls').value
 const baseMs = performance.now() - t;
 console.log(`ingest ${CALLS} calls: HTTP upsert_batch ${rate(CALLS, httpMs)} calls/s, baseline INSERT ${rate(CALLS, baseMs)} calls/s, ratio ${((baseMs / httpMs) * 100).toFixed(0)}% (target >= 50%)`);
 
-// The same calls with a 63-bit integer in each one's inputs: such bodies take the exact-integer parse
-// (src/tracing/exact-integers.ts) instead of JSON.parse alone.
+// The same calls with a 63-bit integer in each one's inputs: such bodies take the exact-number parse
+// (src/tracing/exact-numbers.ts) instead of JSON.parse alone.
 for (let i = 0; i < CALLS; i += BATCH) {
   bodies.push(JSON.stringify({ batch: batchItems('bench/exact', i, Math.min(BATCH, CALLS - i)) }).replaceAll('{"i":', '{"seed":9223372036854775807,"i":'));
 }

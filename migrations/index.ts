@@ -17,6 +17,7 @@ import * as workerKeys from './0017_worker_keys.js';
 import * as claimIds from './0018_claim_ids.js';
 import * as legacyLoraArtifacts from './0019_legacy_lora_artifacts.js';
 import * as callLongIntegers from './0020_call_long_integers.js';
+import * as callExactNumbers from './0021_call_exact_numbers.js';
 
 /**
  * Every migration, in order. Listed here rather than read from the folder so that the same list runs
@@ -41,4 +42,5 @@ export const migrations: Record<string, Migration> = {
   '0018_claim_ids': claimIds,
   '0019_legacy_lora_artifacts': legacyLoraArtifacts,
   '0020_call_long_integers': callLongIntegers,
+  '0021_call_exact_numbers': callExactNumbers,
 };

@@ -1,13 +1,13 @@
 import { isPlainJson } from '../http/json-body.js';
-import { MARK, parseWithLongIntegers, unmarkLongIntegers, type HeldValue } from '../http/long-integers.js';
+import { MARK, parseWithExactNumbers, unmarkNumbers, type HeldValue } from '../http/exact-numbers.js';
 import { RequestValidationError, type ValidationDetail } from '../http/validation.js';
 
-export { restoreIntegers } from '../http/long-integers.js';
+export { restoreHeld } from '../http/exact-numbers.js';
 
 /**
  * Request bodies whose integers reach the engine exactly as the client wrote them. JSON.parse reads
  * every number as a double, which changes integers above 2^53 (a 63-bit `seed` becomes another seed,
- * or a value out of int64 range). Long integer literals are read as BigInt (http/long-integers.ts; a
+ * or a value out of int64 range). Long integer literals are read as BigInt (http/exact-numbers.ts; a
  * body that cannot hold one is parsed natively) and written back digit for digit when the engine body
  * is serialised.
  */
@@ -18,7 +18,7 @@ export { restoreIntegers } from '../http/long-integers.js';
  */
 export function parseExactJson(text: string): { value: unknown; exact: boolean; plain: boolean } {
   const plain = isPlainJson(text);
-  return { ...parseWithLongIntegers(text, BigInt, plain), plain };
+  return { ...parseWithExactNumbers(text, BigInt, { plain }), plain };
 }
 
 /** JSON text of a body that may hold BigInts, each written as its exact digits. */
@@ -28,7 +28,7 @@ export function stringifyExact(value: unknown): string {
   } catch (error) {
     if (!(error instanceof TypeError)) throw error;
   }
-  return unmarkLongIntegers(JSON.stringify(value, (_key, item: unknown) => (typeof item === 'bigint' ? `${MARK}${item}` : item)));
+  return unmarkNumbers(JSON.stringify(value, (_key, item: unknown) => (typeof item === 'bigint' ? `${MARK}${item}` : item)));
 }
 
 // ---- Exact values through validation ----
@@ -36,7 +36,7 @@ export function stringifyExact(value: unknown): string {
 const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
 
-/** A BigInt taken out of a body for validation, to be put back after it with `restoreIntegers`. */
+/** A BigInt taken out of a body for validation, to be put back after it with `restoreHeld`. */
 export type HeldInteger = HeldValue<bigint>;
 
 /** The integer fields vLLM bounds to int64; other integer fields are bounded to what a double holds exactly. */
@@ -47,7 +47,7 @@ const INT64_FIELDS = new Set(['seed', 'priority', 'truncate_prompt_tokens']);
  * range vLLM's pydantic models enforce on the exact value of `seed`, `priority` and
  * `truncate_prompt_tokens` (which validation then sees as ±2^53-1). Elsewhere validation sees the
  * nearest double, which an integer field refuses and a free-form one (tool parameters, logit_bias)
- * passes. Returns what to put back with `restoreIntegers`.
+ * passes. Returns what to put back with `restoreHeld`.
  */
 export function holdIntegers(body: unknown): HeldInteger[] {
   const held: HeldInteger[] = [];

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchemaCompil
 import { z } from 'zod';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { principalOf } from '../auth/plugin.js';
-import { coerceLaxFields, holdIntegers, parseExactJson, restoreIntegers, type HeldInteger, type LaxKind } from './exact-json.js';
+import { coerceLaxFields, holdIntegers, parseExactJson, restoreHeld, type HeldInteger, type LaxKind } from './exact-json.js';
 import { fastChatBody, fastCompletionBody, fastValidatorCompiler, validatedFast } from './fast-validation.js';
 import type { ChatGateway, Endpoint } from './gateway.js';
 import { Cancel, type CancelSignal } from './proxy/cancel.js';
@@ -98,7 +98,7 @@ function exactBodies(app: FastifyInstance): void {
     done();
   });
   app.addHook('preHandler', (request, _reply, done) => {
-    if (request.heldIntegers) restoreIntegers(request.body, request.heldIntegers);
+    if (request.heldIntegers) restoreHeld(request.body, request.heldIntegers);
     done();
   });
 }

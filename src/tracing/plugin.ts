@@ -1,7 +1,7 @@
 import multipart from '@fastify/multipart';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { sendError } from '../http/error-handler.js';
-import { unmarkLongIntegers } from '../http/long-integers.js';
+import { unmarkNumbers } from '../http/exact-numbers.js';
 import { registerTracingBodyParsers } from './http/body.js';
 import { tracingValueError } from './repositories/common.js';
 import { callRoutes } from './routes/calls.js';
@@ -25,10 +25,10 @@ export const tracingPlugin: FastifyPluginAsyncZod = async (app) => {
   // Values the database refuses are the tracing API's 400 {"reason"} (clients retry 5xx, and the
   // reference prefers 400 to the app-wide 422 backstop); everything else goes to the app's handler.
   app.setErrorHandler((error, request, reply) => sendError(request, reply, tracingValueError(error) ?? error));
-  // Integers beyond 2^53 read from call payloads are serialised as marked strings (exact-integers.ts):
-  // every JSON text answered here writes them as their digits.
+  // Exact numbers read from call payloads are serialised as marked strings (exact-numbers.ts):
+  // every JSON text answered here writes them as their literals.
   app.addHook('onSend', (_request, _reply, payload, done) => {
-    done(null, typeof payload === 'string' ? unmarkLongIntegers(payload) : payload);
+    done(null, typeof payload === 'string' ? unmarkNumbers(payload) : payload);
   });
   await app.register(multipart, { limits: { fileSize: app.config.traceFileLimitBytes, files: 1 } });
   await app.register(serviceRoutes);

@@ -1,6 +1,6 @@
 import { UNSTORABLE_CHARACTER } from '../db/refusals.js';
-import { unmarkLongIntegers } from '../http/long-integers.js';
-import { ExactInteger, parsePayloadText } from './exact-integers.js';
+import { unmarkNumbers } from '../http/exact-numbers.js';
+import { ExactNumber, parsePayloadText } from './exact-numbers.js';
 
 /**
  * Call payloads (upsert_batch, call/start, call/end, call/update, OTel, v2) are stored with the
@@ -23,7 +23,7 @@ export function cleanNullable<T extends string | null | undefined>(text: T): T {
 /** A JSON value with every string and key cleaned; values that need nothing are returned as they are. */
 export function cleanJson(value: unknown): unknown {
   if (typeof value === 'string') return cleanString(value);
-  if (value === null || typeof value !== 'object' || value instanceof ExactInteger) return value;
+  if (value === null || typeof value !== 'object' || value instanceof ExactNumber) return value;
   if (Array.isArray(value)) return value.map(cleanJson);
   const out: Record<string, unknown> = {};
   for (const key of Object.keys(value)) {
@@ -46,5 +46,5 @@ export function cleanJsonText(text: string): string;
 export function cleanJsonText(text: string | null): string | null;
 export function cleanJsonText(text: string | null): string | null {
   if (text === null || !/\\u(0000|d[89a-f])/i.test(text)) return text;
-  return unmarkLongIntegers(JSON.stringify(cleanJson(parsePayloadText(text))));
+  return unmarkNumbers(JSON.stringify(cleanJson(parsePayloadText(text))));
 }

@@ -41,8 +41,8 @@ export interface CallTable {
   wb_run_step: number | null;
   wb_run_step_end: number | null;
   deleted_at: Timestamp | null;
-  /** Whether the payloads may hold integers beyond 2^53 (migration 0020): read as text when they may. */
-  long_integers: ColumnType<boolean, boolean | undefined, boolean>;
+  /** Whether the payloads may hold numbers a double would change (tracing/exact-numbers.ts): read as text when they may. */
+  exact_numbers: ColumnType<boolean, boolean | undefined, boolean>;
 }
 
 /** One row per object version; a version is a distinct digest of one object id. */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { coerceLaxFields, holdIntegers, laxScalar, parseExactJson, restoreIntegers, stringifyExact } from '../../src/inference/exact-json.js';
+import { coerceLaxFields, holdIntegers, laxScalar, parseExactJson, restoreHeld, stringifyExact } from '../../src/inference/exact-json.js';
 import { LAX_FIELDS } from '../../src/inference/schemas.js';
 
 describe('exact integers', () => {
@@ -19,7 +19,7 @@ describe('exact integers', () => {
     const body = { seed: 9223372036854775807n, tools: [{ parameters: { maximum: 18446744073709551615n } }] };
     const held = holdIntegers(body);
     expect(body).toEqual({ seed: Number.MAX_SAFE_INTEGER, tools: [{ parameters: { maximum: 18446744073709551615 } }] });
-    restoreIntegers(body, held);
+    restoreHeld(body, held);
     expect(body).toEqual({ seed: 9223372036854775807n, tools: [{ parameters: { maximum: 18446744073709551615n } }] });
   });
 });

@@ -252,6 +252,28 @@ def test_integers_beyond_a_double_read_back_exactly_and_filter_exactly(stack, cl
     assert sorted(c["inputs"]["seed"] for c in read_calls(stack, project)) == [seed - 1, seed]
 
 
+def test_whole_floats_read_back_as_floats(stack, client, project, write_path):
+    """A float with a whole value stays a float (1.0, not 1) in inputs, output and summary, as the Python
+    server keeps it, so a pandas column of scores stays float64; ints stay ints."""
+
+    @weave.op
+    def score(temperature: float, tries: int) -> dict:
+        return {"reward": 1.0, "losses": [0.0, 0.5, 2.0], "big": 1e16, "count": 3}
+
+    score(1.0, 2)
+    client.flush()
+
+    (call,) = client.get_calls()
+    assert call.inputs == {"temperature": 1.0, "tries": 2}
+    # weave boxes the values it reads (BoxedFloat is a float, BoxedInt an int).
+    assert isinstance(call.inputs["temperature"], float) and not isinstance(call.inputs["tries"], float)
+    assert call.output == {"reward": 1.0, "losses": [0.0, 0.5, 2.0], "big": 1e16, "count": 3}
+    assert [isinstance(call.output[k], float) for k in ("reward", "big", "count")] == [True, True, False]
+    assert all(isinstance(x, float) for x in call.output["losses"])
+    (row,) = read_calls(stack, project)
+    assert type(row["inputs"]["temperature"]) is float and type(row["output"]["count"]) is int
+
+
 def test_feedback_reactions_notes_and_scorer_results(stack, client, project, write_path):
     @weave.op
     def answer(q: str) -> str:

@@ -81,14 +81,17 @@ describe('names and URLs', () => {
 });
 
 describe('trace page', () => {
-  it('shows an integer beyond 2^53 in a call\'s inputs and output with all its digits', async () => {
+  it('shows an integer beyond 2^53 with all its digits and a whole float with its point, and counts a float token count', async () => {
     const project = `${user.entity}/long-integers`;
     const started = '2026-11-20T10:00:00.000Z';
     // Raw JSON text: JavaScript numbers cannot hold these literals.
-    const start = { project_id: project, id: 'seeded', trace_id: 't-seeded', op_name: 'sample', started_at: started, attributes: {}, inputs: { seed: 'SEED' } };
-    const end = { project_id: project, id: 'seeded', ended_at: '2026-11-20T10:00:01.000Z', output: { ids: ['ID', 7] }, summary: {} };
+    const start = { project_id: project, id: 'seeded', trace_id: 't-seeded', op_name: 'sample', started_at: started, attributes: {}, inputs: { seed: 'SEED', temperature: 'ONE' } };
+    const summary = { usage: { m: { prompt_tokens: 'TOKENS', completion_tokens: 5 } } };
+    const end = { project_id: project, id: 'seeded', ended_at: '2026-11-20T10:00:01.000Z', output: { ids: ['ID', 7] }, summary };
     const body = JSON.stringify({ batch: [{ mode: 'start', req: { start } }, { mode: 'end', req: { end } }] })
       .replace('"SEED"', '9223372036854775807')
+      .replace('"ONE"', '1.0')
+      .replace('"TOKENS"', '10.0')
       .replace('"ID"', '-18446744073709551617');
     const response = await server.app.inject({ method: 'POST', url: '/traces/call/upsert_batch', headers: { ...user.headers, 'content-type': 'application/json' }, payload: body });
     expect(response.statusCode, response.body).toBe(200);
@@ -97,7 +100,9 @@ describe('trace page', () => {
     const detail = w.page.getByRole('region', { name: 'Call detail' });
     await detail.locator('pre.json').first().waitFor();
     const shown = await detail.locator('pre.json').allTextContents();
-    expect(shown.map((text) => text.replace(/\s+/g, ''))).toEqual(['{"seed":9223372036854775807}', '{"ids":[-18446744073709551617,7]}']);
+    expect(shown.map((text) => text.replace(/\s+/g, ''))).toEqual(['{"seed":9223372036854775807,"temperature":1.0}', '{"ids":[-18446744073709551617,7]}']);
+    const facts = detail.locator('dl.facts');
+    expect(await facts.locator('dt:text-is("Tokens") + dd').textContent()).toBe('15');
     w.expectClean();
     await w.context.close();
   });

@@ -1,8 +1,8 @@
 import { errorCodes, type FastifyInstance, type FastifyRequest } from 'fastify';
 import { isLosslessNumber } from 'lossless-json';
 import { parseJsonBody } from '../../http/json-body.js';
-import { restoreIntegers } from '../../http/long-integers.js';
-import { parseExactIntegers, type HeldInteger } from '../exact-integers.js';
+import { restoreHeld } from '../../http/exact-numbers.js';
+import { parseExactNumbers, type HeldNumber } from '../exact-numbers.js';
 import { parseLossless, type JsonValue, type LosslessJson } from '../json.js';
 
 declare module 'fastify' {
@@ -13,15 +13,15 @@ declare module 'fastify' {
      */
     losslessBody?: boolean;
     /**
-     * Keep integers beyond 2^53 in this route's call payloads and query literals exact
-     * (tracing/exact-integers.ts): the schemas check the nearest double, and the handler gets the exact
+     * Keep the numbers a double would change in this route's call payloads and query literals
+     * (tracing/exact-numbers.ts): the schemas check the nearest double, and the handler gets the exact
      * values back in `request.body`.
      */
-    exactIntegers?: boolean;
+    exactNumbers?: boolean;
   }
   interface FastifyRequest {
     tracingLosslessBody?: LosslessJson;
-    tracingHeldIntegers?: HeldInteger[];
+    tracingHeldNumbers?: HeldNumber[];
   }
 }
 
@@ -58,9 +58,9 @@ export function registerTracingBodyParsers(app: FastifyInstance): void {
     try {
       const text = typeof body === 'string' ? body : body.toString('utf8');
       const config = request.routeOptions.config;
-      if (config.exactIntegers) {
-        const { value, held } = parseExactIntegers(text);
-        if (held.length > 0) request.tracingHeldIntegers = held;
+      if (config.exactNumbers) {
+        const { value, held } = parseExactNumbers(text);
+        if (held.length > 0) request.tracingHeldNumbers = held;
         done(null, value);
         return;
       }
@@ -82,9 +82,9 @@ export function registerTracingBodyParsers(app: FastifyInstance): void {
     if (request.headers['content-type'] === undefined) parser(request, body, done);
     else done(new errorCodes.FST_ERR_CTP_INVALID_MEDIA_TYPE(), undefined);
   });
-  // After validation, which saw the nearest doubles, the payloads get their exact integers back.
+  // After validation, which saw the nearest doubles, the payloads get their exact numbers back.
   app.addHook('preHandler', (request, _reply, done) => {
-    if (request.tracingHeldIntegers) restoreIntegers(request.body, request.tracingHeldIntegers);
+    if (request.tracingHeldNumbers) restoreHeld(request.body, request.tracingHeldNumbers);
     done();
   });
 }

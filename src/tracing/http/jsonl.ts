@@ -1,6 +1,7 @@
 import { Readable } from 'node:stream';
 import type { FastifyReply } from 'fastify';
-import { unmarkLongIntegers } from '../../http/long-integers.js';
+import { unmarkNumbers } from '../../http/exact-numbers.js';
+import { holdsExactNumbers } from '../exact-numbers.js';
 import { losslessJsonText } from '../json.js';
 
 /**
@@ -33,11 +34,17 @@ export async function sendJsonLines(
   return reply.send(Readable.from(lines(), { objectMode: false }));
 }
 
-/** Rows as JSON Lines; exact integers read from call payloads (tracing/exact-integers.ts) as their digits. */
+/**
+ * Rows as JSON Lines; exact numbers read from call payloads (tracing/exact-numbers.ts) as their literals.
+ * Only a row marked as holding them is searched for their marks.
+ */
 function encodePlain(rows: readonly unknown[]): string {
   let out = '';
-  for (const row of rows) out += `${JSON.stringify(row)}\n`;
-  return unmarkLongIntegers(out);
+  for (const row of rows) {
+    const text = JSON.stringify(row);
+    out += `${holdsExactNumbers(row) ? unmarkNumbers(text) : text}\n`;
+  }
+  return out;
 }
 
 /** For stored digested values (table rows), which may hold LosslessNumbers. */

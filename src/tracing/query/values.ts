@@ -1,7 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { InvalidRequestError } from '../../errors.js';
-import { unmarkLongIntegers } from '../../http/long-integers.js';
-import { ExactInteger } from '../exact-integers.js';
+import { unmarkNumbers } from '../../http/exact-numbers.js';
+import { ExactNumber } from '../exact-numbers.js';
 import type { JsonValue } from '../json.js';
 import { isValidIsoDateTime } from '../schemas/common.js';
 
@@ -12,8 +12,8 @@ import { isValidIsoDateTime } from '../schemas/common.js';
 
 export type SqlType = 'text' | 'numeric' | 'bool' | 'timestamptz';
 
-/** A `$literal`'s value: JSON, integers beyond 2^53 exact (tracing/exact-integers.ts). */
-export type LiteralValue = JsonValue | ExactInteger;
+/** A `$literal`'s value: JSON, integers beyond 2^53 exact (tracing/exact-numbers.ts). */
+export type LiteralValue = JsonValue | ExactNumber;
 
 export type Value =
   /** A `$literal`: bound only once the comparison has chosen its type. */
@@ -46,7 +46,7 @@ const MAX_UNIX_SECONDS = 253402300799;
 /** The type a literal compares as: a bool literal compares as bool, a number as a number (reference §3.8). */
 export function literalType(value: LiteralValue): SqlType | null {
   if (value === null) return null;
-  if (value instanceof ExactInteger) return 'numeric';
+  if (value instanceof ExactNumber) return 'numeric';
   switch (typeof value) {
     case 'string':
       return 'text';
@@ -131,7 +131,7 @@ function convertTyped(expr: RawBuilder<unknown>, from: SqlType, to: SqlType): Ra
 
 function bindLiteral(value: LiteralValue, type: SqlType): RawBuilder<unknown> {
   if (value === null) return sql`null`;
-  if (value instanceof ExactInteger) {
+  if (value instanceof ExactNumber) {
     // Its digits, cast by PostgreSQL: numeric holds them exactly.
     if (type === 'numeric') return sql`${value.value}::numeric`;
     if (type === 'text') return sql`${value.value}::text`;
@@ -156,7 +156,7 @@ function bindLiteral(value: LiteralValue, type: SqlType): RawBuilder<unknown> {
       if (typeof value === 'string' && isValidIsoDateTime(value, { dateOnly: true })) return sql`${value}::timestamptz`;
       break;
   }
-  throw new InvalidRequestError(`Literal ${unmarkLongIntegers(JSON.stringify(value))} cannot be compared as ${type}`, { code: 'invalid_query' });
+  throw new InvalidRequestError(`Literal ${unmarkNumbers(JSON.stringify(value))} cannot be compared as ${type}`, { code: 'invalid_query' });
 }
 
 /**

@@ -16,8 +16,8 @@ export interface CallStartWrite {
   attributes: string;
   inputs: string;
   inputRefs: string[];
-  /** Whether attributes or inputs hold integers beyond 2^53 (the row's long_integers). */
-  longIntegers: boolean;
+  /** Whether attributes or inputs hold numbers a double would change (the row's exact_numbers). */
+  exactNumbers: boolean;
   otelDump: string | null;
   wbUserId: string;
   wbRunId: string | null;
@@ -30,8 +30,8 @@ export interface CallEndWrite {
   output: string;
   outputRefs: string[];
   summary: string;
-  /** Whether output or summary hold integers beyond 2^53. */
-  longIntegers: boolean;
+  /** Whether output or summary hold numbers a double would change. */
+  exactNumbers: boolean;
   wbRunStepEnd: number | null;
   displayName: string | null;
 }
@@ -70,7 +70,7 @@ export async function upsertCalls(db: Executor, calls: readonly CallWrite[]): Pr
           set.display_name = sql`coalesce(trace_calls.display_name, excluded.display_name)`;
           set.wb_user_id = sql`coalesce(trace_calls.wb_user_id, excluded.wb_user_id)`;
           // Either half may hold them; once set it stays (a false true only costs reading the row as text).
-          set.long_integers = sql`trace_calls.long_integers or excluded.long_integers`;
+          set.exact_numbers = sql`trace_calls.exact_numbers or excluded.exact_numbers`;
           return set;
         }),
       )
@@ -167,7 +167,7 @@ function toRow(call: CallWrite) {
     wb_run_step_end: end?.wbRunStepEnd ?? null,
     // Only where true: kysely writes DEFAULT (false) for a row without it, and a batch without any keeps
     // the statement it had before the column existed.
-    ...(start?.longIntegers || end?.longIntegers ? { long_integers: true } : {}),
+    ...(start?.exactNumbers || end?.exactNumbers ? { exact_numbers: true } : {}),
   } as never;
 }
 
@@ -220,8 +220,8 @@ export interface CallsListArgs {
 
 /**
  * A row as read: timestamps as ISO text, JSON columns parsed by the driver, except the payloads
- * (PAYLOAD_COLUMNS) of a row with `long_integers`: those come as their JSON text in `<column>_text`
- * (the column itself null), for `parsePayloadText` to keep integers beyond 2^53.
+ * (PAYLOAD_COLUMNS) of a row with `exact_numbers`: those come as their JSON text in `<column>_text`
+ * (the column itself null), for `parsePayloadText` to keep their exact numbers.
  */
 export type CallRow = Record<string, unknown>;
 
@@ -243,10 +243,10 @@ function selectList(selection: CallSelection): RawBuilder<unknown> {
   const payloads = PAYLOAD_COLUMNS.filter(wanted);
   for (const column of payloads) {
     const ref = sql.ref(`trace_calls.${column}`);
-    items.push(sql`case when trace_calls.long_integers then null else ${ref} end as ${sql.raw(column)}`);
-    items.push(sql`case when trace_calls.long_integers then ${ref}::text end as ${sql.raw(`${column}_text`)}`);
+    items.push(sql`case when trace_calls.exact_numbers then null else ${ref} end as ${sql.raw(column)}`);
+    items.push(sql`case when trace_calls.exact_numbers then ${ref}::text end as ${sql.raw(`${column}_text`)}`);
   }
-  if (payloads.length > 0) items.push(sql`trace_calls.long_integers`);
+  if (payloads.length > 0) items.push(sql`trace_calls.exact_numbers`);
   if (wanted('otel_dump')) items.push(sql`trace_calls.otel_dump`);
   items.push(sql`floor(extract(epoch from (trace_calls.ended_at - trace_calls.started_at)) * 1000) as latency_ms`);
   if (selection.storageSize) items.push(sql`${size('trace_calls')} as storage_size_bytes`);

@@ -27,7 +27,7 @@ export const callRoutes: FastifyPluginAsyncZod = async (app) => {
 
   app.post(
     '/call/start',
-    { config: { exactIntegers: true }, schema: { tags, summary: 'Start a call', body: CallStartBody, response: { 200: CallStartResponse } } },
+    { config: { exactNumbers: true }, schema: { tags, summary: 'Start a call', body: CallStartBody, response: { 200: CallStartResponse } } },
     async (request) => {
       projectFor(request, request.body.start.project_id);
       const [result] = await calls.upsertBatch(deps, { userId: principalOf(request).userId, items: [{ mode: 'start', start: request.body.start }] });
@@ -35,7 +35,7 @@ export const callRoutes: FastifyPluginAsyncZod = async (app) => {
     },
   );
 
-  app.post('/call/end', { config: { exactIntegers: true }, schema: { tags, summary: 'End a call', body: CallEndBody, response: { 200: Empty } } }, async (request) => {
+  app.post('/call/end', { config: { exactNumbers: true }, schema: { tags, summary: 'End a call', body: CallEndBody, response: { 200: Empty } } }, async (request) => {
     projectFor(request, request.body.end.project_id);
     await calls.upsertBatch(deps, { userId: principalOf(request).userId, items: [{ mode: 'end', end: request.body.end }] });
     return {};
@@ -44,7 +44,7 @@ export const callRoutes: FastifyPluginAsyncZod = async (app) => {
   app.post(
     '/call/upsert_batch',
     {
-      config: { exactIntegers: true },
+      config: { exactNumbers: true },
       schema: {
         tags,
         summary: 'Start and end calls in one batch',
@@ -98,7 +98,7 @@ export const callRoutes: FastifyPluginAsyncZod = async (app) => {
 
   app.post(
     '/calls/query_stats',
-    { config: { exactIntegers: true }, schema: { tags, summary: 'Count calls', body: CallsQueryStatsBody, response: { 200: CallsQueryStatsResponse } } },
+    { config: { exactNumbers: true }, schema: { tags, summary: 'Count calls', body: CallsQueryStatsBody, response: { 200: CallsQueryStatsResponse } } },
     async (request) => {
       const { body } = request;
       const projectId = projectFor(request, body.project_id);
@@ -109,7 +109,7 @@ export const callRoutes: FastifyPluginAsyncZod = async (app) => {
   app.post(
     '/calls/stream_query',
     {
-      config: { exactIntegers: true },
+      config: { exactNumbers: true },
       schema: {
         tags,
         summary: 'Query calls (JSON Lines)',
@@ -126,7 +126,7 @@ export const callRoutes: FastifyPluginAsyncZod = async (app) => {
     },
   );
 
-  app.post('/calls/query', { config: { exactIntegers: true }, schema: { tags, summary: 'Query calls', body: CallsQueryBody, response: { 200: CallsQueryResponse } } }, async (request) => {
+  app.post('/calls/query', { config: { exactNumbers: true }, schema: { tags, summary: 'Query calls', body: CallsQueryBody, response: { 200: CallsQueryResponse } } }, async (request) => {
     const { project_id: projectId, ...query } = request.body;
     projectFor(request, projectId);
     return { calls: await calls.queryCalls(deps, projectId, query) };

@@ -26,7 +26,7 @@ export const v2Routes: FastifyPluginAsyncZod = async (app) => {
   app.post(
     '/v2/:entity/:project/calls/complete',
     {
-      config: { exactIntegers: true },
+      config: { exactNumbers: true },
       schema: {
         tags,
         summary: 'Write finished calls (v2)',
@@ -50,7 +50,7 @@ export const v2Routes: FastifyPluginAsyncZod = async (app) => {
 
   app.post(
     '/v2/:entity/:project/call/start',
-    { config: { exactIntegers: true }, schema: { tags, summary: 'Start a call (v2)', params: V2Params, body: V2CallStartBody, response: { 200: CallStartResponse } } },
+    { config: { exactNumbers: true }, schema: { tags, summary: 'Start a call (v2)', params: V2Params, body: V2CallStartBody, response: { 200: CallStartResponse } } },
     async (request) => {
       pathProject(request, [request.body.start.project_id]);
       const [result] = await calls.upsertBatch(deps, { userId: principalOf(request).userId, items: [{ mode: 'start', start: request.body.start }] });
@@ -60,7 +60,7 @@ export const v2Routes: FastifyPluginAsyncZod = async (app) => {
 
   app.post(
     '/v2/:entity/:project/call/end',
-    { config: { exactIntegers: true }, schema: { tags, summary: 'End a call (v2)', params: V2Params, body: V2CallEndBody, response: { 200: Empty } } },
+    { config: { exactNumbers: true }, schema: { tags, summary: 'End a call (v2)', params: V2Params, body: V2CallEndBody, response: { 200: Empty } } },
     async (request) => {
       pathProject(request, [request.body.end.project_id]);
       await calls.upsertBatch(deps, { userId: principalOf(request).userId, items: [{ mode: 'end', end: request.body.end }] });

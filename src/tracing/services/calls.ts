@@ -1,7 +1,7 @@
 import { channel } from 'node:diagnostics_channel';
 import { InvalidRequestError } from '../../errors.js';
-import { hasMarkedIntegers, unmarkLongIntegers } from '../../http/long-integers.js';
-import { parsePayloadText } from '../exact-integers.js';
+import { hasMarkedNumbers, unmarkNumbers } from '../../http/exact-numbers.js';
+import { markHoldsExactNumbers, numberOf, parsePayloadText } from '../exact-numbers.js';
 import { uuidv7 } from '../ids.js';
 import { extractRefs, isWeaveRef, REF_SCHEME } from '../refs.js';
 import * as repo from '../repositories/calls.js';
@@ -135,16 +135,16 @@ export async function upsertCompleteCalls(deps: TracingDeps, args: { userId: str
 export type CompleteCall = Omit<repo.CompleteCallRow, 'wb_user_id' | 'input_refs' | 'output_refs'>;
 
 /**
- * JSON texts of call payloads from a request, as JSON.stringify writes them: exact integers
- * (exact-integers.ts) as marked strings, which `payloadText` turns into their digits.
+ * JSON texts of call payloads from a request, as JSON.stringify writes them: exact numbers
+ * (exact-numbers.ts) as marked strings, which `payloadText` turns into their literals.
  */
-const payloadJson = (values: readonly unknown[]): { texts: string[]; longIntegers: boolean } => {
+const payloadJson = (values: readonly unknown[]): { texts: string[]; exactNumbers: boolean } => {
   const texts = values.map((value) => JSON.stringify(value));
-  return { texts, longIntegers: texts.some(hasMarkedIntegers) };
+  return { texts, exactNumbers: texts.some(hasMarkedNumbers) };
 };
 
-/** JSONB text of a call payload: its exact integers as digits (when `payloadJson` found any), cleaned. */
-const payloadText = (json: string, longIntegers: boolean): string => cleanJsonText(longIntegers ? unmarkLongIntegers(json) : json);
+/** JSONB text of a call payload: its exact numbers as literals (when `payloadJson` found any), cleaned. */
+const payloadText = (json: string, exactNumbers: boolean): string => cleanJsonText(exactNumbers ? unmarkNumbers(json) : json);
 
 /**
  * Call payloads are stored with U+0000 and lone surrogates replaced by U+FFFD (src/tracing/sanitize.ts):
@@ -154,7 +154,7 @@ function startWrite(start: StartedCall, userId: string): { id: string; start: re
   const id = start.id == null ? uuidv7() : cleanString(start.id);
   const {
     texts: [attributes, inputs],
-    longIntegers,
+    exactNumbers,
   } = payloadJson([start.attributes, start.inputs]);
   return {
     id,
@@ -166,9 +166,9 @@ function startWrite(start: StartedCall, userId: string): { id: string; start: re
       threadId: cleanNullable(start.thread_id ?? null),
       turnId: cleanNullable(start.turn_id ?? null),
       startedAt: start.started_at,
-      attributes: payloadText(attributes, longIntegers),
-      inputs: payloadText(inputs, longIntegers),
-      longIntegers,
+      attributes: payloadText(attributes, exactNumbers),
+      inputs: payloadText(inputs, exactNumbers),
+      exactNumbers,
       inputRefs: extractRefs(start.inputs).map(cleanString),
       otelDump: start.otel_dump ? cleanJsonText(JSON.stringify(start.otel_dump)) : null,
       // Stamped from the key's user: a client-sent wb_user_id is not trusted (reference §1.2).
@@ -183,15 +183,15 @@ function endWrite(end: EndedCall): repo.CallEndWrite {
   const output = end.output === undefined ? null : end.output;
   const {
     texts: [outputJson, summary],
-    longIntegers,
+    exactNumbers,
   } = payloadJson([output, end.summary]);
   return {
     endedAt: end.ended_at,
     exception: cleanNullable(end.exception ?? null),
-    output: payloadText(outputJson, longIntegers),
+    output: payloadText(outputJson, exactNumbers),
     outputRefs: extractRefs(output).map(cleanString),
-    summary: payloadText(summary, longIntegers),
-    longIntegers,
+    summary: payloadText(summary, exactNumbers),
+    exactNumbers,
     wbRunStepEnd: end.wb_run_step_end ?? null,
     displayName: cleanNullable(end.display_name ?? null),
   };
@@ -324,7 +324,7 @@ export async function* streamCalls(deps: TracingDeps, projectId: string, body: O
 
 /** A stored row as the clients' CallSchema, with the derived `summary.weave` (reference §3.6). */
 export function toCallSchema(stored: repo.CallRow, selection: repo.CallSelection): Record<string, unknown> {
-  const row = stored.long_integers ? withExactPayloads(stored) : stored;
+  const row = stored.exact_numbers ? withExactPayloads(stored) : stored;
   const has = (column: string) => column in row;
   const displayName = has('display_name') && row.display_name !== '' ? (row.display_name as string | null) : null;
   const opName = row.op_name as string;
@@ -359,15 +359,16 @@ export function toCallSchema(stored: repo.CallRow, selection: repo.CallSelection
   }
   if (selection.storageSize) call.storage_size_bytes = row.storage_size_bytes == null ? null : Number(row.storage_size_bytes);
   if (selection.totalStorageSize) call.total_storage_size_bytes = row.total_storage_size_bytes == null ? null : Number(row.total_storage_size_bytes);
+  if (stored.exact_numbers) markHoldsExactNumbers(call);
   return call;
 }
 
-/** A row whose payloads came as JSON text (repositories/calls.ts CallRow), parsed keeping integers beyond 2^53. */
+/** A row whose payloads came as JSON text (repositories/calls.ts CallRow), parsed keeping its exact numbers. */
 function withExactPayloads(stored: repo.CallRow): repo.CallRow {
   const row = { ...stored };
   for (const column of repo.PAYLOAD_COLUMNS) {
     const text = row[`${column}_text`];
-    if (typeof text === 'string') row[column] = parsePayloadText(text);
+    if (typeof text === 'string') row[column] = parsePayloadText(text, true);
   }
   return row;
 }
@@ -377,7 +378,7 @@ const isObject = (value: unknown): value is Record<string, unknown> => value !==
 function status(row: repo.CallRow): string {
   if (row.exception != null) return 'error';
   const counts = isObject(row.summary) ? row.summary.status_counts : undefined;
-  if (isObject(counts) && typeof counts.error === 'number' && counts.error > 0) return 'descendant_error';
+  if (isObject(counts) && (numberOf(counts.error) ?? 0) > 0) return 'descendant_error';
   if (row.ended_at == null) return 'running';
   return 'success';
 }

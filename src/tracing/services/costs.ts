@@ -1,6 +1,7 @@
 import { purgeIds } from '../query/table-fields.js';
 import type { Query, SortBy } from '../query/schema.js';
 import { uuidv7 } from '../ids.js';
+import { numberOf } from '../exact-numbers.js';
 import * as repo from '../repositories/costs.js';
 import type { CostCreateInput } from '../schemas/costs.js';
 import type { TracingDeps } from './deps.js';
@@ -41,7 +42,7 @@ export async function purgeCosts(deps: TracingDeps, args: { projectId: string; q
 }
 
 const isObject = (value: unknown): value is Record<string, unknown> => value !== null && typeof value === 'object' && !Array.isArray(value);
-const count = (value: unknown): number => (typeof value === 'number' && Number.isFinite(value) ? value : 0);
+const count = (value: unknown): number => numberOf(value) ?? 0;
 
 /**
  * The price that applies to a call started at `startedAt` (reference §3.9): rows in effect at the

@@ -37,20 +37,24 @@ function errorMessage(status: number, body: unknown): string {
 const rawJSON = (JSON as { rawJSON?: (text: string) => unknown }).rawJSON;
 
 /**
- * A JSON.parse reviver that keeps integer literals a double would change (the tracing API answers a
- * 63-bit seed digit for digit, docs/tracing.md) as raw JSON, which JSON.stringify writes back as those
- * digits. Browsers without JSON.parse's source text access (`context`) keep the nearest double.
+ * A JSON.parse reviver that keeps the number literals a double would change as raw JSON, which
+ * JSON.stringify writes back as sent: integers beyond 2^53 (the tracing API answers a 63-bit seed digit
+ * for digit, docs/tracing.md) and whole floats (`1.0` stays `1.0`, as a Python client reads it).
+ * Browsers without JSON.parse's source text access (`context`) keep the double.
  */
-function keepLongIntegers(_key: string, value: unknown, context?: { source?: string }): unknown {
-  if (typeof value !== 'number' || Number.isSafeInteger(value) || !rawJSON || !context?.source || !/^-?\d+$/.test(context.source)) return value;
-  return rawJSON(context.source);
+function keepExactNumbers(_key: string, value: unknown, context?: { source?: string }): unknown {
+  if (typeof value !== 'number' || !Number.isInteger(value) || !rawJSON || !context?.source) return value;
+  const source = context.source;
+  if (/^-?\d+$/.test(source) ? Number.isSafeInteger(value) : !/^-?\d+\.0$/.test(source)) return value;
+  return rawJSON(source);
 }
 
 /**
- * `exactIntegers`: integers beyond 2^53 in the answer come back as raw JSON values (keepLongIntegers), for
- * pages that show payloads with JSON.stringify; other pages compute on numbers and keep plain ones.
+ * `exactNumbers`: integers beyond 2^53 and whole floats in the answer come back as raw JSON values
+ * (keepExactNumbers), for pages that show payloads with JSON.stringify; other pages compute on numbers
+ * and keep plain ones.
  */
-export async function api<T>(path: string, options: { method?: string; body?: unknown; exactIntegers?: boolean } = {}): Promise<T> {
+export async function api<T>(path: string, options: { method?: string; body?: unknown; exactNumbers?: boolean } = {}): Promise<T> {
   const headers: Record<string, string> = { 'x-trainyard-ui': '1' };
   if (options.body !== undefined) headers['content-type'] = 'application/json';
   const response = await fetch(path, {
@@ -63,7 +67,7 @@ export async function api<T>(path: string, options: { method?: string; body?: un
   let body: unknown = undefined;
   if (text) {
     try {
-      body = options.exactIntegers ? JSON.parse(text, keepLongIntegers as (key: string, value: unknown) => unknown) : JSON.parse(text);
+      body = options.exactNumbers ? JSON.parse(text, keepExactNumbers as (key: string, value: unknown) => unknown) : JSON.parse(text);
     } catch {
       body = text;
     }

@@ -6,10 +6,17 @@ import type { Call } from './types.js';
  * a call with none shows no figure.
  */
 
-/** A number the summary holds, or undefined for anything else (null, "15", NaN). */
+/**
+ * A number the summary holds, or undefined for anything else (null, "15", NaN). A call's detail is read
+ * with its exact numbers as raw JSON (lib/api.ts `exactNumbers`): such a value counts as its number.
+ */
 function count(value: unknown): number | undefined {
-  return typeof value === 'number' && Number.isFinite(value) ? value : undefined;
+  const number = isRawJson(value) ? Number(value.rawJSON) : value;
+  return typeof number === 'number' && Number.isFinite(number) ? number : undefined;
 }
+
+const isRawJson = (value: unknown): value is { rawJSON: string } =>
+  (JSON as { isRawJSON?: (value: unknown) => boolean }).isRawJSON?.(value) === true;
 
 /** Each entry of a summary map that is an object (`{model: {...}}`); nulls and scalars are left out. */
 function entries(map: unknown): Record<string, unknown>[] {

@@ -147,7 +147,7 @@ function CallDetail(props: { project: string; id: string }) {
     api<{ call: Call | null }>('/traces/call/read', {
       method: 'POST',
       body: { project_id: props.project, id: props.id, include_costs: true },
-      exactIntegers: true,
+      exactNumbers: true,
     }),
   );
   const ref = `weave:///${props.project}/call/${props.id}`;

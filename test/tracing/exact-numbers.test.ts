@@ -5,9 +5,10 @@ import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../
 import { callItems, post } from './helpers.js';
 
 /**
- * Integers beyond 2^53 in call payloads, as Python clients send them (a 63-bit seed, a snowflake id):
- * stored and answered digit for digit, and matched exactly by query literals. JSON.parse would read
- * 9007199254740993 as 9007199254740992.
+ * Numbers in call payloads that JSON.parse would change, as Python clients send them: integers beyond
+ * 2^53 (a 63-bit seed, a snowflake id), stored and answered digit for digit and matched exactly by query
+ * literals (JSON.parse reads 9007199254740993 as 9007199254740992), and whole-valued floats, which read
+ * back with their point (JSON.parse and JSON.stringify turn `1.0` into `1`, an int to Python).
  */
 
 let app: App;
@@ -49,7 +50,7 @@ async function ingest(project: string, id: string): Promise<void> {
     output: ['SEED', 'NEG'],
     summary: { tokens: 'SNOWFLAKE' },
   });
-  // A plain call in the same batch: its row is written without the long_integers flag.
+  // A plain call in the same batch: its row is written without the exact_numbers flag.
   const plain = callItems(project, { id: `${id}-plain`, inputs: { n: 1 }, output: 2 });
   const response = await post(app, user, '/call/upsert_batch', withLiterals({ batch: [...plain, ...items] }, LITERALS));
   expect(response.statusCode, response.body).toBe(200);
@@ -166,6 +167,78 @@ describe('integers beyond 2^53 in calls', () => {
       ],
     });
     expect((await post(app, user, '/calls/query_stats', { project_id: project })).json()).toEqual({ count: 0 });
+  });
+});
+
+describe('whole-valued floats in calls', () => {
+  const FLOATS = { ONE: '1.0', ZERO: '0.00', BIG: '1e+16', NEG: '-2.0', HALF: '0.5' };
+
+  it('read back as floats, not ints, through /call/read, /calls/query and /calls/stream_query', async () => {
+    const project = newProject();
+    const items = callItems(project, {
+      id: 'f1',
+      attributes: { temperature: 'ONE' },
+      inputs: { scores: ['ONE', 'ZERO', 'HALF', 1], big: 'BIG', label: 'model v1.0' },
+      output: 'NEG',
+      summary: { reward: 'ONE' },
+    });
+    const plain = callItems(project, { id: 'f1-plain', inputs: { n: 1, x: 0.5 }, output: 2 });
+    expect((await post(app, user, '/call/upsert_batch', withLiterals({ batch: [...plain, ...items] }, FLOATS))).statusCode).toBe(200);
+    const expected = {
+      attributes: { temperature: '#1.0' },
+      inputs: { scores: ['#1.0', '#0.0', '#0.5', '#1'], big: '#10000000000000000.0', label: 'model v1.0' },
+      output: '#-2.0',
+    };
+    const { call } = exact((await post(app, user, '/call/read', { project_id: project, id: 'f1' })).body);
+    expect(call).toMatchObject(expected);
+    expect(call.summary.reward).toBe('#1.0');
+    const only = { project_id: project, filter: { call_ids: ['f1'] } };
+    expect(exact((await post(app, user, '/calls/query', only)).body).calls[0]).toMatchObject(expected);
+    expect(exact((await post(app, user, '/calls/stream_query', only)).body.trim())).toMatchObject(expected);
+    const withExtras = { ...only, include_costs: true, include_feedback: true, columns: ['inputs', 'output', 'summary'] };
+    expect(exact((await post(app, user, '/calls/stream_query', withExtras)).body.trim())).toMatchObject({ inputs: expected.inputs, output: '#-2.0', summary: { reward: '#1.0' } });
+    const other = exact((await post(app, user, '/call/read', { project_id: project, id: 'f1-plain' })).body).call;
+    expect([other.inputs, other.output]).toEqual([{ n: '#1', x: '#0.5' }, '#2']);
+  });
+
+  it('compare with integers and with float literals by value', async () => {
+    const project = newProject();
+    for (const [id, x] of [['float', '1.0'], ['int', '1'], ['two', '2.0']]) {
+      const items = callItems(project, { id, inputs: { x: 'X' } });
+      expect((await post(app, user, '/call/upsert_batch', withLiterals({ batch: items }, { X: x }))).statusCode).toBe(200);
+    }
+    const ids = async (literal: string) => {
+      const body = withLiterals({ project_id: project, query: { $expr: { $eq: [{ $getField: 'inputs.x' }, { $literal: 'L' }] } }, sort_by: [{ field: 'id', direction: 'asc' }] }, { L: literal });
+      const response = await post(app, user, '/calls/query', body);
+      expect(response.statusCode, response.body).toBe(200);
+      return response.json().calls.map((c: { id: string }) => c.id);
+    };
+    expect(await ids('1')).toEqual(['float', 'int']);
+    expect(await ids('1.0')).toEqual(['float', 'int']);
+    expect(await ids('2')).toEqual(['two']);
+  });
+
+  it('count as their values where the server computes with the summary: costs and a descendant error', async () => {
+    const project = newProject();
+    const summary = { usage: { 'gpt-4': { prompt_tokens: 'TOKENS', completion_tokens: 10, requests: 'ONE' } }, status_counts: { success: 'ZERO', error: 'ONE' } };
+    const items = callItems(project, { id: 'priced', summary });
+    expect((await post(app, user, '/call/upsert_batch', withLiterals({ batch: items }, { ...FLOATS, TOKENS: '2000000.0' }))).statusCode).toBe(200);
+    const { call } = exact((await post(app, user, '/call/read', { project_id: project, id: 'priced', include_costs: true })).body);
+    expect(call.summary.usage).toEqual({ 'gpt-4': { prompt_tokens: '#2000000.0', completion_tokens: '#10', requests: '#1.0' } });
+    expect(call.summary.weave.status).toBe('descendant_error');
+    // gpt-4: 3e-05 a prompt token, 6e-05 a completion token (the default price table).
+    expect(call.summary.weave.costs['gpt-4']).toMatchObject({ prompt_tokens: '#2000000', completion_tokens: '#10', requests: '#1', prompt_tokens_total_cost: '#60' });
+  });
+
+  it('outside the payloads are the numbers they were before', async () => {
+    const project = newProject();
+    const items = callItems(project, { id: 'step', inputs: { x: 'ONE' } }) as { req: { start: Record<string, unknown> } }[];
+    items[0].req.start.wb_run_step = 'STEP';
+    expect((await post(app, user, '/call/upsert_batch', withLiterals({ batch: items }, { ...FLOATS, STEP: '5.0' }))).statusCode).toBe(200);
+    const { call } = exact((await post(app, user, '/call/read', { project_id: project, id: 'step' })).body);
+    expect([call.wb_run_step, call.inputs]).toEqual(['#5', { x: '#1.0' }]);
+    const limited = await post(app, user, '/calls/query', withLiterals({ project_id: project, limit: 'ONE' }, FLOATS));
+    expect(limited.json().calls.map((c: { id: string }) => c.id)).toEqual(['step']);
   });
 });
 

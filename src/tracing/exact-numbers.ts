@@ -1,0 +1,103 @@
+import { LosslessNumber } from 'lossless-json';
+import { MARK, parseWithExactNumbers, type HeldValue } from '../http/exact-numbers.js';
+
+/**
+ * Numbers in call payloads (attributes, inputs, output, summary) that a double would change, kept from
+ * the request body to JSONB and back to every reader, as the Python server keeps them: integers beyond
+ * 2^53, digit for digit, and whole-valued floats (`1.0`, `1e+16`), which stay floats for a Python client
+ * (`1.0`, `10000000000000000.0`) instead of reading back as ints. Query literals keep their long
+ * integers, so a filter on a stored one compares with the exact value. Anything else stays a plain
+ * number, and a text that cannot hold such a literal is parsed natively, so ordinary calls cost about
+ * what they did (docs/benchmarks.md, "Exact numbers in calls").
+ *
+ * An exact number is an ExactNumber: lossless-json writes it as its literal, and JSON.stringify writes
+ * it as a marked string that `unmarkNumbers` (http/exact-numbers.ts) turns back into the literal. Every
+ * call write does that before its text reaches the database, and the tracing plugin does it to every
+ * JSON text it answers with.
+ */
+export class ExactNumber extends LosslessNumber {
+  toJSON(): string {
+    return `${MARK}${this.value}`;
+  }
+
+  /** Whether it is an integer beyond 2^53 rather than a whole float. */
+  get isInteger(): boolean {
+    return !this.value.includes('.');
+  }
+}
+
+const exactNumber = (literal: string) => new ExactNumber(literal);
+
+/**
+ * A stored payload value as a number the server computes with (token counts, status counts): a number,
+ * an ExactNumber as its double (`10.0` counts as 10), or undefined for anything else.
+ */
+export function numberOf(value: unknown): number | undefined {
+  const number = value instanceof ExactNumber ? Number(value.value) : value;
+  return typeof number === 'number' && Number.isFinite(number) ? number : undefined;
+}
+
+/** Set on a value read with exact numbers (a CallSchema of a flagged row): its JSON text needs `unmarkNumbers`. */
+const HOLDS_EXACT = Symbol('holdsExactNumbers');
+
+export function markHoldsExactNumbers(value: object): void {
+  Object.defineProperty(value, HOLDS_EXACT, { value: true });
+}
+
+/** Whether JSON.stringify's text of `value` may hold marked numbers (markHoldsExactNumbers). */
+export function holdsExactNumbers(value: unknown): boolean {
+  return value !== null && typeof value === 'object' && HOLDS_EXACT in value;
+}
+
+/** The keys whose values are call payloads: their exact numbers are kept. */
+const PAYLOAD_KEYS = new Set(['attributes', 'inputs', 'output', 'summary']);
+
+/** A query literal, whose long integers are kept (a whole float compares as its double does). */
+const LITERAL_KEY = '$literal';
+
+/** An exact number taken out of a request body for validation, to be put back after it with `restoreHeld`. */
+export type HeldNumber = HeldValue<ExactNumber>;
+
+type Kept = 'none' | 'payload' | 'literal';
+
+/**
+ * A request body parsed with its exact numbers: the body with each one replaced by the nearest double,
+ * which is what the schemas check (as before), and those of them in payloads and query literals, to put
+ * back with `restoreHeld` once the body is validated. Elsewhere (limits, steps) validation's double stays.
+ */
+export function parseExactNumbers(text: string): { value: unknown; held: HeldNumber[] } {
+  const { value, exact } = parseWithExactNumbers(text, exactNumber, { wholeFloats: true });
+  if (!exact) return { value, held: [] };
+  const held: HeldNumber[] = [];
+  const path: (string | number)[] = [];
+  const walk = (item: unknown, kept: Kept): unknown => {
+    if (item instanceof ExactNumber) {
+      if (kept === 'payload' || (kept === 'literal' && item.isInteger)) held.push({ path: [...path], value: item });
+      return Number(item.value);
+    }
+    if (Array.isArray(item)) {
+      for (let i = 0; i < item.length; i++) {
+        path.push(i);
+        item[i] = walk(item[i], kept);
+        path.pop();
+      }
+    } else if (item !== null && typeof item === 'object') {
+      const object = item as Record<string, unknown>;
+      for (const key of Object.keys(object)) {
+        path.push(key);
+        object[key] = walk(object[key], kept !== 'none' ? kept : PAYLOAD_KEYS.has(key) ? 'payload' : key === LITERAL_KEY ? 'literal' : 'none');
+        path.pop();
+      }
+    }
+    return item;
+  };
+  return { value: walk(value, 'none'), held };
+}
+
+/**
+ * A call payload's JSON text (as JSONB keeps it: every digit, `1.0` apart from `1`), its exact numbers as
+ * ExactNumbers. `stored`: the text of a row flagged as holding them, scanned without a native parse first.
+ */
+export function parsePayloadText(text: string, stored = false): unknown {
+  return parseWithExactNumbers(text, exactNumber, { plain: true, wholeFloats: true, scanFirst: stored }).value;
+}
