@@ -83,8 +83,9 @@ export function parseWithExactNumbers(text: string, make: (literal: string) => u
 
 /**
  * The text to keep for a number literal (its fraction and exponent as matched) that a double would
- * change, or undefined for one it keeps. A whole float below 1e21 is one JSON.stringify writes without a
- * point or an exponent; from 1e21 it writes an exponent, which Python reads as a float.
+ * change, or undefined for one it keeps. A whole float is kept as its integer digits and `.0`, from 1e21
+ * up too: JSON.stringify would write an exponent there, which JSONB spells out as digits without a point,
+ * and those would read back as an integer.
  */
 function exactText(literal: string, fraction: string | undefined, exponent: string | undefined, wholeFloats: boolean): string | undefined {
   if (fraction === undefined && exponent === undefined) {
@@ -95,8 +96,17 @@ function exactText(literal: string, fraction: string | undefined, exponent: stri
   if (!wholeFloats) return undefined;
   if (exponent === undefined ? !/^\.0+$/.test(fraction!) : exponent.includes('-')) return undefined;
   const value = Number(literal);
-  if (!Number.isInteger(value) || Math.abs(value) >= 1e21) return undefined;
-  return `${Object.is(value, -0) ? '-0' : String(value)}.0`;
+  if (!Number.isInteger(value)) return undefined;
+  return `${Object.is(value, -0) ? '-0' : integerDigits(value)}.0`;
+}
+
+/** A whole double's decimal digits from its shortest form (`1.5e+300` is 15 and 299 zeros). */
+function integerDigits(value: number): string {
+  const text = String(value);
+  const e = text.indexOf('e');
+  if (e < 0) return text;
+  const [whole, fraction = ''] = text.slice(0, e).split('.');
+  return whole + fraction + '0'.repeat(Number(text.slice(e + 1)) - fraction.length);
 }
 
 /**

@@ -28,6 +28,10 @@ export class ExactNumber extends LosslessNumber {
 
 const exactNumber = (literal: string) => new ExactNumber(literal);
 
+/** A JSON object that is no ExactNumber (which is an object too). */
+export const isJsonObject = (value: unknown): value is Record<string, unknown> =>
+  value !== null && typeof value === 'object' && !Array.isArray(value) && !(value instanceof ExactNumber);
+
 /**
  * A stored payload value as a number the server computes with (token counts, status counts): a number,
  * an ExactNumber as its double (`10.0` counts as 10), or undefined for anything else.
@@ -49,16 +53,19 @@ export function holdsExactNumbers(value: unknown): boolean {
   return value !== null && typeof value === 'object' && HOLDS_EXACT in value;
 }
 
-/** The keys whose values are call payloads: their exact numbers are kept. */
-const PAYLOAD_KEYS = new Set(['attributes', 'inputs', 'output', 'summary']);
+/** The keys whose values are payloads (of calls, and of feedback): their exact numbers are kept. */
+const PAYLOAD_KEYS = new Set(['attributes', 'inputs', 'output', 'summary', 'payload']);
 
 /** A query literal, whose long integers are kept (a whole float compares as its double does). */
 const LITERAL_KEY = '$literal';
 
+/** A call's OpenTelemetry span, stored as JSON.parse reads it: its `attributes` are no call payload. */
+const OPAQUE_KEY = 'otel_dump';
+
 /** An exact number taken out of a request body for validation, to be put back after it with `restoreHeld`. */
 export type HeldNumber = HeldValue<ExactNumber>;
 
-type Kept = 'none' | 'payload' | 'literal';
+type Kept = 'none' | 'payload' | 'literal' | 'opaque';
 
 /**
  * A request body parsed with its exact numbers: the body with each one replaced by the nearest double,
@@ -85,7 +92,7 @@ export function parseExactNumbers(text: string): { value: unknown; held: HeldNum
       const object = item as Record<string, unknown>;
       for (const key of Object.keys(object)) {
         path.push(key);
-        object[key] = walk(object[key], kept !== 'none' ? kept : PAYLOAD_KEYS.has(key) ? 'payload' : key === LITERAL_KEY ? 'literal' : 'none');
+        object[key] = walk(object[key], kept !== 'none' ? kept : PAYLOAD_KEYS.has(key) ? 'payload' : key === LITERAL_KEY ? 'literal' : key === OPAQUE_KEY ? 'opaque' : 'none');
         path.pop();
       }
     }

@@ -51,7 +51,7 @@ describe('whole-valued float literals', () => {
   });
 
   it('leave other floats, integers, strings and negative exponents as JSON.parse reads them', () => {
-    for (const text of ['{"a":1.05}', '{"a":[0.5, 2.25, 7, -1]}', '{"ref":"weave:///e/p/object/o:3e5f01"}', '{"v":"x:1.0", "n": 2}', '[1e-7, 10e-1, 1.0e-0]', '[1e21, 2]']) {
+    for (const text of ['{"a":1.05}', '{"a":[0.5, 2.25, 7, -1]}', '{"ref":"weave:///e/p/object/o:3e5f01"}', '{"v":"x:1.0", "n": 2}', '[1e-7, 10e-1, 1.0e-0]']) {
       expect(parseWithExactNumbers(text, digits, keep), text).toEqual({ value: JSON.parse(text), exact: false });
     }
   });
@@ -59,7 +59,9 @@ describe('whole-valued float literals', () => {
   it('are kept as <digits>.0, a form JSONB keeps, while other floats and safe integers stay doubles', () => {
     const cases: [string, unknown][] = [
       ['{"a":1.0,"b":-2.000,"c":0.0,"d":-0.0}', { a: '<1.0>', b: '<-2.0>', c: '<0.0>', d: '<-0.0>' }],
-      ['[1e+16,1.5e+16,1E3,12.5e1,1e21,1e-7,0.5,3]', ['<10000000000000000.0>', '<15000000000000000.0>', '<1000.0>', '<125.0>', 1e21, 1e-7, 0.5, 3]],
+      ['[1e+16,1.5e+16,1E3,12.5e1,1e-7,0.5,3]', ['<10000000000000000.0>', '<15000000000000000.0>', '<1000.0>', '<125.0>', 1e-7, 0.5, 3]],
+      // From 1e21 JSON.stringify writes an exponent, which JSONB spells out without a point.
+      ['[1e+21,-1.5e+300,1000000000000000000000.0]', ['<1000000000000000000000.0>', `<-15${'0'.repeat(299)}.0>`, '<1000000000000000000000.0>']],
       ['{"s":"1.0","n":[1.0,12345678901234567890]}', { s: '1.0', n: ['<1.0>', '<12345678901234567890>'] }],
     ];
     for (const [text, value] of cases) expect(parseWithExactNumbers(text, digits, keep).value, text).toEqual(value);

@@ -253,14 +253,15 @@ def test_integers_beyond_a_double_read_back_exactly_and_filter_exactly(stack, cl
 
 
 def test_whole_floats_read_back_as_floats(stack, client, project, write_path):
-    """A float with a whole value stays a float (1.0, not 1) in inputs, output and summary, as the Python
-    server keeps it, so a pandas column of scores stays float64; ints stay ints."""
+    """A float with a whole value stays a float (1.0, not 1) in inputs, output, summary and feedback, as the
+    Python server keeps it, so a pandas column of scores stays float64; ints stay ints."""
 
     @weave.op
     def score(temperature: float, tries: int) -> dict:
         return {"reward": 1.0, "losses": [0.0, 0.5, 2.0], "big": 1e16, "count": 3}
 
-    score(1.0, 2)
+    _, scored = score.call(1.0, 2)
+    scored.feedback.add("rating", {"stars": 5.0, "seed": 2**63 - 1})
     client.flush()
 
     (call,) = client.get_calls()
@@ -272,6 +273,9 @@ def test_whole_floats_read_back_as_floats(stack, client, project, write_path):
     assert all(isinstance(x, float) for x in call.output["losses"])
     (row,) = read_calls(stack, project)
     assert type(row["inputs"]["temperature"]) is float and type(row["output"]["count"]) is int
+    (rating,) = [f for f in client.get_call(call.id).feedback if f.feedback_type == "rating"]
+    assert rating.payload == {"stars": 5.0, "seed": 2**63 - 1}
+    assert isinstance(rating.payload["stars"], float)
 
 
 def test_feedback_reactions_notes_and_scorer_results(stack, client, project, write_path):

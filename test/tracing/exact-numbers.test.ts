@@ -171,14 +171,14 @@ describe('integers beyond 2^53 in calls', () => {
 });
 
 describe('whole-valued floats in calls', () => {
-  const FLOATS = { ONE: '1.0', ZERO: '0.00', BIG: '1e+16', NEG: '-2.0', HALF: '0.5' };
+  const FLOATS = { ONE: '1.0', ZERO: '0.00', BIG: '1e+16', HUGE: '1e+21', NEG: '-2.0', HALF: '0.5' };
 
   it('read back as floats, not ints, through /call/read, /calls/query and /calls/stream_query', async () => {
     const project = newProject();
     const items = callItems(project, {
       id: 'f1',
       attributes: { temperature: 'ONE' },
-      inputs: { scores: ['ONE', 'ZERO', 'HALF', 1], big: 'BIG', label: 'model v1.0' },
+      inputs: { scores: ['ONE', 'ZERO', 'HALF', 1], big: 'BIG', huge: 'HUGE', label: 'model v1.0' },
       output: 'NEG',
       summary: { reward: 'ONE' },
     });
@@ -186,7 +186,7 @@ describe('whole-valued floats in calls', () => {
     expect((await post(app, user, '/call/upsert_batch', withLiterals({ batch: [...plain, ...items] }, FLOATS))).statusCode).toBe(200);
     const expected = {
       attributes: { temperature: '#1.0' },
-      inputs: { scores: ['#1.0', '#0.0', '#0.5', '#1'], big: '#10000000000000000.0', label: 'model v1.0' },
+      inputs: { scores: ['#1.0', '#0.0', '#0.5', '#1'], big: '#10000000000000000.0', huge: '#1000000000000000000000.0', label: 'model v1.0' },
       output: '#-2.0',
     };
     const { call } = exact((await post(app, user, '/call/read', { project_id: project, id: 'f1' })).body);
@@ -220,25 +220,63 @@ describe('whole-valued floats in calls', () => {
 
   it('count as their values where the server computes with the summary: costs and a descendant error', async () => {
     const project = newProject();
-    const summary = { usage: { 'gpt-4': { prompt_tokens: 'TOKENS', completion_tokens: 10, requests: 'ONE' } }, status_counts: { success: 'ZERO', error: 'ONE' } };
+    // A float where the server expects an object (a model's usage, summary.weave) is no object.
+    const summary = { usage: { 'gpt-4': { prompt_tokens: 'TOKENS', completion_tokens: 10, requests: 'ONE' }, 'gpt-4o': 'ONE' }, status_counts: { success: 'ZERO', error: 'ONE' }, weave: 'ONE' };
     const items = callItems(project, { id: 'priced', summary });
     expect((await post(app, user, '/call/upsert_batch', withLiterals({ batch: items }, { ...FLOATS, TOKENS: '2000000.0' }))).statusCode).toBe(200);
     const { call } = exact((await post(app, user, '/call/read', { project_id: project, id: 'priced', include_costs: true })).body);
-    expect(call.summary.usage).toEqual({ 'gpt-4': { prompt_tokens: '#2000000.0', completion_tokens: '#10', requests: '#1.0' } });
+    expect(call.summary.usage).toEqual({ 'gpt-4': { prompt_tokens: '#2000000.0', completion_tokens: '#10', requests: '#1.0' }, 'gpt-4o': '#1.0' });
+    expect(Object.keys(call.summary.weave).sort()).toEqual(['costs', 'latency_ms', 'status', 'trace_name']);
+    expect(Object.keys(call.summary.weave.costs)).toEqual(['gpt-4']);
     expect(call.summary.weave.status).toBe('descendant_error');
     // gpt-4: 3e-05 a prompt token, 6e-05 a completion token (the default price table).
     expect(call.summary.weave.costs['gpt-4']).toMatchObject({ prompt_tokens: '#2000000', completion_tokens: '#10', requests: '#1', prompt_tokens_total_cost: '#60' });
   });
 
-  it('outside the payloads are the numbers they were before', async () => {
+  it('outside the payloads are the numbers they were before, an OpenTelemetry span\'s attributes included', async () => {
     const project = newProject();
     const items = callItems(project, { id: 'step', inputs: { x: 'ONE' } }) as { req: { start: Record<string, unknown> } }[];
     items[0].req.start.wb_run_step = 'STEP';
+    items[0].req.start.otel_dump = { name: 'span', attributes: { temperature: 'ONE' } };
     expect((await post(app, user, '/call/upsert_batch', withLiterals({ batch: items }, { ...FLOATS, STEP: '5.0' }))).statusCode).toBe(200);
     const { call } = exact((await post(app, user, '/call/read', { project_id: project, id: 'step' })).body);
-    expect([call.wb_run_step, call.inputs]).toEqual(['#5', { x: '#1.0' }]);
+    expect([call.wb_run_step, call.inputs, call.attributes.otel_span]).toEqual(['#5', { x: '#1.0' }, { name: 'span', attributes: { temperature: '#1' } }]);
     const limited = await post(app, user, '/calls/query', withLiterals({ project_id: project, limit: 'ONE' }, FLOATS));
     expect(limited.json().calls.map((c: { id: string }) => c.id)).toEqual(['step']);
+  });
+});
+
+describe('numbers a double would change in feedback payloads', () => {
+  const LITS = { SEED: '9223372036854775807', ONE: '1.0' };
+
+  it('are stored and answered as sent by /feedback/create, /feedback/query and include_feedback, and matched exactly', async () => {
+    const project = newProject();
+    expect((await post(app, user, '/call/upsert_batch', { batch: callItems(project, { id: 'c', inputs: {} }) })).statusCode).toBe(200);
+    const create = (id: string, seed: string) =>
+      post(app, user, '/feedback/create', withLiterals({ project_id: project, id, weave_ref: `weave:///${project}/call/c`, feedback_type: 'score', payload: { score: 'ONE', seed: 'SEED', n: 2 } }, { ...LITS, SEED: seed }));
+    const created = await create('f1', LITS.SEED);
+    expect(created.statusCode, created.body).toBe(200);
+    expect(exact(created.body).payload).toEqual({ score: '#1.0', seed: '#9223372036854775807', n: '#2' });
+    // 2^63 - 2 is the same double as 2^63 - 1.
+    expect((await create('f2', '9223372036854775806')).statusCode).toBe(200);
+
+    const query = (body: Record<string, unknown>) => post(app, user, '/feedback/query', withLiterals({ project_id: project, sort_by: [{ field: 'id', direction: 'asc' }], ...body }, LITS));
+    const all = exact((await query({ fields: ['id', 'payload', 'payload.score'] })).body).result;
+    expect(all).toEqual([
+      { id: 'f1', payload: { score: '#1.0', seed: '#9223372036854775807', n: '#2' }, 'payload.score': '#1.0' },
+      { id: 'f2', payload: { score: '#1.0', seed: '#9223372036854775806', n: '#2' }, 'payload.score': '#1.0' },
+    ]);
+    const matched = await query({ fields: ['id'], query: { $expr: { $eq: [{ $getField: 'payload.seed' }, { $literal: 'SEED' }] } } });
+    expect(matched.json().result).toEqual([{ id: 'f1' }]);
+
+    const only = { project_id: project, filter: { call_ids: ['c'] }, include_feedback: true };
+    const streamed = exact((await post(app, user, '/calls/stream_query', only)).body.trim());
+    expect(streamed.summary.weave.feedback.map((f: { payload: unknown }) => f.payload)).toEqual([
+      { score: '#1.0', seed: '#9223372036854775807', n: '#2' },
+      { score: '#1.0', seed: '#9223372036854775806', n: '#2' },
+    ]);
+    const [queried] = exact((await post(app, user, '/calls/query', only)).body).calls;
+    expect(queried.summary.weave.feedback[0].payload.score).toBe('#1.0');
   });
 });
 

@@ -13,9 +13,9 @@ declare module 'fastify' {
      */
     losslessBody?: boolean;
     /**
-     * Keep the numbers a double would change in this route's call payloads and query literals
-     * (tracing/exact-numbers.ts): the schemas check the nearest double, and the handler gets the exact
-     * values back in `request.body`.
+     * Keep the numbers a double would change in this route's payloads (of calls and feedback) and
+     * query literals (tracing/exact-numbers.ts): the schemas check the nearest double, and the handler
+     * gets the exact values back in `request.body`.
      */
     exactNumbers?: boolean;
   }

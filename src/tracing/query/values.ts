@@ -28,12 +28,13 @@ export type FieldValue = Exclude<Value, { kind: 'literal' }>;
 
 // No backslashes in these patterns: kysely's `sql` tag reads cooked template strings.
 /**
- * What text reads as a number. Digits are bounded (200 on each side of a point, 400 without one;
- * PostgreSQL's regex repeats go to 255): numeric holds 131,072 digits before the point, so
- * one huge stored digit string would otherwise fail every query that casts that path. Longer digit
- * runs read as "not a number".
+ * What text reads as a number. Digits are bounded (200 on each side of a point, 400 without one or
+ * before a fraction of zeros, the form a whole float up to 1.8e308 is stored in: tracing/exact-numbers.ts;
+ * PostgreSQL's regex repeats go to 255): numeric holds 131,072 digits before the point, so one huge
+ * stored digit string would otherwise fail every query that casts that path. Longer digit runs read as
+ * "not a number".
  */
-const NUMBER_PATTERN = `'^ *[-+]?([0-9]{1,200}[.]?[0-9]{0,200}|[.][0-9]{1,200})([eE][-+]?[0-9]{1,3})? *$'`;
+const NUMBER_PATTERN = `'^ *[-+]?([0-9]{1,200}[.]?[0-9]{0,200}|[0-9]{1,200}[0-9]{0,200}[.]0{1,200}|[.][0-9]{1,200})([eE][-+]?[0-9]{1,3})? *$'`;
 /**
  * NUMBER_PATTERN without the bounds. The bounded repeats make PostgreSQL's regex engine slow (20 to
  * 25 µs a row against 1 to 2 µs for this one, on PostgreSQL 15 and PGlite), so text is tested against

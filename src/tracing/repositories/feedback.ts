@@ -110,10 +110,17 @@ function where(projectId: string, query: Query | null | undefined): RawBuilder<u
   return sql.join(conditions, sql` and `);
 }
 
-/** A field of a feedback query as SQL: columns (timestamps as ISO text) and payload paths. */
+/** Whether a field of a feedback query is the payload or a path in it (JSON, the rest are text). */
+export const isPayloadField = (column: string): boolean => column === 'payload' || column.startsWith('payload.');
+
+/**
+ * A field of a feedback query as SQL: columns (timestamps as ISO text), and the payload and paths in
+ * it as JSON text, which the service parses keeping numbers a double would change.
+ */
 export function feedbackFieldSql(column: string): RawBuilder<unknown> {
   if (column === 'created_at') return isoText(sql.ref('trace_feedback.created_at'));
-  return resolve(column).sql;
+  const field = resolve(column).sql;
+  return isPayloadField(column) ? sql`(${field})::text` : field;
 }
 
 export async function queryFeedback(db: Executor, args: FeedbackQueryArgs): Promise<Record<string, unknown>[]> {

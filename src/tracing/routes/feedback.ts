@@ -20,6 +20,7 @@ export const feedbackRoutes: FastifyPluginAsyncZod = async (app) => {
   app.post(
     '/feedback/create',
     {
+      config: { exactNumbers: true },
       schema: {
         tags,
         summary: 'Create feedback on a ref',
@@ -37,7 +38,7 @@ export const feedbackRoutes: FastifyPluginAsyncZod = async (app) => {
 
   app.post(
     '/feedback/batch/create',
-    { schema: { tags, summary: 'Create several feedback rows, all or nothing', body: FeedbackBatchCreateBody, response: { 200: FeedbackBatchCreateResponse } } },
+    { config: { exactNumbers: true }, schema: { tags, summary: 'Create several feedback rows, all or nothing', body: FeedbackBatchCreateBody, response: { 200: FeedbackBatchCreateResponse } } },
     async (request) => {
       for (const projectId of new Set(request.body.batch.map((item) => item.project_id))) projectFor(request, projectId, 'batch.project_id');
       return { res: await feedback.createFeedback(deps, { userId: principalOf(request).userId, items: request.body.batch }) };
@@ -46,7 +47,7 @@ export const feedbackRoutes: FastifyPluginAsyncZod = async (app) => {
 
   app.post(
     '/feedback/query',
-    { schema: { tags, summary: 'Query feedback', body: FeedbackQueryBody, response: { 200: FeedbackQueryResponse } } },
+    { config: { exactNumbers: true }, schema: { tags, summary: 'Query feedback', body: FeedbackQueryBody, response: { 200: FeedbackQueryResponse } } },
     async (request) => {
       const { body } = request;
       const projectId = projectFor(request, body.project_id);
@@ -67,6 +68,7 @@ export const feedbackRoutes: FastifyPluginAsyncZod = async (app) => {
   app.post(
     '/feedback/replace',
     {
+      config: { exactNumbers: true },
       schema: {
         tags,
         summary: 'Replace a feedback row',

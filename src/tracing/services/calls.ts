@@ -1,7 +1,7 @@
 import { channel } from 'node:diagnostics_channel';
 import { InvalidRequestError } from '../../errors.js';
 import { hasMarkedNumbers, unmarkNumbers } from '../../http/exact-numbers.js';
-import { markHoldsExactNumbers, numberOf, parsePayloadText } from '../exact-numbers.js';
+import { isJsonObject, markHoldsExactNumbers, numberOf, parsePayloadText } from '../exact-numbers.js';
 import { uuidv7 } from '../ids.js';
 import { extractRefs, isWeaveRef, REF_SCHEME } from '../refs.js';
 import * as repo from '../repositories/calls.js';
@@ -300,7 +300,10 @@ async function finish(
     const byCall = await feedbackByCall(deps, projectId, withSummary.map((call) => call.id as string));
     for (const call of withSummary) {
       const summary = call.summary as Record<string, unknown>;
-      summary.weave = { ...(summary.weave as object), feedback: byCall.get(call.id as string) ?? [] };
+      const feedback = byCall.get(call.id as string) ?? [];
+      summary.weave = { ...(summary.weave as object), feedback };
+      // A feedback payload may hold exact numbers (feedbackByCall parses it keeping them).
+      if (feedback.length > 0) markHoldsExactNumbers(call);
     }
   }
   return calls;
@@ -355,7 +358,7 @@ export function toCallSchema(stored: repo.CallRow, selection: repo.CallSelection
     const stored = (row.summary as Record<string, unknown> | null) ?? {};
     const weave: Record<string, unknown> = { status: status(row), trace_name: displayName ?? traceName(opName) };
     if (row.ended_at != null && row.latency_ms != null) weave.latency_ms = Number(row.latency_ms);
-    call.summary = { ...stored, weave: { ...(isObject(stored.weave) ? stored.weave : {}), ...weave } };
+    call.summary = { ...stored, weave: { ...(isJsonObject(stored.weave) ? stored.weave : {}), ...weave } };
   }
   if (selection.storageSize) call.storage_size_bytes = row.storage_size_bytes == null ? null : Number(row.storage_size_bytes);
   if (selection.totalStorageSize) call.total_storage_size_bytes = row.total_storage_size_bytes == null ? null : Number(row.total_storage_size_bytes);
@@ -373,12 +376,11 @@ function withExactPayloads(stored: repo.CallRow): repo.CallRow {
   return row;
 }
 
-const isObject = (value: unknown): value is Record<string, unknown> => value !== null && typeof value === 'object' && !Array.isArray(value);
 
 function status(row: repo.CallRow): string {
   if (row.exception != null) return 'error';
-  const counts = isObject(row.summary) ? row.summary.status_counts : undefined;
-  if (isObject(counts) && (numberOf(counts.error) ?? 0) > 0) return 'descendant_error';
+  const counts = isJsonObject(row.summary) ? row.summary.status_counts : undefined;
+  if (isJsonObject(counts) && (numberOf(counts.error) ?? 0) > 0) return 'descendant_error';
   if (row.ended_at == null) return 'running';
   return 'success';
 }
@@ -411,7 +413,7 @@ async function expandCallColumns(db: Executor, projectId: string, calls: Record<
     for (const site of sites) {
       const value = values.get(site.ref);
       if (value === undefined) continue;
-      const expanded = isObject(value) ? { ...value, _ref: site.ref } : value;
+      const expanded = isJsonObject(value) ? { ...value, _ref: site.ref } : value;
       (site.parent as Record<string | number, unknown>)[site.key] = expanded;
     }
   }
@@ -419,6 +421,6 @@ async function expandCallColumns(db: Executor, projectId: string, calls: Record<
 
 function child(value: unknown, segment: string): unknown {
   if (Array.isArray(value)) return /^\d+$/.test(segment) ? value[Number(segment)] : undefined;
-  if (isObject(value)) return Object.hasOwn(value, segment) ? value[segment] : undefined;
+  if (isJsonObject(value)) return Object.hasOwn(value, segment) ? value[segment] : undefined;
   return undefined;
 }

@@ -1,7 +1,7 @@
 import { purgeIds } from '../query/table-fields.js';
 import type { Query, SortBy } from '../query/schema.js';
 import { uuidv7 } from '../ids.js';
-import { numberOf } from '../exact-numbers.js';
+import { isJsonObject, numberOf } from '../exact-numbers.js';
 import * as repo from '../repositories/costs.js';
 import type { CostCreateInput } from '../schemas/costs.js';
 import type { TracingDeps } from './deps.js';
@@ -41,7 +41,6 @@ export async function purgeCosts(deps: TracingDeps, args: { projectId: string; q
   await repo.deleteProjectPrices(deps.db, { projectId: args.projectId, ids: purgeIds(args.query, 'cost') });
 }
 
-const isObject = (value: unknown): value is Record<string, unknown> => value !== null && typeof value === 'object' && !Array.isArray(value);
 const count = (value: unknown): number => numberOf(value) ?? 0;
 
 /**
@@ -71,7 +70,7 @@ export function effectivePrice(candidates: readonly repo.PriceRow[], startedAt: 
 export function callCosts(usage: Record<string, unknown>, startedAt: string, prices: Map<string, repo.PriceRow[]>): Record<string, unknown> {
   const costs: Record<string, unknown> = {};
   for (const [model, raw] of Object.entries(usage)) {
-    if (!isObject(raw)) continue;
+    if (!isJsonObject(raw)) continue;
     const price = effectivePrice(prices.get(model) ?? [], startedAt);
     if (!price) continue;
     const promptTokens = count(raw.prompt_tokens) + count(raw.input_tokens);
@@ -103,7 +102,7 @@ export async function addCosts(deps: TracingDeps, projectId: string, calls: Reco
   const models = new Set<string>();
   const usageOf = (call: Record<string, unknown>) => {
     const summary = call.summary;
-    return isObject(summary) && isObject(summary.usage) ? summary.usage : undefined;
+    return isJsonObject(summary) && isJsonObject(summary.usage) ? summary.usage : undefined;
   };
   for (const call of calls) for (const model of Object.keys(usageOf(call) ?? {})) models.add(model);
   const rows = await repo.pricesFor(deps.db, { projectId, llmIds: [...models] });
@@ -111,11 +110,11 @@ export async function addCosts(deps: TracingDeps, projectId: string, calls: Reco
   for (const row of rows) prices.set(row.llm_id, [...(prices.get(row.llm_id) ?? []), row]);
   for (const call of calls) {
     const summary = call.summary;
-    if (!isObject(summary)) continue;
+    if (!isJsonObject(summary)) continue;
     const costs = callCosts(usageOf(call) ?? {}, String(call.started_at), prices);
     // weave's server leaves `costs` out when no model of the call has a price (not `costs: {}`).
     if (Object.keys(costs).length === 0) continue;
-    const weave = isObject(summary.weave) ? summary.weave : {};
+    const weave = isJsonObject(summary.weave) ? summary.weave : {};
     summary.weave = { ...weave, costs };
   }
 }

@@ -1,4 +1,6 @@
 import { InvalidRequestError, PayloadTooLargeError } from '../../errors.js';
+import { unmarkNumbers } from '../../http/exact-numbers.js';
+import { parsePayloadText } from '../exact-numbers.js';
 import { InvalidFieldError } from '../query/expr.js';
 import { purgeIds } from '../query/table-fields.js';
 import type { Query, SortBy } from '../query/schema.js';
@@ -86,7 +88,8 @@ export function prepareFeedback(body: FeedbackCreateBody, userId: string): repo.
     if (body.trigger_ref) throw invalid('trigger_ref is only allowed for wandb.runnable.* feedback');
   }
 
-  const text = JSON.stringify(payload);
+  // Exact numbers (tracing/exact-numbers.ts) are written as their literals: JSONB keeps them.
+  const text = unmarkNumbers(JSON.stringify(payload));
   const bytes = Buffer.byteLength(text);
   if (bytes > MAX_PAYLOAD_BYTES) throw new PayloadTooLargeError(`Feedback payload too large: ${bytes} bytes > ${MAX_PAYLOAD_BYTES} bytes`);
 
@@ -107,7 +110,7 @@ export function prepareFeedback(body: FeedbackCreateBody, userId: string): repo.
 }
 
 function created(row: repo.FeedbackWrite, createdAt: string): FeedbackCreated {
-  return { id: row.id, created_at: createdAt, wb_user_id: row.wbUserId, payload: JSON.parse(row.payload) };
+  return { id: row.id, created_at: createdAt, wb_user_id: row.wbUserId, payload: parsePayloadText(row.payload) as Record<string, unknown> };
 }
 
 /**
@@ -177,10 +180,11 @@ export async function queryFeedback(
   }
   const select = fields.map((field) => {
     const column = field.endsWith('_dump') ? field.slice(0, -'_dump'.length) : field;
-    return { key: column, sql: repo.feedbackFieldSql(column) };
+    return { key: column, sql: repo.feedbackFieldSql(column), json: repo.isPayloadField(column) };
   });
-  // A payload path reads as JSONB; a whole payload too. Both come back parsed from the driver.
+  // A payload, or a path in one, comes as JSON text, parsed keeping its exact numbers.
   const rows = await repo.queryFeedback(deps.db, { ...args, select });
+  for (const row of rows) for (const { key, json } of select) if (json && typeof row[key] === 'string') row[key] = parsePayloadText(row[key] as string);
   const paged = args.limit != null || Boolean(args.offset);
   return { result: rows, total_count: paged ? await repo.countFeedback(deps.db, args) : rows.length };
 }
@@ -192,6 +196,7 @@ export async function feedbackByCall(deps: TracingDeps, projectId: string, callI
   const rows = await repo.feedbackForRefs(deps.db, { projectId, refs: [...byRef.keys()] });
   const out = new Map<string, Record<string, unknown>[]>();
   for (const row of rows) {
+    if (typeof row.payload === 'string') row.payload = parsePayloadText(row.payload);
     const id = byRef.get(row.weave_ref as string)!;
     const list = out.get(id) ?? [];
     list.push(isObject(row) ? row : {});
