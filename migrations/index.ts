@@ -18,6 +18,7 @@ import * as claimIds from './0018_claim_ids.js';
 import * as legacyLoraArtifacts from './0019_legacy_lora_artifacts.js';
 import * as callLongIntegers from './0020_call_long_integers.js';
 import * as callExactNumbers from './0021_call_exact_numbers.js';
+import * as feedbackExactNumbers from './0022_feedback_exact_numbers.js';
 
 /**
  * Every migration, in order. Listed here rather than read from the folder so that the same list runs
@@ -43,4 +44,5 @@ export const migrations: Record<string, Migration> = {
   '0019_legacy_lora_artifacts': legacyLoraArtifacts,
   '0020_call_long_integers': callLongIntegers,
   '0021_call_exact_numbers': callExactNumbers,
+  '0022_feedback_exact_numbers': feedbackExactNumbers,
 };

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { PayloadTooLargeError } from '../errors.js';
 import { isPlainJson, parseJsonBody } from './json-body.js';
 
 /**
@@ -110,11 +111,19 @@ function integerDigits(value: number): string {
 }
 
 /**
+ * The most a marked text may grow to, in characters: 16 times the text (a `1.0` grows 10 times as a mark),
+ * and never past 256 Mi characters (V8 refuses strings of 512 Mi). A body of large whole floats (`1e308`
+ * is 309 digits) would pass both.
+ */
+const markedLimit = (length: number): number => Math.min(16 * length + 65_536, 256 * 2 ** 20);
+
+/**
  * The text with each number literal outside strings that a double would change put in a marked string.
  * One pass, linear in the text whatever it holds (invalid JSON included: it is scanned before JSON.parse
- * refuses it).
+ * refuses it). A text whose marks would pass `markedLimit` is a 413.
  */
 function markExactNumbers(text: string, wholeFloats: boolean): string {
+  const limit = markedLimit(text.length);
   let out = '';
   let copied = 0;
   const number = /-?\d+(\.\d+)?([eE][+-]?\d+)?/y;
@@ -140,6 +149,9 @@ function markExactNumbers(text: string, wholeFloats: boolean): string {
       if (kept !== undefined) {
         out += `${text.slice(copied, i)}"${MARK_JSON}${kept}"`;
         copied = i + literal.length;
+        if (out.length + (text.length - copied) > limit) {
+          throw new PayloadTooLargeError(`The body's numbers, written out exactly, take more than ${limit} characters; send fewer or smaller whole floats.`);
+        }
       }
       i += literal.length - 1;
     }

@@ -120,6 +120,8 @@ export interface FeedbackTable {
   call_ref: string | null;
   trigger_ref: string | null;
   queue_id: string | null;
+  /** Whether the payload may hold numbers a double would change (tracing/exact-numbers.ts): read as text when it may. */
+  exact_numbers: ColumnType<boolean, boolean | undefined, boolean>;
 }
 
 /**

@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { parse } from 'lossless-json';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
@@ -233,6 +234,18 @@ describe('whole-valued floats in calls', () => {
     expect(call.summary.weave.costs['gpt-4']).toMatchObject({ prompt_tokens: '#2000000', completion_tokens: '#10', requests: '#1', prompt_tokens_total_cost: '#60' });
   });
 
+  it('refuse a body whose whole floats, written out, would take more than 16 times its size, and store nothing', async () => {
+    const project = newProject();
+    // 1e308 is 309 digits written out: 3,000 of them in 18 KB of body.
+    const body = JSON.stringify({ batch: callItems(project, { id: 'huge', inputs: { x: 'HUGE' } }) }).replace('"HUGE"', `[${Array(3000).fill('1e308').join(',')}]`);
+    const response = await post(app, user, '/call/upsert_batch', body);
+    expect(response.statusCode).toBe(413);
+    expect(response.json()).toEqual({ reason: expect.stringMatching(/^The body's numbers, written out exactly, take more than \d+ characters; send fewer or smaller whole floats\.$/) });
+    expect((await post(app, user, '/calls/query_stats', { project_id: project })).json()).toEqual({ count: 0 });
+    const fine = JSON.stringify({ batch: callItems(project, { id: 'fine', inputs: { x: 'MASK' } }) }).replace('"MASK"', `[${Array(3000).fill('1.0').join(',')}]`);
+    expect((await post(app, user, '/call/upsert_batch', fine)).statusCode).toBe(200);
+  });
+
   it('outside the payloads are the numbers they were before, an OpenTelemetry span\'s attributes included', async () => {
     const project = newProject();
     const items = callItems(project, { id: 'step', inputs: { x: 'ONE' } }) as { req: { start: Record<string, unknown> } }[];
@@ -277,6 +290,19 @@ describe('numbers a double would change in feedback payloads', () => {
     ]);
     const [queried] = exact((await post(app, user, '/calls/query', only)).body).calls;
     expect(queried.summary.weave.feedback[0].payload.score).toBe('#1.0');
+  });
+
+  it('read as before from a row written without them, where JSONB spelled a float out as digits', async () => {
+    const project = newProject();
+    expect((await post(app, user, '/call/upsert_batch', { batch: callItems(project, { id: 'c', inputs: {} }) })).statusCode).toBe(200);
+    // As an older release stored {"x": 1e21}: JSON.stringify wrote 1e+21, which JSONB keeps as 22 digits.
+    await sql`insert into trace_feedback (project_id, id, weave_ref, wb_user_id, feedback_type, payload)
+      values (${project}, 'old', ${`weave:///${project}/call/c`}, ${'u'}, 'score', '{"x": 1e+21}'::jsonb)`.execute(app.db);
+    const { result } = exact((await post(app, user, '/feedback/query', { project_id: project, fields: ['payload', 'payload.x'] })).body);
+    expect(result).toEqual([{ payload: { x: '#1e+21' }, 'payload.x': '#1e+21' }]);
+    const call = exact((await post(app, user, '/calls/stream_query', { project_id: project, include_feedback: true })).body.trim());
+    expect(call.summary.weave.feedback[0].payload).toEqual({ x: '#1e+21' });
+    expect(Object.keys(call.summary.weave.feedback[0])).not.toContain('exact_numbers');
   });
 });
 

@@ -38,6 +38,8 @@ export interface FeedbackWrite {
   feedbackType: string;
   /** JSON text. */
   payload: string;
+  /** Whether the payload holds numbers a double would change (the row's exact_numbers). */
+  exactNumbers: boolean;
   annotationRef: string | null;
   runnableRef: string | null;
   callRef: string | null;
@@ -50,7 +52,7 @@ export async function insertFeedback(db: Executor, rows: readonly FeedbackWrite[
   if (rows.length === 0) return [];
   try {
     const inserted: { id: string; created_at: string }[] = [];
-    for (const chunk of chunksForParameters(rows, FEEDBACK_COLUMNS.length)) {
+    for (const chunk of chunksForParameters(rows, FEEDBACK_COLUMNS.length + 1)) {
       inserted.push(
         ...(await db
           .insertInto('trace_feedback')
@@ -68,6 +70,7 @@ export async function insertFeedback(db: Executor, rows: readonly FeedbackWrite[
               call_ref: r.callRef,
               trigger_ref: r.triggerRef,
               queue_id: r.queueId,
+              exact_numbers: r.exactNumbers,
             })) as never,
           )
           .returning([sql<string>`${isoText(sql.ref('created_at'))}`.as('created_at'), 'id'])
@@ -113,9 +116,12 @@ function where(projectId: string, query: Query | null | undefined): RawBuilder<u
 /** Whether a field of a feedback query is the payload or a path in it (JSON, the rest are text). */
 export const isPayloadField = (column: string): boolean => column === 'payload' || column.startsWith('payload.');
 
+/** The row's exact_numbers, selected beside payload fields: whether to parse them keeping exact numbers. */
+export const EXACT_NUMBERS_SQL = sql.ref('trace_feedback.exact_numbers');
+
 /**
  * A field of a feedback query as SQL: columns (timestamps as ISO text), and the payload and paths in
- * it as JSON text, which the service parses keeping numbers a double would change.
+ * it as JSON text, which the service parses (keeping exact numbers when the row's exact_numbers says so).
  */
 export function feedbackFieldSql(column: string): RawBuilder<unknown> {
   if (column === 'created_at') return isoText(sql.ref('trace_feedback.created_at'));
@@ -139,6 +145,7 @@ export async function countFeedback(db: Executor, args: { projectId: string; que
 /** Every feedback row on the given refs, oldest first (include_feedback on calls queries). */
 export async function feedbackForRefs(db: Executor, args: { projectId: string; refs: readonly string[] }): Promise<Record<string, unknown>[]> {
   const items = FEEDBACK_COLUMNS.map((column) => sql`${feedbackFieldSql(column)} as ${sql.ref(column)}`);
+  items.push(sql`${EXACT_NUMBERS_SQL} as exact_numbers`);
   const found: Record<string, unknown>[] = [];
   // Each ref falls in one chunk, so every ref's rows stay in order.
   for (const refs of chunksForParameters(args.refs, 1)) {

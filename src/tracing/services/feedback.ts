@@ -1,5 +1,5 @@
 import { InvalidRequestError, PayloadTooLargeError } from '../../errors.js';
-import { unmarkNumbers } from '../../http/exact-numbers.js';
+import { hasMarkedNumbers, unmarkNumbers } from '../../http/exact-numbers.js';
 import { parsePayloadText } from '../exact-numbers.js';
 import { InvalidFieldError } from '../query/expr.js';
 import { purgeIds } from '../query/table-fields.js';
@@ -89,7 +89,9 @@ export function prepareFeedback(body: FeedbackCreateBody, userId: string): repo.
   }
 
   // Exact numbers (tracing/exact-numbers.ts) are written as their literals: JSONB keeps them.
-  const text = unmarkNumbers(JSON.stringify(payload));
+  const json = JSON.stringify(payload);
+  const exactNumbers = hasMarkedNumbers(json);
+  const text = exactNumbers ? unmarkNumbers(json) : json;
   const bytes = Buffer.byteLength(text);
   if (bytes > MAX_PAYLOAD_BYTES) throw new PayloadTooLargeError(`Feedback payload too large: ${bytes} bytes > ${MAX_PAYLOAD_BYTES} bytes`);
 
@@ -101,6 +103,7 @@ export function prepareFeedback(body: FeedbackCreateBody, userId: string): repo.
     creator: body.creator ?? null,
     feedbackType: type,
     payload: text,
+    exactNumbers,
     annotationRef: body.annotation_ref ?? null,
     runnableRef: body.runnable_ref ?? null,
     callRef: body.call_ref ?? null,
@@ -110,7 +113,12 @@ export function prepareFeedback(body: FeedbackCreateBody, userId: string): repo.
 }
 
 function created(row: repo.FeedbackWrite, createdAt: string): FeedbackCreated {
-  return { id: row.id, created_at: createdAt, wb_user_id: row.wbUserId, payload: parsePayloadText(row.payload) as Record<string, unknown> };
+  return { id: row.id, created_at: createdAt, wb_user_id: row.wbUserId, payload: storedPayload(row.payload, row.exactNumbers) as Record<string, unknown> };
+}
+
+/** A payload (or a path in one) read as JSON text: exactly when its row's exact_numbers is set, else as JSON.parse reads it. */
+function storedPayload(text: string, exactNumbers: unknown): unknown {
+  return exactNumbers === true ? parsePayloadText(text, true) : JSON.parse(text);
 }
 
 /**
@@ -182,12 +190,22 @@ export async function queryFeedback(
     const column = field.endsWith('_dump') ? field.slice(0, -'_dump'.length) : field;
     return { key: column, sql: repo.feedbackFieldSql(column), json: repo.isPayloadField(column) };
   });
-  // A payload, or a path in one, comes as JSON text, parsed keeping its exact numbers.
-  const rows = await repo.queryFeedback(deps.db, { ...args, select });
-  for (const row of rows) for (const { key, json } of select) if (json && typeof row[key] === 'string') row[key] = parsePayloadText(row[key] as string);
+  // A payload, or a path in one, comes as JSON text, with the row's exact_numbers to say how to parse it.
+  const json = select.filter((s) => s.json).map((s) => s.key);
+  const flagged = json.length > 0 ? [...select, { key: EXACT_KEY, sql: repo.EXACT_NUMBERS_SQL, json: false }] : select;
+  const rows = await repo.queryFeedback(deps.db, { ...args, select: flagged });
+  if (json.length > 0) {
+    for (const row of rows) {
+      for (const key of json) if (typeof row[key] === 'string') row[key] = storedPayload(row[key] as string, row[EXACT_KEY]);
+      delete row[EXACT_KEY];
+    }
+  }
   const paged = args.limit != null || Boolean(args.offset);
   return { result: rows, total_count: paged ? await repo.countFeedback(deps.db, args) : rows.length };
 }
+
+/** The key of a feedback query's row under which its exact_numbers comes (never a field name: those are columns or `payload...`). */
+const EXACT_KEY = 'exact_numbers';
 
 /** summary.weave.feedback for calls: each call's feedback rows, by call id. */
 export async function feedbackByCall(deps: TracingDeps, projectId: string, callIds: readonly string[]): Promise<Map<string, Record<string, unknown>[]>> {
@@ -196,7 +214,8 @@ export async function feedbackByCall(deps: TracingDeps, projectId: string, callI
   const rows = await repo.feedbackForRefs(deps.db, { projectId, refs: [...byRef.keys()] });
   const out = new Map<string, Record<string, unknown>[]>();
   for (const row of rows) {
-    if (typeof row.payload === 'string') row.payload = parsePayloadText(row.payload);
+    if (typeof row.payload === 'string') row.payload = storedPayload(row.payload, row.exact_numbers);
+    delete row.exact_numbers;
     const id = byRef.get(row.weave_ref as string)!;
     const list = out.get(id) ?? [];
     list.push(isObject(row) ? row : {});
