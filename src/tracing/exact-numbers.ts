@@ -1,8 +1,9 @@
 import { LosslessNumber } from 'lossless-json';
-import { MARK, parseWithExactNumbers, type HeldValue } from '../http/exact-numbers.js';
+import { hasMarkedNumbers, MARK, parseWithExactNumbers, unmarkNumbers, type HeldValue } from '../http/exact-numbers.js';
 
 /**
- * Numbers in call payloads (attributes, inputs, output, summary) that a double would change, kept from
+ * Numbers in payloads (a call's attributes, inputs, output and summary; a feedback's payload) that a
+ * double would change, kept from
  * the request body to JSONB and back to every reader, as the Python server keeps them: integers beyond
  * 2^53, digit for digit, and whole-valued floats (`1.0`, `1e+16`), which stay floats for a Python client
  * (`1.0`, `10000000000000000.0`) instead of reading back as ints. Query literals keep their long
@@ -99,6 +100,13 @@ export function parseExactNumbers(text: string): { value: unknown; held: HeldNum
     return item;
   };
   return { value: walk(value, 'none'), held };
+}
+
+/** A payload's JSON text for JSONB, its exact numbers written as their literals; `exact`: whether it held any. */
+export function payloadJsonText(value: unknown): { text: string; exact: boolean } {
+  const json = JSON.stringify(value);
+  const exact = hasMarkedNumbers(json);
+  return { text: exact ? unmarkNumbers(json) : json, exact };
 }
 
 /**

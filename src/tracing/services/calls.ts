@@ -1,7 +1,6 @@
 import { channel } from 'node:diagnostics_channel';
 import { InvalidRequestError } from '../../errors.js';
-import { hasMarkedNumbers, unmarkNumbers } from '../../http/exact-numbers.js';
-import { isJsonObject, markHoldsExactNumbers, numberOf, parsePayloadText } from '../exact-numbers.js';
+import { isJsonObject, markHoldsExactNumbers, numberOf, parsePayloadText, payloadJsonText } from '../exact-numbers.js';
 import { uuidv7 } from '../ids.js';
 import { extractRefs, isWeaveRef, REF_SCHEME } from '../refs.js';
 import * as repo from '../repositories/calls.js';
@@ -135,27 +134,13 @@ export async function upsertCompleteCalls(deps: TracingDeps, args: { userId: str
 export type CompleteCall = Omit<repo.CompleteCallRow, 'wb_user_id' | 'input_refs' | 'output_refs'>;
 
 /**
- * JSON texts of call payloads from a request, as JSON.stringify writes them: exact numbers
- * (exact-numbers.ts) as marked strings, which `payloadText` turns into their literals.
- */
-const payloadJson = (values: readonly unknown[]): { texts: string[]; exactNumbers: boolean } => {
-  const texts = values.map((value) => JSON.stringify(value));
-  return { texts, exactNumbers: texts.some(hasMarkedNumbers) };
-};
-
-/** JSONB text of a call payload: its exact numbers as literals (when `payloadJson` found any), cleaned. */
-const payloadText = (json: string, exactNumbers: boolean): string => cleanJsonText(exactNumbers ? unmarkNumbers(json) : json);
-
-/**
  * Call payloads are stored with U+0000 and lone surrogates replaced by U+FFFD (src/tracing/sanitize.ts):
  * refusing them would fail a whole SDK batch, and the JS SDK gives up on a process after ten.
  */
 function startWrite(start: StartedCall, userId: string): { id: string; start: repo.CallStartWrite } {
   const id = start.id == null ? uuidv7() : cleanString(start.id);
-  const {
-    texts: [attributes, inputs],
-    exactNumbers,
-  } = payloadJson([start.attributes, start.inputs]);
+  const attributes = payloadJsonText(start.attributes);
+  const inputs = payloadJsonText(start.inputs);
   return {
     id,
     start: {
@@ -166,9 +151,9 @@ function startWrite(start: StartedCall, userId: string): { id: string; start: re
       threadId: cleanNullable(start.thread_id ?? null),
       turnId: cleanNullable(start.turn_id ?? null),
       startedAt: start.started_at,
-      attributes: payloadText(attributes, exactNumbers),
-      inputs: payloadText(inputs, exactNumbers),
-      exactNumbers,
+      attributes: cleanJsonText(attributes.text),
+      inputs: cleanJsonText(inputs.text),
+      exactNumbers: attributes.exact || inputs.exact,
       inputRefs: extractRefs(start.inputs).map(cleanString),
       otelDump: start.otel_dump ? cleanJsonText(JSON.stringify(start.otel_dump)) : null,
       // Stamped from the key's user: a client-sent wb_user_id is not trusted (reference §1.2).
@@ -181,17 +166,15 @@ function startWrite(start: StartedCall, userId: string): { id: string; start: re
 
 function endWrite(end: EndedCall): repo.CallEndWrite {
   const output = end.output === undefined ? null : end.output;
-  const {
-    texts: [outputJson, summary],
-    exactNumbers,
-  } = payloadJson([output, end.summary]);
+  const outputJson = payloadJsonText(output);
+  const summary = payloadJsonText(end.summary);
   return {
     endedAt: end.ended_at,
     exception: cleanNullable(end.exception ?? null),
-    output: payloadText(outputJson, exactNumbers),
+    output: cleanJsonText(outputJson.text),
     outputRefs: extractRefs(output).map(cleanString),
-    summary: payloadText(summary, exactNumbers),
-    exactNumbers,
+    summary: cleanJsonText(summary.text),
+    exactNumbers: outputJson.exact || summary.exact,
     wbRunStepEnd: end.wb_run_step_end ?? null,
     displayName: cleanNullable(end.display_name ?? null),
   };

@@ -1,6 +1,5 @@
 import { InvalidRequestError, PayloadTooLargeError } from '../../errors.js';
-import { hasMarkedNumbers, unmarkNumbers } from '../../http/exact-numbers.js';
-import { parsePayloadText } from '../exact-numbers.js';
+import { parsePayloadText, payloadJsonText } from '../exact-numbers.js';
 import { InvalidFieldError } from '../query/expr.js';
 import { purgeIds } from '../query/table-fields.js';
 import type { Query, SortBy } from '../query/schema.js';
@@ -89,9 +88,7 @@ export function prepareFeedback(body: FeedbackCreateBody, userId: string): repo.
   }
 
   // Exact numbers (tracing/exact-numbers.ts) are written as their literals: JSONB keeps them.
-  const json = JSON.stringify(payload);
-  const exactNumbers = hasMarkedNumbers(json);
-  const text = exactNumbers ? unmarkNumbers(json) : json;
+  const { text, exact: exactNumbers } = payloadJsonText(payload);
   const bytes = Buffer.byteLength(text);
   if (bytes > MAX_PAYLOAD_BYTES) throw new PayloadTooLargeError(`Feedback payload too large: ${bytes} bytes > ${MAX_PAYLOAD_BYTES} bytes`);
 
