@@ -8,8 +8,10 @@
  * Each checkout serves on its own scratch database (bench/lib/server.ts; PGlite without DATABASE_URL).
  * Measures, per request: a /call/upsert_batch of 500 calls (about 1 KB of inputs each); the same with a
  * 63-bit integer in each call's inputs, with whole floats (`1.0`, `0.0`) in each call's inputs and summary,
- * with JSON text holding `1.0` in a string, and with 200 floats (log-probabilities) each; and
- * /calls/stream_query of 2,000 calls of the first three kinds.
+ * with JSON text holding `1.0` in a string, and with 200 floats (log-probabilities) each; an OTLP/JSON
+ * export of 500 GenAI spans (weave's /otel/v1/trace form), with a fractional temperature and with a
+ * whole one (`doubleValue: 1`, kept as the float `1.0`); and /calls/stream_query of 2,000 calls of the
+ * first three kinds and of 2,000 spans of each OTLP kind.
  */
 import { request } from 'undici';
 import type { BenchServer } from './lib/server.js';
@@ -57,6 +59,35 @@ function batch(project: string, from: number, kind: Kind): string {
   return JSON.stringify({ batch: items }).replaceAll('"SEED"', SEED).replaceAll('"ONE"', '1.0').replaceAll('"ZERO"', '0.0');
 }
 
+/** An OTLP/JSON export of `BATCH` GenAI spans into `project`, numbered from `from`, in weave's {project_id, traces} form. */
+function spans(project: string, from: number, temperature: number): string {
+  const attribute = (key: string, value: Record<string, unknown>) => ({ key, value });
+  const list: unknown[] = [];
+  for (let i = from; i < from + BATCH; i++) {
+    const start = BigInt(Date.UTC(2025, 0, 1) + i * 10) * 1_000_000n;
+    list.push({
+      traceId: (i + 1).toString(16).padStart(32, '0'),
+      spanId: (i + 1).toString(16).padStart(16, '0'),
+      name: 'chat gpt-4o',
+      kind: 3,
+      startTimeUnixNano: start.toString(),
+      endTimeUnixNano: (start + 7_000_000n).toString(),
+      attributes: [
+        attribute('gen_ai.system', { stringValue: 'openai' }),
+        attribute('gen_ai.request.model', { stringValue: 'gpt-4o' }),
+        attribute('gen_ai.request.temperature', { doubleValue: temperature }),
+        attribute('gen_ai.request.max_tokens', { intValue: '256' }),
+        attribute('gen_ai.prompt', { stringValue: JSON.stringify([{ role: 'user', content: padding }]) }),
+        attribute('gen_ai.completion', { stringValue: JSON.stringify([{ role: 'assistant', content: 'Paris.' }]) }),
+        attribute('gen_ai.usage.input_tokens', { intValue: '230' }),
+        attribute('gen_ai.usage.output_tokens', { intValue: '3' }),
+      ],
+    });
+  }
+  const traces = { resourceSpans: [{ resource: { attributes: [attribute('service.name', { stringValue: 'bench' })] }, scopeSpans: [{ scope: { name: 'bench' }, spans: list }] }] };
+  return JSON.stringify({ project_id: project, traces });
+}
+
 /** p50 of `RUNS` timed requests per checkout, alternating which goes first; two warm-up rounds. */
 async function measure(label: string, body: (name: string, run: number) => [url: string, body: string]): Promise<void> {
   const times: Record<string, number[]> = { before: [], after: [] };
@@ -79,7 +110,11 @@ await measure('upsert_batch, 500 calls, a 63-bit int each', (_name, run) => ['/c
 await measure('upsert_batch, 500 calls, whole floats each', (_name, run) => ['/call/upsert_batch', batch('bench/floats', run * BATCH, 'floats')]);
 await measure('upsert_batch, 500 calls, "1.0" in a string', (_name, run) => ['/call/upsert_batch', batch('bench/json-text', run * BATCH, 'jsonText')]);
 await measure('upsert_batch, 500 calls, 200 floats each', (_name, run) => ['/call/upsert_batch', batch('bench/logprobs', run * BATCH, 'logprobs')]);
+await measure('OTLP/JSON, 500 spans', (_name, run) => ['/otel/v1/trace', spans('bench/otel', run * BATCH, 0.2)]);
+await measure('OTLP/JSON, 500 spans, a whole temperature', (_name, run) => ['/otel/v1/trace', spans('bench/otel-whole', run * BATCH, 1)]);
 await measure('stream_query, 2,000 calls', () => ['/calls/stream_query', JSON.stringify({ project_id: 'bench/plain', limit: 2000 })]);
 await measure('stream_query, 2,000 calls, a 63-bit int each', () => ['/calls/stream_query', JSON.stringify({ project_id: 'bench/seeded', limit: 2000 })]);
 await measure('stream_query, 2,000 calls, whole floats each', () => ['/calls/stream_query', JSON.stringify({ project_id: 'bench/floats', limit: 2000 })]);
+await measure('stream_query, 2,000 spans', () => ['/calls/stream_query', JSON.stringify({ project_id: 'bench/otel', limit: 2000 })]);
+await measure('stream_query, 2,000 spans, a whole temperature', () => ['/calls/stream_query', JSON.stringify({ project_id: 'bench/otel-whole', limit: 2000 })]);
 for (const server of Object.values(servers)) await server.close();

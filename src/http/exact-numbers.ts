@@ -96,7 +96,14 @@ function exactText(literal: string, fraction: string | undefined, exponent: stri
   }
   if (!wholeFloats) return undefined;
   if (exponent === undefined ? !/^\.0+$/.test(fraction!) : exponent.includes('-')) return undefined;
-  const value = Number(literal);
+  return wholeFloatText(Number(literal));
+}
+
+/**
+ * A whole double as the literal that keeps it a float: its integer digits and `.0` (`1e+21` is
+ * `1000000000000000000000.0`); undefined for any other number, NaN and the infinities included.
+ */
+export function wholeFloatText(value: number): string | undefined {
   if (!Number.isInteger(value)) return undefined;
   return `${Object.is(value, -0) ? '-0' : integerDigits(value)}.0`;
 }

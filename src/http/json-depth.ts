@@ -1,3 +1,4 @@
+import { isLosslessNumber } from 'lossless-json';
 import type { z } from 'zod';
 
 /**
@@ -13,19 +14,22 @@ export const MAX_JSON_DEPTH = 256;
 /** The message of a value nested past MAX_JSON_DEPTH. */
 export const TOO_DEEP_MESSAGE = `the value nests more than ${MAX_JSON_DEPTH} levels of objects and arrays, the most that is stored; flatten it or send it as a string`;
 
+/** An object or array; a number kept exactly (a LosslessNumber, written as a number) is none. */
+const nests = (value: unknown): value is object => value !== null && typeof value === 'object' && !isLosslessNumber(value);
+
 /**
  * Whether `value` nests more than `max` levels of objects and arrays (a scalar is 0 levels, `{}` 1).
  * Iterative, so that a value deeper than the call stack is measured rather than overflowing it.
  */
 export function nestsDeeperThan(value: unknown, max: number = MAX_JSON_DEPTH): boolean {
-  if (value === null || typeof value !== 'object') return false;
+  if (!nests(value)) return false;
   const stack: [unknown, number][] = [[value, 1]];
   while (stack.length > 0) {
     const [node, depth] = stack.pop()!;
     if (depth > max) return true;
     const children = Array.isArray(node) ? node : Object.values(node as Record<string, unknown>);
     for (const child of children) {
-      if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+      if (nests(child)) stack.push([child, depth + 1]);
     }
   }
   return false;

@@ -1,5 +1,5 @@
 import { LosslessNumber } from 'lossless-json';
-import { hasMarkedNumbers, MARK, parseWithExactNumbers, unmarkNumbers, type HeldValue } from '../http/exact-numbers.js';
+import { hasMarkedNumbers, MARK, parseWithExactNumbers, unmarkNumbers, wholeFloatText, type HeldValue } from '../http/exact-numbers.js';
 
 /**
  * Numbers in payloads (a call's attributes, inputs, output and summary; a feedback's payload) that a
@@ -29,6 +29,18 @@ export class ExactNumber extends LosslessNumber {
 
 const exactNumber = (literal: string) => new ExactNumber(literal);
 
+/** A typed double (an OTLP `doubleValue`) as a payload keeps it: a whole one as an ExactNumber, so it stays a float. */
+export function exactDouble(value: number): number | ExactNumber {
+  const text = wholeFloatText(value);
+  return text === undefined ? value : new ExactNumber(text);
+}
+
+/** An integer's decimal digits (an OTLP `intValue`) as a payload keeps them: a number where a double holds it exactly. */
+export function exactInteger(digits: string): number | ExactNumber {
+  const value = Number(digits);
+  return Number.isSafeInteger(value) ? value : new ExactNumber(BigInt(digits).toString());
+}
+
 /** A JSON object that is no ExactNumber (which is an object too). */
 export const isJsonObject = (value: unknown): value is Record<string, unknown> =>
   value !== null && typeof value === 'object' && !Array.isArray(value) && !(value instanceof ExactNumber);
@@ -54,19 +66,19 @@ export function holdsExactNumbers(value: unknown): boolean {
   return value !== null && typeof value === 'object' && HOLDS_EXACT in value;
 }
 
-/** The keys whose values are payloads (of calls, and of feedback): their exact numbers are kept. */
-const PAYLOAD_KEYS = new Set(['attributes', 'inputs', 'output', 'summary', 'payload']);
+/**
+ * The keys whose values are payloads (of calls, and of feedback): their exact numbers are kept. A call's
+ * `otel_dump` (its OpenTelemetry span) is one too, read back as `attributes.otel_span`.
+ */
+const PAYLOAD_KEYS = new Set(['attributes', 'inputs', 'output', 'summary', 'payload', 'otel_dump']);
 
 /** A query literal, whose long integers are kept (a whole float compares as its double does). */
 const LITERAL_KEY = '$literal';
 
-/** A call's OpenTelemetry span, stored as JSON.parse reads it: its `attributes` are no call payload. */
-const OPAQUE_KEY = 'otel_dump';
-
 /** An exact number taken out of a request body for validation, to be put back after it with `restoreHeld`. */
 export type HeldNumber = HeldValue<ExactNumber>;
 
-type Kept = 'none' | 'payload' | 'literal' | 'opaque';
+type Kept = 'none' | 'payload' | 'literal';
 
 /**
  * A request body parsed with its exact numbers: the body with each one replaced by the nearest double,
@@ -93,7 +105,7 @@ export function parseExactNumbers(text: string): { value: unknown; held: HeldNum
       const object = item as Record<string, unknown>;
       for (const key of Object.keys(object)) {
         path.push(key);
-        object[key] = walk(object[key], kept !== 'none' ? kept : PAYLOAD_KEYS.has(key) ? 'payload' : key === LITERAL_KEY ? 'literal' : key === OPAQUE_KEY ? 'opaque' : 'none');
+        object[key] = walk(object[key], kept !== 'none' ? kept : PAYLOAD_KEYS.has(key) ? 'payload' : key === LITERAL_KEY ? 'literal' : 'none');
         path.pop();
       }
     }

@@ -121,3 +121,27 @@ def test_a_wrong_key_fails_the_export_and_stores_nothing(stack, project):
     provider.shutdown()
     assert recorder.results == [SpanExportResult.FAILURE]
     assert read_calls(stack, project) == []
+
+
+def test_numbers_read_back_as_the_sdk_sent_them(stack, project):
+    """A float attribute with a whole value is a protobuf double: it reads back as a float (1.0, not 1), as
+    do whole floats in a JSON text attribute; an int beyond 2^53 keeps every digit."""
+    tracer, provider, recorder = tracer_for(stack, {"Authorization": basic(stack.key), "project_id": project})
+    with tracer.start_as_current_span("chat m") as llm:
+        llm.set_attribute("gen_ai.request.model", "m")
+        llm.set_attribute("gen_ai.request.temperature", 1.0)
+        llm.set_attribute("gen_ai.request.top_p", 0.5)
+        llm.set_attribute("gen_ai.request.seed", 2**62 + 1)
+        llm.set_attribute("gen_ai.prompt", '{"rewards": [1.0, 0.0, 2], "id": 12345678901234567890}')
+    provider.shutdown()
+    assert recorder.results == [SpanExportResult.SUCCESS]
+
+    [call] = read_calls(stack, project)
+    parameters = call["attributes"]["model_parameters"]
+    assert parameters == {"model": "m", "temperature": 1.0, "top_p": 0.5, "seed": 2**62 + 1}
+    assert isinstance(parameters["temperature"], float) and isinstance(parameters["seed"], int)
+    rewards = call["inputs"]["gen_ai.prompt"]["rewards"]
+    assert [type(r) for r in rewards] == [float, float, int] and rewards == [1.0, 0.0, 2]
+    assert call["inputs"]["gen_ai.prompt"]["id"] == 12345678901234567890
+    span_attributes = call["attributes"]["otel_span"]["attributes"]
+    assert isinstance(span_attributes["gen_ai.request.temperature"], float) and span_attributes["gen_ai.request.seed"] == 2**62 + 1

@@ -3,7 +3,7 @@ import { parse } from 'lossless-json';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
-import { callItems, post } from './helpers.js';
+import { basicAuth, callItems, post } from './helpers.js';
 
 /**
  * Numbers in call payloads that JSON.parse would change, as Python clients send them: integers beyond
@@ -246,16 +246,73 @@ describe('whole-valued floats in calls', () => {
     expect((await post(app, user, '/call/upsert_batch', fine)).statusCode).toBe(200);
   });
 
-  it('outside the payloads are the numbers they were before, an OpenTelemetry span\'s attributes included', async () => {
+  it('outside the payloads are the numbers they were before; a call\'s OpenTelemetry span is a payload', async () => {
     const project = newProject();
     const items = callItems(project, { id: 'step', inputs: { x: 'ONE' } }) as { req: { start: Record<string, unknown> } }[];
     items[0].req.start.wb_run_step = 'STEP';
-    items[0].req.start.otel_dump = { name: 'span', attributes: { temperature: 'ONE' } };
-    expect((await post(app, user, '/call/upsert_batch', withLiterals({ batch: items }, { ...FLOATS, STEP: '5.0' }))).statusCode).toBe(200);
+    const spanOnly = callItems(project, { id: 'span-only', inputs: { x: 1 } }) as { req: { start: Record<string, unknown> } }[];
+    spanOnly[0].req.start.otel_dump = { name: 'span', attributes: { temperature: 'ONE' } };
+    expect((await post(app, user, '/call/upsert_batch', withLiterals({ batch: [...items, ...spanOnly] }, { ...FLOATS, STEP: '5.0' }))).statusCode).toBe(200);
     const { call } = exact((await post(app, user, '/call/read', { project_id: project, id: 'step' })).body);
-    expect([call.wb_run_step, call.inputs, call.attributes.otel_span]).toEqual(['#5', { x: '#1.0' }, { name: 'span', attributes: { temperature: '#1' } }]);
+    expect([call.wb_run_step, call.inputs]).toEqual(['#5', { x: '#1.0' }]);
+    const { call: span } = exact((await post(app, user, '/call/read', { project_id: project, id: 'span-only' })).body);
+    expect([span.inputs, span.attributes.otel_span]).toEqual([{ x: '#1' }, { name: 'span', attributes: { temperature: '#1.0' } }]);
     const limited = await post(app, user, '/calls/query', withLiterals({ project_id: project, limit: 'ONE' }, FLOATS));
     expect(limited.json().calls.map((c: { id: string }) => c.id)).toEqual(['step']);
+  });
+});
+
+describe('numbers a double would change in OpenTelemetry spans', () => {
+  const value = (v: Record<string, unknown>) => v;
+  const attribute = (key: string, v: Record<string, unknown>) => ({ key, value: value(v) });
+  const export_ = (attributes: unknown[]) => ({
+    resourceSpans: [
+      {
+        resource: { attributes: [attribute('service.name', { stringValue: 'agent' })] },
+        scopeSpans: [{ scope: { name: 's' }, spans: [{ traceId: '0af7651916cd43dd8448eb211c80319c', spanId: 'b7ad6b7169203331', name: 'chat', startTimeUnixNano: '1735689600000000000', endTimeUnixNano: '1735689601000000000', attributes }] }],
+      },
+    ],
+  });
+
+  it('keep a whole double a float, an int64 every digit, and both in JSON text attributes, in the call and in its otel_span', async () => {
+    const project = newProject();
+    const body = export_([
+      attribute('gen_ai.request.model', { stringValue: 'm' }),
+      attribute('gen_ai.request.temperature', { doubleValue: 1 }),
+      attribute('gen_ai.request.top_p', { doubleValue: 0.5 }),
+      attribute('gen_ai.request.seed', { intValue: '9223372036854775807' }),
+      attribute('gen_ai.request.max_tokens', { intValue: '64' }),
+      attribute('gen_ai.usage.input_tokens', { doubleValue: 12 }),
+      attribute('gen_ai.prompt', { stringValue: '{"scores": [2.0, 0.25, 3], "id": 12345678901234567890}' }),
+      attribute('wandb.wb_run_step', { doubleValue: 3 }),
+    ]);
+    const response = await app.inject({
+      method: 'POST',
+      url: '/traces/otel/v1/traces',
+      headers: { authorization: basicAuth(user.key), 'content-type': 'application/json', project_id: project },
+      payload: JSON.stringify(body),
+    });
+    expect(response.statusCode, response.body).toBe(200);
+    const parameters = { model: 'm', temperature: '#1.0', top_p: '#0.5', seed: '#9223372036854775807', max_tokens: '#64' };
+    const expected = {
+      wb_run_step: '#3',
+      attributes: { model: 'm', model_parameters: parameters },
+      inputs: { 'gen_ai.prompt': { scores: ['#2.0', '#0.25', '#3'], id: '#12345678901234567890' } },
+      summary: { usage: { m: { input_tokens: '#12' } } },
+    };
+    const { call } = exact((await post(app, user, '/call/read', { project_id: project, id: 'b7ad6b7169203331' })).body);
+    expect(call).toMatchObject(expected);
+    expect(call.attributes.otel_span.attributes).toMatchObject({ 'gen_ai.request.temperature': '#1.0', 'gen_ai.request.seed': '#9223372036854775807', 'gen_ai.usage.input_tokens': '#12.0' });
+    const streamed = (await post(app, user, '/calls/stream_query', { project_id: project })).body;
+    expect(exact(streamed.trim())).toMatchObject(expected);
+    // Filters compare the stored numbers as numbers.
+    const count = async (field: string, literal: string) => {
+      const body = withLiterals({ project_id: project, query: { $expr: { $eq: [{ $getField: field }, { $literal: 'VALUE' }] } } }, { VALUE: literal });
+      return (await post(app, user, '/calls/query_stats', body)).json().count;
+    };
+    expect(await count('attributes.model_parameters.temperature', '1')).toBe(1);
+    expect(await count('attributes.model_parameters.seed', '9223372036854775807')).toBe(1);
+    expect(await count('attributes.model_parameters.seed', '9223372036854775806')).toBe(0);
   });
 });
 

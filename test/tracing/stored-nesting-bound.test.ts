@@ -136,9 +136,9 @@ describe('objects and tables', () => {
 });
 
 describe('OTLP spans', () => {
-  /** An OTLP `input` attribute: kvlists nested `levels` deep around the string 'leaf'. */
+  /** An OTLP `input` attribute: kvlists nested `levels` deep around the double 1 (stored as the float 1.0, no level). */
   const kvlist = (levels: number): unknown => {
-    let value: unknown = { stringValue: 'leaf' };
+    let value: unknown = { doubleValue: 1 };
     for (let i = 0; i < levels; i++) value = { kvlistValue: { values: [{ key: 'd', value }] } };
     return value;
   };
@@ -164,12 +164,13 @@ describe('OTLP spans', () => {
     const query = await post(app, user, '/calls/query', { project_id: project });
     expect(query.statusCode).toBe(200);
     expect(query.json().calls.map((c: { id: string; inputs: unknown }) => [c.id, c.inputs])).toEqual([['b7ad6b7169203331', nestedKeys(BOUND - 2)]]);
+    expect(query.body).toContain('{"d":1.0}');
   });
 });
 
-/** `{d: {d: ... 'leaf'}}`, `levels` objects deep. */
+/** `{d: {d: ... 1}}`, `levels` objects deep. */
 function nestedKeys(levels: number): unknown {
-  let value: unknown = 'leaf';
+  let value: unknown = 1;
   for (let i = 0; i < levels; i++) value = { d: value };
   return value;
 }

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { InvalidRequestError } from '../../errors.js';
+import { exactDouble, exactInteger } from '../exact-numbers.js';
 import { emptySpan, SPAN_KINDS, STATUS_CODES, type AttrValue, type KeyValue, type OtlpResourceSpans, type OtlpSpan, type OtlpTraceRequest } from './model.js';
 
 /**
@@ -10,7 +11,8 @@ import { emptySpan, SPAN_KINDS, STATUS_CODES, type AttrValue, type KeyValue, typ
 
 const loose = z.looseObject({});
 const list = z.array(loose).nullish();
-const Int = z.union([z.number(), z.string().regex(/^-?\d+$/)]).nullish();
+const INTEGER = /^-?\d+$/;
+const Int = z.union([z.number(), z.string().regex(INTEGER)]).nullish();
 
 /** Only the structure is checked here; values are read leniently below. */
 export const OtlpJsonRequest = z
@@ -42,6 +44,16 @@ function id(v: unknown, bytes: number): string {
   return decoded.length === bytes && /^[A-Za-z0-9+/_-]+=*$/.test(text) ? decoded.toString('hex') : text;
 }
 
+const INT64_MIN = -(2n ** 63n);
+const INT64_MAX = 2n ** 63n - 1n;
+
+/** Decimal text that is an int64, as its digits; undefined for anything else. */
+function int64Digits(text: string): string | undefined {
+  if (text.length > 20 || !INTEGER.test(text)) return undefined;
+  const value = BigInt(text);
+  return value >= INT64_MIN && value <= INT64_MAX ? value.toString() : undefined;
+}
+
 function anyValue(v: unknown): AttrValue {
   if (v === null || typeof v !== 'object') return null;
   const o = v as Record<string, unknown>;
@@ -51,11 +63,12 @@ function anyValue(v: unknown): AttrValue {
   if (b !== undefined) return Boolean(b);
   const i = pick(o, 'intValue', 'int_value');
   if (i !== undefined) {
-    const n = Number(i);
-    return Number.isSafeInteger(n) ? n : String(i);
+    // int64 as its digits (the JSON mapping's form) is kept whole; a bare number is what JSON.parse made of it.
+    const digits = typeof i === 'string' ? int64Digits(i) : typeof i === 'number' && Number.isInteger(i) ? int64Digits(BigInt(i).toString()) : undefined;
+    return digits === undefined ? String(i) : exactInteger(digits);
   }
   const d = pick(o, 'doubleValue', 'double_value');
-  if (d !== undefined) return typeof d === 'number' ? d : Number(d);
+  if (d !== undefined) return exactDouble(typeof d === 'number' ? d : Number(d));
   const a = pick(o, 'arrayValue', 'array_value');
   if (a !== undefined) return asList((a as Record<string, unknown> | null)?.values ?? []).map(anyValue);
   const kv = pick(o, 'kvlistValue', 'kvlist_value');

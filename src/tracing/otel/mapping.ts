@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../http/json-depth.js';
+import { ExactNumber, isJsonObject, numberOf, parsePayloadText } from '../exact-numbers.js';
 import { isValidIsoDateTime, TRACING_LIMITS } from '../schemas/common.js';
 import { SPAN_KINDS, STATUS_CODES, STATUS_ERROR, type AttrValue, type KeyValue, type OtlpResourceSpans, type OtlpScope, type OtlpSpan } from './model.js';
 
@@ -45,7 +46,7 @@ const ATTRIBUTE_KEYS: Record<string, string[]> = {
 const MAX_OP_NAME = 128;
 
 type Tree = { [key: string]: AttrValue };
-const isObject = (v: unknown): v is Tree => v !== null && typeof v === 'object' && !Array.isArray(v);
+const isObject = (v: unknown): v is Tree => isJsonObject(v);
 
 /** A lookup key split once: `events.<name>` names the attributes of the span's events of that name. */
 interface Lookup {
@@ -110,7 +111,7 @@ const isLeafObject = (value: Tree): boolean => (value as { [LEAF]?: boolean })[L
 
 /** Objects keyed 0..n-1 (OpenInference's `llm.input_messages.0.message.role`) become lists. */
 function listify(value: AttrValue): AttrValue {
-  if (value === null || typeof value !== 'object') return value;
+  if (value === null || typeof value !== 'object' || value instanceof ExactNumber) return value;
   if (Array.isArray(value)) return value.map(listify);
   const keys = Object.keys(value);
   const out: Tree = {};
@@ -133,20 +134,23 @@ function get(tree: Tree, parts: readonly string[]): AttrValue | undefined {
     if (Array.isArray(node)) {
       if (!DIGITS.test(part)) return undefined;
       node = node[Number(part)];
-    } else if (node !== null && typeof node === 'object' && Object.hasOwn(node, part)) node = node[part];
+    } else if (isObject(node) && Object.hasOwn(node, part)) node = node[part];
     else return undefined;
   }
   return node;
 }
 
-/** JSON text in an attribute (a common way to send structured values) is parsed. */
+/**
+ * JSON text in an attribute (a common way to send structured values) is parsed, keeping its exact
+ * numbers (`1.0` stays a float), as Python's json module keeps them.
+ */
 function parsed(value: AttrValue): AttrValue {
   if (typeof value !== 'string') return value;
   const text = value.trim();
   const first = text.charCodeAt(0);
   if (first !== 0x7b /* { */ && first !== 0x5b /* [ */) return value;
   try {
-    return JSON.parse(text) as AttrValue;
+    return parsePayloadText(text) as AttrValue;
   } catch {
     return value;
   }
@@ -165,10 +169,7 @@ function firstOf(tree: Tree, lookups: readonly Lookup[], events: ReadonlyMap<str
   return undefined;
 }
 
-const toNumber = (v: AttrValue | undefined): number | undefined => {
-  const n = typeof v === 'string' && v.trim() !== '' ? Number(v) : v;
-  return typeof n === 'number' && Number.isFinite(n) ? n : undefined;
-};
+const toNumber = (v: AttrValue | undefined): number | undefined => numberOf(typeof v === 'string' && v.trim() !== '' ? Number(v) : v);
 
 /** Nanoseconds since the epoch as ISO-8601 with microseconds; SpanRejected beyond year 9999. */
 export function isoFromNanos(nanos: bigint, what = 'time'): string {

@@ -1,9 +1,13 @@
+import type { ExactNumber } from '../exact-numbers.js';
+
 /**
  * An OTLP trace export request as the mapping reads it, decoded from protobuf (./protobuf.ts) or from
- * OTLP/JSON (./json.ts). Ids are lowercase hex; times are nanoseconds since the epoch.
+ * OTLP/JSON (./json.ts). Ids are lowercase hex; times are nanoseconds since the epoch. A double with a
+ * whole value and an int64 beyond 2^53 are ExactNumbers, so that they are stored and read back as sent
+ * (`1.0` a float, every digit of the integer), as the Python server keeps them.
  */
 
-export type AttrValue = string | number | boolean | null | AttrValue[] | { [key: string]: AttrValue };
+export type AttrValue = string | number | ExactNumber | boolean | null | AttrValue[] | { [key: string]: AttrValue };
 
 export interface KeyValue {
   key: string;

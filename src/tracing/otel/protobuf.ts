@@ -1,5 +1,6 @@
 import protobuf from 'protobufjs/minimal.js';
 import { InvalidRequestError } from '../../errors.js';
+import { exactDouble, exactInteger } from '../exact-numbers.js';
 import { emptySpan, type AttrValue, type KeyValue, type OtlpEvent, type OtlpLink, type OtlpResourceSpans, type OtlpScope, type OtlpScopeSpans, type OtlpSpan, type OtlpTraceRequest } from './model.js';
 
 /**
@@ -29,6 +30,12 @@ function int64(reader: Reader): number | string {
   return Number.isSafeInteger(n) ? n : value.toString();
 }
 
+/** An attribute's int64: a number when it fits, else an ExactNumber of its digits. */
+function int64Value(reader: Reader): AttrValue {
+  const value = int64(reader);
+  return typeof value === 'number' ? value : exactInteger(value);
+}
+
 /** Reads the messages of a length-delimited field: `each(tag)` handles one field, returning false to skip it. */
 function message(reader: Reader, length: number, each: (field: number) => boolean): void {
   const end = reader.pos + length;
@@ -44,8 +51,8 @@ function anyValue(reader: Reader, length: number): AttrValue {
     switch (field) {
       case 1: value = reader.string(); return true;
       case 2: value = reader.bool(); return true;
-      case 3: value = int64(reader); return true;
-      case 4: value = reader.double(); return true;
+      case 3: value = int64Value(reader); return true;
+      case 4: value = exactDouble(reader.double()); return true;
       case 5: {
         const values: AttrValue[] = [];
         message(reader, reader.uint32(), (f) => (f === 1 ? (values.push(anyValue(reader, reader.uint32())), true) : false));

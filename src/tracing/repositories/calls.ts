@@ -16,7 +16,7 @@ export interface CallStartWrite {
   attributes: string;
   inputs: string;
   inputRefs: string[];
-  /** Whether attributes or inputs hold numbers a double would change (the row's exact_numbers). */
+  /** Whether attributes, inputs or otelDump hold numbers a double would change (the row's exact_numbers). */
   exactNumbers: boolean;
   otelDump: string | null;
   wbUserId: string;
@@ -102,22 +102,26 @@ export interface CompleteCallRow {
   output_refs: readonly string[];
   summary: unknown;
   wb_run_step_end: number | null;
+  /** Whether a payload or otel_dump holds numbers a double would change; absent is false. */
+  exact_numbers?: boolean;
 }
 
 const COMPLETE_COLUMNS: [keyof CompleteCallRow, string][] = [
   ['project_id', 'text'], ['id', 'text'], ['trace_id', 'text'], ['parent_id', 'text'], ['op_name', 'text'], ['display_name', 'text'],
   ['thread_id', 'text'], ['turn_id', 'text'], ['started_at', 'timestamptz'], ['attributes', 'jsonb'], ['inputs', 'jsonb'], ['input_refs', 'text[]'],
   ['otel_dump', 'json'], ['wb_user_id', 'text'], ['wb_run_id', 'text'], ['wb_run_step', 'bigint'], ['ended_at', 'timestamptz'], ['exception', 'text'],
-  ['output', 'jsonb'], ['output_refs', 'text[]'], ['summary', 'jsonb'], ['wb_run_step_end', 'bigint'],
+  ['output', 'jsonb'], ['output_refs', 'text[]'], ['summary', 'jsonb'], ['wb_run_step_end', 'bigint'], ['exact_numbers', 'boolean'],
 ];
 const COMPLETE_INSERT = sql.raw(COMPLETE_COLUMNS.map(([name]) => name).join(', '));
-// A JSON null in `output` is the JSON value null (as upsertCalls stores it), not SQL NULL.
-const COMPLETE_SELECT = sql.raw(COMPLETE_COLUMNS.map(([name]) => (name === 'output' ? `coalesce(r.output, 'null'::jsonb)` : `r.${name}`)).join(', '));
+// A JSON null in `output` is the JSON value null (as upsertCalls stores it), not SQL NULL; a row without
+// exact_numbers has none.
+const COMPLETE_DEFAULTS: Record<string, string> = { output: `'null'::jsonb`, exact_numbers: 'false' };
+const COMPLETE_SELECT = sql.raw(COMPLETE_COLUMNS.map(([name]) => (name in COMPLETE_DEFAULTS ? `coalesce(r.${name}, ${COMPLETE_DEFAULTS[name]})` : `r.${name}`)).join(', '));
 const COMPLETE_RECORD = sql.raw(COMPLETE_COLUMNS.map(([name, type]) => `${name} ${type}`).join(', '));
 // Both halves are present, so every start and end column takes the incoming value: the same result
-// as upsertCalls' merge for a row carrying a start and an end.
+// as upsertCalls' merge for a row carrying a start and an end. Every payload is replaced, so the flag too.
 const COMPLETE_SET = sql.raw(
-  [...START_COLUMNS, ...END_COLUMNS]
+  [...START_COLUMNS, ...END_COLUMNS, 'exact_numbers']
     .map((column) => `${column} = excluded.${column}`)
     .concat(['display_name = coalesce(trace_calls.display_name, excluded.display_name)', 'wb_user_id = coalesce(trace_calls.wb_user_id, excluded.wb_user_id)'])
     .join(', '),
@@ -227,7 +231,7 @@ export type CallRow = Record<string, unknown>;
 
 const TEXT_COLUMNS = ['id', 'project_id', 'op_name', 'display_name', 'trace_id', 'parent_id', 'thread_id', 'turn_id', 'exception', 'wb_user_id', 'wb_run_id', 'wb_run_step', 'wb_run_step_end'];
 const TIME_COLUMNS = ['started_at', 'ended_at', 'deleted_at'];
-export const PAYLOAD_COLUMNS = ['attributes', 'inputs', 'output', 'summary'] as const;
+export const PAYLOAD_COLUMNS = ['attributes', 'inputs', 'output', 'summary', 'otel_dump'] as const;
 const ALWAYS = new Set(['id', 'project_id', 'trace_id', 'op_name', 'started_at']);
 
 /** The stored size of a call's payloads (attributes, inputs, output, summary) as JSON text, in bytes. */
@@ -247,7 +251,6 @@ function selectList(selection: CallSelection): RawBuilder<unknown> {
     items.push(sql`case when trace_calls.exact_numbers then ${ref}::text end as ${sql.raw(`${column}_text`)}`);
   }
   if (payloads.length > 0) items.push(sql`trace_calls.exact_numbers`);
-  if (wanted('otel_dump')) items.push(sql`trace_calls.otel_dump`);
   items.push(sql`floor(extract(epoch from (trace_calls.ended_at - trace_calls.started_at)) * 1000) as latency_ms`);
   if (selection.storageSize) items.push(sql`${size('trace_calls')} as storage_size_bytes`);
   if (selection.totalStorageSize) {

@@ -1,5 +1,6 @@
 import { channel } from 'node:diagnostics_channel';
 import { InvalidRequestError } from '../../errors.js';
+import { hasMarkedNumbers, unmarkNumbers } from '../../http/exact-numbers.js';
 import { isJsonObject, markHoldsExactNumbers, numberOf, parsePayloadText, payloadJsonText } from '../exact-numbers.js';
 import { uuidv7 } from '../ids.js';
 import { extractRefs, isWeaveRef, REF_SCHEME } from '../refs.js';
@@ -105,20 +106,10 @@ export async function upsertCompleteCalls(deps: TracingDeps, args: { userId: str
   // One JSON text per statement. JSON.stringify writes U+0000 and lone surrogates as \u escapes, so
   // cleanJsonText finds them in the whole text at once; only then does it clean every string (ids
   // and text columns included, as cleanString does one by one in upsertBatch).
-  // Refs are strings starting with weave:///, written as such in JSON text: a chunk without that text
-  // has none, and its ref columns stay empty without walking every payload.
   const texts: string[] = [];
   for (let i = 0; i < rows.length; i += COMPLETE_ROWS_PER_STATEMENT) {
     const chunk = rows.slice(i, i + COMPLETE_ROWS_PER_STATEMENT);
-    let text = JSON.stringify(chunk);
-    if (text.includes(REF_SCHEME)) {
-      for (const row of chunk) {
-        row.input_refs = extractRefs(row.inputs);
-        row.output_refs = extractRefs(row.output);
-      }
-      text = JSON.stringify(chunk);
-    }
-    texts.push(cleanJsonText(text));
+    texts.push(cleanJsonText(`[${chunk.map(completeRowJson).join(',')}]`));
   }
   if (texts.length === 1) await mapJsonbErrors(() => repo.upsertCompleteCalls(deps.db, texts[0]));
   else if (texts.length > 1) {
@@ -128,6 +119,24 @@ export async function upsertCompleteCalls(deps: TracingDeps, args: { userId: str
       }),
     );
   }
+}
+
+/**
+ * A complete row's JSON text. Refs are strings starting with weave:///, written as such in JSON text: a
+ * row without that text has none, and its ref columns stay empty without walking its payloads. Exact
+ * numbers (an OTLP double with a whole value, an int64 beyond 2^53) are written as their literals, and
+ * flag the row.
+ */
+function completeRowJson(row: repo.CompleteCallRow): string {
+  let text = JSON.stringify(row);
+  if (text.includes(REF_SCHEME)) {
+    row.input_refs = extractRefs(row.inputs);
+    row.output_refs = extractRefs(row.output);
+    text = JSON.stringify(row);
+  }
+  if (!hasMarkedNumbers(text)) return text;
+  // The flag, as JSON.stringify would write it last in the object, without writing the row again.
+  return unmarkNumbers(`${text.slice(0, -1)},"exact_numbers":true}`);
 }
 
 /** A complete call as upsertCompleteCalls takes it: a trace_calls row less wb_user_id and the ref columns. */
@@ -141,6 +150,7 @@ function startWrite(start: StartedCall, userId: string): { id: string; start: re
   const id = start.id == null ? uuidv7() : cleanString(start.id);
   const attributes = payloadJsonText(start.attributes);
   const inputs = payloadJsonText(start.inputs);
+  const otelDump = start.otel_dump ? payloadJsonText(start.otel_dump) : undefined;
   return {
     id,
     start: {
@@ -153,9 +163,9 @@ function startWrite(start: StartedCall, userId: string): { id: string; start: re
       startedAt: start.started_at,
       attributes: cleanJsonText(attributes.text),
       inputs: cleanJsonText(inputs.text),
-      exactNumbers: attributes.exact || inputs.exact,
+      exactNumbers: attributes.exact || inputs.exact || Boolean(otelDump?.exact),
       inputRefs: extractRefs(start.inputs).map(cleanString),
-      otelDump: start.otel_dump ? cleanJsonText(JSON.stringify(start.otel_dump)) : null,
+      otelDump: otelDump ? cleanJsonText(otelDump.text) : null,
       // Stamped from the key's user: a client-sent wb_user_id is not trusted (reference §1.2).
       wbUserId: userId,
       wbRunId: cleanNullable(start.wb_run_id ?? null),
