@@ -233,6 +233,28 @@ def test_get_calls_with_filter_query_and_sort_match_the_api(stack, client, proje
     assert len(client.get_calls(filter={"op_names": [square_ref]})) == 3
 
 
+def test_get_calls_reads_every_call_across_pages_while_calls_are_deleted(stack, client, project):
+    """The SDK reads get_calls() in pages of 1,000 by offset. Deleting a call of a page already read does
+    not make the next page skip the call after it (each page starts after the last call of the one before)."""
+    count = 2150
+    ids = [f"c{i:05d}" for i in range(count)]
+    items = []
+    for i, call_id in enumerate(ids):
+        started = f"2025-01-01T00:{i // 60 % 60:02d}:{i % 60:02d}.{i // 3600:06d}Z"
+        start = {"project_id": project, "id": call_id, "trace_id": call_id, "op_name": "step", "started_at": started, "attributes": {}, "inputs": {"i": i}}
+        end = {"project_id": project, "id": call_id, "ended_at": started, "output": i, "summary": {}}
+        items += [{"mode": "start", "req": {"start": start}}, {"mode": "end", "req": {"end": end}}]
+    for chunk in range(0, len(items), 1000):
+        stack.ok("POST", "/traces/call/upsert_batch", {"batch": items[chunk : chunk + 1000]})
+
+    read = []
+    for call in client.get_calls(columns=["inputs"]):
+        read.append(call.id)
+        if len(read) == 500:  # the first page is in hand: delete one of its calls
+            stack.ok("POST", "/traces/calls/delete", {"project_id": project, "call_ids": [ids[10]]})
+    assert read == ids
+
+
 def test_integers_beyond_a_double_read_back_exactly_and_filter_exactly(stack, client, project, write_path):
     """Python ints are unbounded: a 63-bit seed logged as an input, and ids beyond 2^64 in an output, read back
     digit for digit, and a query literal matches the seed and not its neighbour (both are the same double)."""

@@ -52,4 +52,21 @@ describe('a window of a calls list', () => {
     // (1,100,000 rows).
     expect(await rowsReadFromCalls(db, query)).toBeLessThan(1000);
   });
+
+  it('after a call deep in the list, reads the window rather than every call before it', async () => {
+    database = await freshDatabase();
+    const { db } = database;
+    const projectId = uniqueName('e/deep');
+    await seedCalls(db, projectId, 20_000);
+    await sql`analyze trace_calls`.execute(db);
+
+    for (const sortBy of [undefined, [{ field: 'started_at', direction: 'desc' }]]) {
+      const query = callsWindowQuery({ projectId, sortBy, selection: {} }, { limit: 50, offset: 0, after: 'call-010000' });
+      const rows = (await query.execute(db)).rows;
+      const next = (i: number) => `call-${String(sortBy ? 9999 - i : 10001 + i).padStart(6, '0')}`;
+      expect(rows.map((row) => row.id)).toEqual(Array.from({ length: 50 }, (_, i) => next(i)));
+      // The window's 50 keys, its 50 rows and the anchor's row; OFFSET 10,000 read 10,050 keys.
+      expect(await rowsReadFromCalls(db, query)).toBeLessThan(500);
+    }
+  });
 });

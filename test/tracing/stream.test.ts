@@ -75,6 +75,9 @@ describe('/calls/stream_query', () => {
       const first = JSON.parse(result.lines[0]);
       const last = JSON.parse(result.lines[CALLS - 1]);
       expect([first.id, last.id, last.inputs.i]).toEqual(['call-000001', `call-${String(CALLS).padStart(6, '0')}`, CALLS]);
+      // Every call once, in order, across the batches.
+      const outOfPlace = result.lines.findIndex((line, i) => !line.startsWith(`{"id":"call-${String(i + 1).padStart(6, '0')}"`));
+      expect(outOfPlace).toBe(-1);
     } finally {
       unsubscribe(CHANNEL, onBatch);
     }

@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { principalOf } from '../../auth/plugin.js';
 import { requireProject } from '../../auth/principal.js';
+import { CallPageEnds } from '../services/call-pages.js';
 import type { TracingDeps } from '../services/deps.js';
 
 /**
@@ -12,6 +13,11 @@ export function projectFor(request: FastifyRequest, projectId: string, param = '
   return projectId;
 }
 
+/** Each app's page ends, kept beside its database. */
+const callPages = new WeakMap<object, CallPageEnds>();
+
 export function depsOf(app: FastifyInstance): TracingDeps {
-  return { db: app.db, kind: app.database.kind };
+  let pages = callPages.get(app.db);
+  if (!pages) callPages.set(app.db, (pages = new CallPageEnds()));
+  return { db: app.db, kind: app.database.kind, callPages: pages };
 }

@@ -97,24 +97,62 @@ function matchRefs(column: 'input_refs' | 'output_refs', refs: readonly string[]
   return sql`(${sql.join(tests, sql` or `)})`;
 }
 
+/** One key of a calls list's order: `nullable` keys put their missing values last, in both directions. */
+interface SortKey {
+  expr: RawBuilder<unknown>;
+  direction: 'asc' | 'desc';
+  nullable: boolean;
+}
+
 /**
- * The ORDER BY list. Missing values sort last in both directions; JSON paths sort by their numeric value,
- * then their text (reference §3.7). Without a sort: started_at, then id; id always breaks ties.
+ * The order of a calls list. Missing values sort last in both directions; JSON paths sort by their
+ * numeric value, then their text (reference §3.7). Without a sort: started_at, then id; id always breaks
+ * ties, so the order is total.
  */
-export function callsOrderBy(sortBy?: readonly SortBy[] | null, expandColumns?: readonly string[] | null): RawBuilder<unknown> {
+function sortKeys(sortBy?: readonly SortBy[] | null, expandColumns?: readonly string[] | null): SortKey[] {
   const resolve = callFieldResolver({ expandColumns });
   const items = sortBy?.length ? sortBy : [{ field: 'started_at', direction: 'asc' }];
-  const keys = items.flatMap(({ field, direction }) => {
+  const keys = items.flatMap(({ field, direction }): SortKey[] => {
     if (direction !== 'asc' && direction !== 'desc') {
       throw new InvalidRequestError(`Invalid sort direction ${JSON.stringify(direction)}: expected asc or desc`, { code: 'invalid_sort' });
     }
-    const dir = sql.raw(direction);
     const value = resolve(field);
     // Visible calls always have these: a plain direction lets a backward index scan serve `desc`.
-    if (NEVER_NULL.has(field) && value.kind === 'typed') return [sql`${value.type === 'text' ? byteOrder(value.sql) : value.sql} ${dir}`];
-    const exprs = sortExprs(value);
-    return exprs.map((expr) => sql`${expr} ${dir} nulls last`);
+    if (NEVER_NULL.has(field) && value.kind === 'typed') return [{ expr: value.type === 'text' ? byteOrder(value.sql) : value.sql, direction, nullable: false }];
+    return sortExprs(value).map((expr) => ({ expr, direction, nullable: true }));
   });
-  if (!items.some((item) => item.field === 'id')) keys.push(sql`${col('id')} asc`);
-  return sql.join(keys);
+  if (!items.some((item) => item.field === 'id')) keys.push({ expr: col('id'), direction: 'asc', nullable: false });
+  return keys;
+}
+
+/** The ORDER BY list of a calls list (sortKeys). */
+export function callsOrderBy(sortBy?: readonly SortBy[] | null, expandColumns?: readonly string[] | null): RawBuilder<unknown> {
+  return sql.join(sortKeys(sortBy, expandColumns).map(({ expr, direction, nullable }) => sql`${expr} ${sql.raw(direction)}${sql.raw(nullable ? ' nulls last' : '')}`));
+}
+
+/**
+ * The calls that come after the call `anchorId` in a list of this order: a page of the list that starts
+ * there, without counting past every call before it as OFFSET does. Each key is compared with its value
+ * on the anchor's row, read by primary key in a subquery (the inner `trace_calls` is the anchor's), so that
+ * every value compares in its own type, expanded refs and JSON paths included. The anchor's row must exist
+ * (calls are only ever soft-deleted). The order is total, so the rows after it are exactly the list's rest.
+ */
+export function callsAfter(args: { projectId: string; anchorId: string; sortBy?: readonly SortBy[] | null; expandColumns?: readonly string[] | null }): RawBuilder<SqlBool> {
+  const keys = sortKeys(args.sortBy, args.expandColumns);
+  const anchor = (expr: RawBuilder<unknown>) => sql`(select ${expr} from ${sql.table(CALLS_TABLE)} where ${col('project_id')} = ${args.projectId} and ${col('id')} = ${args.anchorId})`;
+  const terms: RawBuilder<unknown>[] = [];
+  const equal: RawBuilder<unknown>[] = [];
+  for (const { expr, direction, nullable } of keys) {
+    const value = anchor(expr);
+    const op = sql.raw(direction === 'asc' ? '>' : '<');
+    // Nulls last: after a non-null value come the greater (or lesser) ones and the nulls; after a null, no null is.
+    const after = nullable ? sql`(${value} is not null and (${expr} ${op} ${value} or ${expr} is null))` : sql`${expr} ${op} ${value}`;
+    terms.push(equal.length ? sql`(${sql.join([...equal, after], sql` and `)})` : after);
+    equal.push(nullable ? sql`${expr} is not distinct from ${value}` : sql`${expr} = ${value}`);
+  }
+  const rest = sql`(${sql.join(terms, sql` or `)})`;
+  const [first] = keys;
+  // The same bound on the first key alone, which an index on it can seek to.
+  if (first.nullable) return sql<SqlBool>`${rest}`;
+  return sql<SqlBool>`${first.expr} ${sql.raw(first.direction === 'asc' ? '>=' : '<=')} ${anchor(first.expr)} and ${rest}`;
 }

@@ -1,5 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
-import { callsOrderBy, callsWhere } from '../query/calls.js';
+import { callsAfter, callsOrderBy, callsWhere } from '../query/calls.js';
 import type { CallsFilter, Query, SortBy } from '../query/schema.js';
 import { isoText, jsonbText, jsonText, toInt, type Executor } from './common.js';
 
@@ -219,6 +219,8 @@ export interface CallsListArgs {
   expandColumns?: readonly string[] | null;
   limit?: number | null;
   offset?: number | null;
+  /** The id of the call the list starts after (callsAfter), in place of counting `offset` calls. */
+  after?: string | null;
   selection: CallSelection;
 }
 
@@ -260,14 +262,26 @@ function selectList(selection: CallSelection): RawBuilder<unknown> {
   return sql.join(items);
 }
 
-/** The SELECT of a calls list, ready to run whole, in windows, or through a cursor. */
-export function callsListQuery(args: CallsListArgs, window?: { limit: number; offset: number }): RawBuilder<CallRow> {
-  const where = callsWhere({ projectId: args.projectId, filter: args.filter, query: args.query, expandColumns: args.expandColumns });
+/** A window of a calls list: `limit` calls from `offset` on, counted from the call after `after` (else the list's own `after`). */
+export interface CallsWindow {
+  limit: number;
+  offset: number;
+  after?: string | null;
+}
+
+/** The calls of the list, from the call after `after` on when it is given. */
+function listWhere(args: CallsListArgs, after: string | null | undefined): RawBuilder<unknown> {
+  const { projectId, filter, query, expandColumns } = args;
+  const where = callsWhere({ projectId, filter, query, expandColumns });
+  return after == null ? where : sql`${where} and ${callsAfter({ projectId, anchorId: after, sortBy: args.sortBy, expandColumns })}`;
+}
+
+/** The SELECT of a calls list, ready to run whole or through a cursor. */
+export function callsListQuery(args: CallsListArgs): RawBuilder<CallRow> {
+  const where = listWhere(args, args.after);
   const order = callsOrderBy(args.sortBy, args.expandColumns);
-  const limit = window ? window.limit : args.limit;
-  const offset = window ? window.offset : args.offset;
   return sql<CallRow>`select ${selectList(args.selection)} from trace_calls where ${where} order by ${order}
-    ${limit != null ? sql`limit ${limit}` : sql``} ${offset ? sql`offset ${offset}` : sql``}`;
+    ${args.limit != null ? sql`limit ${args.limit}` : sql``} ${args.offset ? sql`offset ${args.offset}` : sql``}`;
 }
 
 /**
@@ -283,8 +297,8 @@ export function callsListQuery(args: CallsListArgs, window?: { limit: number; of
  * unknown constant (with the constant, the planner scanned the project's calls, or another index on
  * project_id, once per window row), and the rows are ordered by their place in the window.
  */
-export function callsWindowQuery(args: CallsListArgs, window: { limit: number; offset: number }): RawBuilder<CallRow> {
-  const where = callsWhere({ projectId: args.projectId, filter: args.filter, query: args.query, expandColumns: args.expandColumns });
+export function callsWindowQuery(args: CallsListArgs, window: CallsWindow): RawBuilder<CallRow> {
+  const where = listWhere(args, window.after ?? args.after);
   const order = callsOrderBy(args.sortBy, args.expandColumns);
   return sql<CallRow>`with calls_window as materialized (
       select trace_calls.project_id, trace_calls.id, row_number() over (order by ${order}) as position from trace_calls
@@ -296,6 +310,12 @@ export function callsWindowQuery(args: CallsListArgs, window: { limit: number; o
 
 export async function listCalls(db: Executor, args: CallsListArgs): Promise<CallRow[]> {
   return (await callsListQuery(args).execute(db)).rows;
+}
+
+/** Whether the call's row exists, deleted or not (a list's `after` needs its row). */
+export async function callExists(db: Executor, args: { projectId: string; id: string }): Promise<boolean> {
+  const { rows } = await sql`select 1 from trace_calls where project_id = ${args.projectId} and id = ${args.id}`.execute(db);
+  return rows.length > 0;
 }
 
 export async function readCall(db: Executor, args: { projectId: string; id: string; selection: CallSelection }): Promise<CallRow | undefined> {

@@ -5,8 +5,16 @@ import type { TracingDeps } from './deps.js';
 export interface BatchPlan<Row> {
   /** The whole query, with the request's own limit and offset. */
   query: RawBuilder<Row>;
-  /** The same query cut to one window (PGlite). */
-  window(db: Kysely<Database>, window: { limit: number; offset: number }): Promise<Row[]>;
+  /**
+   * The same query cut to one window (PGlite): `limit` rows from `offset` on, counted after the row whose
+   * key is `after` when one is given (see `key`).
+   */
+  window(db: Kysely<Database>, window: { limit: number; offset: number; after?: string }): Promise<Row[]>;
+  /**
+   * A row's key, for the next window to start after it instead of counting OFFSET rows from the start:
+   * without it, the windows of a long result read the whole result before each one.
+   */
+  key?(row: Row): string;
   /** The request's limit and offset, to plan the windows. */
   limit?: number | null;
   offset?: number | null;
@@ -15,8 +23,9 @@ export interface BatchPlan<Row> {
 
 /**
  * Rows of a query in batches, each read only when the consumer asks for the next: through a
- * server-side cursor in its own transaction on PostgreSQL, and in LIMIT/OFFSET windows on PGlite,
- * whose single connection a slow reader must not hold. Each batch comes with the executor that holds
+ * server-side cursor in its own transaction on PostgreSQL, and in windows on PGlite, whose single
+ * connection a slow reader must not hold: each window after the last row of the one before (`key`),
+ * or by LIMIT/OFFSET. Each batch comes with the executor that holds
  * the cursor, so that lookups made per batch use that connection rather than wait on the pool for a
  * second one (N streams would otherwise deadlock a pool of N).
  */
@@ -40,10 +49,12 @@ export async function* readInBatches<Row>(deps: TracingDeps, plan: BatchPlan<Row
   }
   const start = plan.offset ?? 0;
   const end = plan.limit == null ? Infinity : start + plan.limit;
+  let after: string | undefined;
   for (let offset = start; offset < end; offset += plan.size) {
     const limit = Math.min(plan.size, end - offset);
-    const rows = await plan.window(deps.db, { limit, offset });
+    const rows = await plan.window(deps.db, after === undefined ? { limit, offset } : { limit, offset: 0, after });
     yield { rows, db: deps.db };
     if (rows.length < limit) return;
+    if (plan.key) after = plan.key(rows[rows.length - 1]);
   }
 }

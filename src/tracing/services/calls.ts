@@ -8,6 +8,7 @@ import * as repo from '../repositories/calls.js';
 import { mapJsonbErrors, type Executor } from '../repositories/common.js';
 import type { CallsQueryBody, EndedCall, StartedCall } from '../schemas/calls.js';
 import { readInBatches } from './batches.js';
+import { listIdentity } from './call-pages.js';
 import type { TracingDeps } from './deps.js';
 import { addCosts } from './costs.js';
 import { feedbackByCall } from './feedback.js';
@@ -266,9 +267,25 @@ function listArgs(projectId: string, body: Omit<CallsQueryBody, 'project_id'>): 
 }
 
 export async function queryCalls(deps: TracingDeps, projectId: string, body: Omit<CallsQueryBody, 'project_id'>): Promise<Record<string, unknown>[]> {
-  const args = listArgs(projectId, body);
+  const { args, ended } = await startOfPage(deps, listArgs(projectId, body));
   const rows = await repo.listCalls(deps.db, args);
+  if (rows.length > 0) ended(rows.length, rows[rows.length - 1].id as string);
   return finish(deps, projectId, rows, args, body);
+}
+
+/**
+ * The list's arguments for a page that starts after the last call of an earlier page of the same list
+ * when one ended at this page's offset (CallPageEnds), and what to record of where this page ends.
+ */
+async function startOfPage(deps: TracingDeps, args: repo.CallsListArgs): Promise<{ args: repo.CallsListArgs; ended(count: number, lastId: string): void }> {
+  const pages = deps.callPages;
+  if (!pages) return { args, ended: () => {} };
+  const list = listIdentity(args);
+  const offset = args.offset ?? 0;
+  const ended = (count: number, lastId: string) => pages.set(list, offset + count, lastId);
+  const after = offset > 0 ? pages.get(list, offset) : undefined;
+  if (after === undefined || !(await repo.callExists(deps.db, { projectId: args.projectId, id: after }))) return { args, ended };
+  return { args: { ...args, offset: null, after }, ended };
 }
 
 /**
@@ -304,18 +321,25 @@ async function finish(
 
 /** The calls of a query in batches, read as the consumer asks for them (see readInBatches). */
 export async function* streamCalls(deps: TracingDeps, projectId: string, body: Omit<CallsQueryBody, 'project_id'>): AsyncGenerator<Record<string, unknown>[]> {
-  const args = listArgs(projectId, body);
+  const { args, ended } = await startOfPage(deps, listArgs(projectId, body));
   const batches = readInBatches(deps, {
     query: repo.callsListQuery(args), // compiles (and validates) the query before anything is read
     window: async (db, window) => (await repo.callsWindowQuery(args, window).execute(db)).rows,
-    limit: body.limit,
-    offset: body.offset,
+    key: (row) => row.id as string,
+    limit: args.limit,
+    offset: args.offset,
     size: STREAM_BATCH_SIZE,
   });
+  let count = 0;
+  let lastId: string | undefined;
   for await (const { rows, db } of batches) {
     streamBatchChannel.publish({ rows: rows.length });
-    if (rows.length > 0) yield await finish({ db, kind: deps.kind }, projectId, rows, args, body);
+    if (rows.length === 0) continue;
+    count += rows.length;
+    lastId = rows[rows.length - 1].id as string;
+    yield await finish({ db, kind: deps.kind }, projectId, rows, args, body);
   }
+  if (lastId !== undefined) ended(count, lastId);
 }
 
 /** A stored row as the clients' CallSchema, with the derived `summary.weave` (reference §3.6). */

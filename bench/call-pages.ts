@@ -1,0 +1,88 @@
+/**
+ * Reading a long calls list in pages by offset, as weave's SDK reads `client.get_calls()` (pages of
+ * 1,000). Not a test: run by hand, prints seconds and ratios.
+ *
+ *   npm run bench:call-pages -- [--calls 200000] [--page 1000]
+ *
+ * Uses DATABASE_URL's server when set (a scratch database is created beside it and dropped), else an
+ * embedded PGlite in a temporary directory. One project of `--calls` calls (about 600 bytes of inputs
+ * each, inserted in SQL), read through /calls/stream_query, in one run:
+ *   1. Baseline, backward: every page from the last to the first. No page starts where an earlier one
+ *      ended, so each counts its offset from the start: what every page cost before.
+ *   2. Forward: the same pages from offset 0, as the SDK's iterator reads them. Each page after the first
+ *      starts where the page before ended (services/call-pages.ts).
+ * Then the last page alone, reached each way.
+ */
+import { sql } from 'kysely';
+import { request } from 'undici';
+import { startBenchServer } from './lib/server.js';
+
+function arg(name: string, fallback: number): number {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? Number(process.argv[i + 1]) : fallback;
+}
+const CALLS = arg('calls', 200_000);
+const PAGE = arg('page', 1000);
+const PROJECT = 'bench/pages';
+
+const server = await startBenchServer('pages');
+const headers = { authorization: `Basic ${Buffer.from(`api:${server.key}`).toString('base64')}`, 'content-type': 'application/json' };
+
+async function post(url: string, body: unknown): Promise<string> {
+  const response = await request(`${server.url}/traces${url}`, { method: 'POST', headers, body: JSON.stringify(body) });
+  const text = await response.body.text();
+  if (response.statusCode !== 200) throw new Error(`${url}: ${response.statusCode} ${text.slice(0, 300)}`);
+  return text;
+}
+
+// One call through the API makes the project and its owner; the rest are inserted beside it.
+const started = '2024-12-31T00:00:00Z';
+await post('/call/upsert_batch', { batch: [{ mode: 'start', req: { start: { project_id: PROJECT, id: 'first', trace_id: 'first', op_name: 'op', started_at: started, attributes: {}, inputs: {} } } }] });
+const seeding = performance.now();
+await sql`insert into trace_calls (project_id, id, trace_id, op_name, started_at, ended_at, attributes, inputs, output, summary, wb_user_id)
+  select ${PROJECT}, 'c' || g, 't' || g, 'op', timestamptz '2025-01-01' + g * interval '1 ms', timestamptz '2025-01-01' + g * interval '1 ms' + interval '5 ms',
+    '{}'::jsonb, jsonb_build_object('i', g, 'text', repeat('x', 500)), '{"ok": true}'::jsonb, '{}'::jsonb,
+    (select wb_user_id from trace_calls where project_id = ${PROJECT} and id = 'first')
+  from generate_series(1, ${CALLS - 1}::int) g`.execute(server.app.db);
+await sql`analyze trace_calls`.execute(server.app.db);
+console.log(`database: ${server.onServer ? 'PostgreSQL server' : 'PGlite (embedded)'}; node ${process.version}; ${CALLS} calls (seeded in ${((performance.now() - seeding) / 1000).toFixed(1)} s), pages of ${PAGE}`);
+
+/** Reads the page at `offset`; its milliseconds and its number of calls. */
+async function page(offset: number): Promise<[ms: number, calls: number]> {
+  const start = performance.now();
+  const text = await post('/calls/stream_query', { project_id: PROJECT, limit: PAGE, offset });
+  let calls = 0;
+  for (let i = text.indexOf('\n'); i >= 0; i = text.indexOf('\n', i + 1)) calls++;
+  return [performance.now() - start, calls];
+}
+
+const offsets = Array.from({ length: Math.ceil(CALLS / PAGE) }, (_, i) => i * PAGE);
+await page(0); // warm-up
+
+let start = performance.now();
+let read = 0;
+let lastBackward = 0;
+for (const offset of [...offsets].reverse()) {
+  const [ms, calls] = await page(offset);
+  read += calls;
+  if (offset === offsets[offsets.length - 1]) lastBackward = ms;
+}
+const backward = (performance.now() - start) / 1000;
+if (read !== CALLS) throw new Error(`backward read ${read} calls, not ${CALLS}`);
+
+start = performance.now();
+read = 0;
+let lastForward = 0;
+for (const offset of offsets) {
+  const [ms, calls] = await page(offset);
+  read += calls;
+  lastForward = ms;
+}
+const forward = (performance.now() - start) / 1000;
+if (read !== CALLS) throw new Error(`forward read ${read} calls, not ${CALLS}`);
+
+console.log(`every page, forward (each after the page before)      ${forward.toFixed(1).padStart(7)} s`);
+console.log(`every page, backward (each by OFFSET; the baseline)   ${backward.toFixed(1).padStart(7)} s   forward/backward ${(forward / backward).toFixed(2)}`);
+console.log(`the last page, after the page before                  ${lastForward.toFixed(1).padStart(7)} ms`);
+console.log(`the last page, by OFFSET                              ${lastBackward.toFixed(1).padStart(7)} ms   ratio ${(lastForward / lastBackward).toFixed(2)}`);
+await server.close();

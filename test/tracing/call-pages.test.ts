@@ -1,0 +1,137 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../src/app.js';
+import { CallPageEnds } from '../../src/tracing/services/call-pages.js';
+import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
+import { callItems, lines, post } from './helpers.js';
+
+/**
+ * Pages of a calls list read by `offset`, as weave's SDK reads `client.get_calls()` (pages of 1,000): a
+ * page that starts where an earlier page of the same list ended starts after that page's last call.
+ */
+
+let app: App;
+let user: TestUser;
+
+beforeAll(async () => {
+  app = await createTestApp();
+  user = await createUserWithKey(app);
+});
+afterAll(async () => {
+  await app.close();
+});
+
+const newProject = () => `${user.entity}/${uniqueName('pages')}`;
+
+async function upsert(project: string, specs: Parameters<typeof callItems>[1][]): Promise<void> {
+  const response = await post(app, user, '/call/upsert_batch', { batch: specs.flatMap((spec) => callItems(project, spec)) });
+  expect(response.statusCode, response.body).toBe(200);
+}
+
+async function streamIds(body: Record<string, unknown>): Promise<string[]> {
+  const response = await post(app, user, '/calls/stream_query', body);
+  expect(response.statusCode, response.body).toBe(200);
+  return lines(response.body).map((call) => call.id as string);
+}
+
+async function queryIds(body: Record<string, unknown>): Promise<string[]> {
+  const response = await post(app, user, '/calls/query', body);
+  expect(response.statusCode, response.body).toBe(200);
+  return response.json().calls.map((call: { id: string }) => call.id);
+}
+
+/** Every page of `size` from offset 0 until a short page, as the SDK's iterator reads them. */
+async function pages(read: (body: Record<string, unknown>) => Promise<string[]>, body: Record<string, unknown>, size: number): Promise<string[]> {
+  const ids: string[] = [];
+  for (let offset = 0; ; offset += size) {
+    const page = await read({ ...body, limit: size, offset });
+    ids.push(...page);
+    if (page.length < size) return ids;
+  }
+}
+
+/**
+ * 40 calls with ties in every key: four at each start time, missing and mixed JSON values, display names
+ * on some, a score feedback on every third.
+ */
+async function seedMixed(project: string): Promise<void> {
+  const values: unknown[] = [3, 1.5, 'b', null, undefined, 10, 'a', 2, { x: 1 }, -1];
+  const scores = Array.from({ length: 14 }, (_, i) => ({ project_id: project, weave_ref: `weave:///${project}/call/c${String(i * 3).padStart(2, '0')}`, feedback_type: 'score', payload: { value: i % 4 } }));
+  const scored = await post(app, user, '/feedback/batch/create', { batch: scores });
+  expect(scored.statusCode, scored.body).toBe(200);
+  await upsert(
+    project,
+    Array.from({ length: 40 }, (_, i) => ({
+      id: `c${String(i).padStart(2, '0')}`,
+      started_at: new Date(Date.UTC(2025, 0, 1, 0, 0, Math.floor(i / 4))).toISOString(),
+      op_name: `weave:///${project}/op/${['a', 'b', 'c'][i % 3]}:d`,
+      display_name: i % 5 === 0 ? undefined : `name ${i % 7}`,
+      inputs: values[i % values.length] === undefined ? {} : { x: values[i % values.length] },
+    })),
+  );
+}
+
+describe('pages of a calls list read by offset', () => {
+  const sorts: [string, unknown][] = [
+    ['the default order', undefined],
+    ['started_at desc', [{ field: 'started_at', direction: 'desc' }]],
+    ['op_name, then started_at desc', [{ field: 'op_name', direction: 'asc' }, { field: 'started_at', direction: 'desc' }]],
+    ['a JSON path with missing, null, string and object values, desc', [{ field: 'inputs.x', direction: 'desc' }]],
+    ['a JSON path asc, then display_name desc (missing on some)', [{ field: 'inputs.x', direction: 'asc' }, { field: 'display_name', direction: 'desc' }]],
+    ['id desc', [{ field: 'id', direction: 'desc' }]],
+    ['a feedback payload, missing on most calls', [{ field: 'feedback.[score].payload.value', direction: 'desc' }]],
+  ];
+
+  it.each(sorts)('are the whole list, in %s, through stream_query and query', async (_name, sortBy) => {
+    const project = newProject();
+    await seedMixed(project);
+    const body = { project_id: project, ...(sortBy ? { sort_by: sortBy } : {}) };
+    const whole = await streamIds(body);
+    expect(whole).toHaveLength(40);
+    expect(new Set(whole).size).toBe(40);
+    expect(await pages(streamIds, body, 7)).toEqual(whole);
+    expect(await pages(queryIds, body, 6)).toEqual(whole);
+    // The same pages again: each starts after the last call of the page before.
+    expect(await pages(streamIds, body, 7)).toEqual(whole);
+    // A filtered list is a list of its own.
+    const filtered = { ...body, filter: { op_names: [`weave:///${project}/op/b:d`] } };
+    const wholeFiltered = await streamIds(filtered);
+    expect(wholeFiltered).toHaveLength(13);
+    expect(await pages(streamIds, filtered, 4)).toEqual(wholeFiltered);
+  });
+
+  it('neither skip a call when calls of earlier pages are deleted, nor repeat one when newer calls arrive first', async () => {
+    const project = newProject();
+    const ids = Array.from({ length: 30 }, (_, i) => `c${String(i).padStart(2, '0')}`);
+    await upsert(project, ids.map((id, i) => ({ id, started_at: new Date(Date.UTC(2025, 0, 1, 0, 0, i)).toISOString() })));
+
+    const ascending = { project_id: project, limit: 10 };
+    expect(await streamIds({ ...ascending, offset: 0 })).toEqual(ids.slice(0, 10));
+    expect((await post(app, user, '/calls/delete', { project_id: project, call_ids: ['c03'] })).statusCode).toBe(200);
+    // OFFSET 10 would now start at c11, skipping c10.
+    expect(await streamIds({ ...ascending, offset: 10 })).toEqual(ids.slice(10, 20));
+
+    const newestFirst = { project_id: project, limit: 10, sort_by: [{ field: 'started_at', direction: 'desc' }] };
+    const descending = ids.filter((id) => id !== 'c03').reverse();
+    expect(await queryIds({ ...newestFirst, offset: 0 })).toEqual(descending.slice(0, 10));
+    await upsert(project, [{ id: 'newer', started_at: '2025-01-02T00:00:00Z' }]);
+    // OFFSET 10 would now start at c20 again, the last call of the page before.
+    expect(await queryIds({ ...newestFirst, offset: 10 })).toEqual(descending.slice(10, 20));
+
+    // An offset no page ended at is counted from the start, the new call included.
+    expect(await queryIds({ ...newestFirst, offset: 9 })).toEqual(['newer', ...descending].slice(9, 19));
+  });
+});
+
+describe('CallPageEnds', () => {
+  it('forgets the least recently used end past its bound, and any end past its age', () => {
+    let now = 0;
+    const ends = new CallPageEnds(2, 1000, () => now);
+    ends.set('list', 10, 'a');
+    ends.set('list', 20, 'b');
+    expect(ends.get('list', 10)).toBe('a'); // now the most recently used
+    ends.set('other', 10, 'c');
+    expect([ends.get('list', 20), ends.get('list', 10), ends.get('other', 10), ends.size]).toEqual([undefined, 'a', 'c', 2]);
+    now = 1001;
+    expect([ends.get('list', 10), ends.size]).toEqual([undefined, 1]);
+  });
+});
