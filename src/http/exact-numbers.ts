@@ -23,6 +23,8 @@ const WHOLE_FLOAT_HINT = /\d(?:\.0+(?:[\s,\]}eE]|$)|[eE]\+?\d+(?:[\s,\]}]|$))/;
 export const MARK = `\u0000num-${randomBytes(8).toString('hex')}:`;
 /** MARK as JSON.stringify writes it inside a string. */
 const MARK_JSON = JSON.stringify(MARK).slice(1, -1);
+/** What a marked literal adds to the literal in JSON.stringify's text: the mark and two quotes. */
+export const MARKED_OVERHEAD = MARK_JSON.length + 2;
 const MARKED_LITERAL = new RegExp(`"${MARK_JSON.replace(/[\\^$.*+?()[\]{}|]/g, '\\$&')}(-?\\d+(?:\\.0)?)"`, 'g');
 
 export interface ExactParseOptions {

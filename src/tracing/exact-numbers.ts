@@ -1,10 +1,10 @@
 import { LosslessNumber } from 'lossless-json';
-import { hasMarkedNumbers, MARK, parseWithExactNumbers, unmarkNumbers, wholeFloatText, type HeldValue } from '../http/exact-numbers.js';
+import { hasMarkedNumbers, MARK, MARKED_OVERHEAD, parseWithExactNumbers, unmarkNumbers, wholeFloatText, type HeldValue } from '../http/exact-numbers.js';
 
 /**
- * Numbers in payloads (a call's attributes, inputs, output and summary; a feedback's payload) that a
- * double would change, kept from
- * the request body to JSONB and back to every reader, as the Python server keeps them: integers beyond
+ * Numbers in payloads (a call's attributes, inputs, output, summary and otel_dump; a feedback's payload)
+ * that a double would change, kept from the request body (or an OpenTelemetry span's typed values) to
+ * JSONB and back to every reader, as the Python server keeps them: integers beyond
  * 2^53, digit for digit, and whole-valued floats (`1.0`, `1e+16`), which stay floats for a Python client
  * (`1.0`, `10000000000000000.0`) instead of reading back as ints. Query literals keep their long
  * integers, so a filter on a stored one compares with the exact value. Anything else stays a plain
@@ -29,16 +29,41 @@ export class ExactNumber extends LosslessNumber {
 
 const exactNumber = (literal: string) => new ExactNumber(literal);
 
-/** A typed double (an OTLP `doubleValue`) as a payload keeps it: a whole one as an ExactNumber, so it stays a float. */
-export function exactDouble(value: number): number | ExactNumber {
-  const text = wholeFloatText(value);
-  return text === undefined ? value : new ExactNumber(text);
-}
+/**
+ * The typed numbers of one OTLP export as its payloads keep them: a whole `doubleValue` as an ExactNumber,
+ * so that it stays a float, and an int64 beyond 2^53 as an ExactNumber of its digits. Their text is
+ * bounded: a whole double is written out in full (`1e308` is 309 digits, where protobuf takes 9 bytes),
+ * each is marked while a row goes through JSON.stringify, and a span holds it twice (in the call and in
+ * its otel_span), so an export of nothing else would grow past what a string holds. Past twice the
+ * export's size and 64 Ki characters, they are what they were before: plain doubles, and int64s as their
+ * digits in a string.
+ */
+export class ExactOtlpNumbers {
+  private left: number;
 
-/** An integer's decimal digits (an OTLP `intValue`) as a payload keeps them: a number where a double holds it exactly. */
-export function exactInteger(digits: string): number | ExactNumber {
-  const value = Number(digits);
-  return Number.isSafeInteger(value) ? value : new ExactNumber(BigInt(digits).toString());
+  constructor(exportSize: number) {
+    this.left = 2 * exportSize + 65_536;
+  }
+
+  double(value: number): number | ExactNumber {
+    return this.kept(wholeFloatText(value)) ?? value;
+  }
+
+  /** An int64's decimal digits: a number where a double holds it exactly. */
+  integer(digits: string): number | string | ExactNumber {
+    const value = Number(digits);
+    if (Number.isSafeInteger(value)) return value;
+    const text = BigInt(digits).toString();
+    return this.kept(text) ?? text;
+  }
+
+  private kept(text: string | undefined): ExactNumber | undefined {
+    if (text === undefined) return undefined;
+    const size = text.length + MARKED_OVERHEAD;
+    if (size > this.left) return undefined;
+    this.left -= size;
+    return new ExactNumber(text);
+  }
 }
 
 /** A JSON object that is no ExactNumber (which is an object too). */

@@ -316,6 +316,28 @@ describe('numbers a double would change in OpenTelemetry spans', () => {
   });
 });
 
+describe('numbers a double would change in OpenTelemetry spans, written out', () => {
+  it('are kept up to twice the export\'s size; past it, whole doubles are the plain numbers they were', async () => {
+    const project = newProject();
+    // 1e308 is 311 characters written out as a float, for 22 in the body: 2,000 of them would be 28 times it.
+    const values = Array.from({ length: 2000 }, () => ({ doubleValue: 1e308 }));
+    const body = {
+      resourceSpans: [{ resource: { attributes: [] }, scopeSpans: [{ scope: { name: 's' }, spans: [{ traceId: '0af7651916cd43dd8448eb211c80319c', spanId: 'b7ad6b7169203332', name: 'huge', startTimeUnixNano: '1735689600000000000', endTimeUnixNano: '1735689601000000000', attributes: [{ key: 'input', value: { kvlistValue: { values: [{ key: 'x', value: { arrayValue: { values } } }] } } }] }] }] }],
+    };
+    const response = await app.inject({ method: 'POST', url: '/traces/otel/v1/traces', headers: { authorization: basicAuth(user.key), 'content-type': 'application/json', project_id: project }, payload: JSON.stringify(body) });
+    expect(response.statusCode, response.body).toBe(200);
+    expect(response.json()).toEqual({});
+    const { call } = exact((await post(app, user, '/call/read', { project_id: project, id: 'b7ad6b7169203332' })).body);
+    const digits = `#1${'0'.repeat(308)}`;
+    const x = call.inputs.x as string[];
+    expect(x).toHaveLength(2000);
+    expect([x[0], x[1999]]).toEqual([`${digits}.0`, digits]);
+    const kept = x.filter((value) => value.endsWith('.0')).length;
+    expect(kept).toBeGreaterThan(100);
+    expect(kept).toBeLessThan(2000);
+  });
+});
+
 describe('numbers a double would change in feedback payloads', () => {
   const LITS = { SEED: '9223372036854775807', ONE: '1.0' };
 

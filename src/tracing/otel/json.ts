@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { InvalidRequestError } from '../../errors.js';
-import { exactDouble, exactInteger } from '../exact-numbers.js';
+import { ExactOtlpNumbers } from '../exact-numbers.js';
 import { emptySpan, SPAN_KINDS, STATUS_CODES, type AttrValue, type KeyValue, type OtlpResourceSpans, type OtlpSpan, type OtlpTraceRequest } from './model.js';
 
 /**
@@ -54,7 +54,7 @@ function int64Digits(text: string): string | undefined {
   return value >= INT64_MIN && value <= INT64_MAX ? value.toString() : undefined;
 }
 
-function anyValue(v: unknown): AttrValue {
+function anyValue(v: unknown, numbers: ExactOtlpNumbers): AttrValue {
   if (v === null || typeof v !== 'object') return null;
   const o = v as Record<string, unknown>;
   const s = pick(o, 'stringValue', 'string_value');
@@ -65,24 +65,26 @@ function anyValue(v: unknown): AttrValue {
   if (i !== undefined) {
     // int64 as its digits (the JSON mapping's form) is kept whole; a bare number is what JSON.parse made of it.
     const digits = typeof i === 'string' ? int64Digits(i) : typeof i === 'number' && Number.isInteger(i) ? int64Digits(BigInt(i).toString()) : undefined;
-    return digits === undefined ? String(i) : exactInteger(digits);
+    if (digits !== undefined) return numbers.integer(digits);
+    const n = Number(i);
+    return Number.isSafeInteger(n) ? n : String(i);
   }
   const d = pick(o, 'doubleValue', 'double_value');
-  if (d !== undefined) return exactDouble(typeof d === 'number' ? d : Number(d));
+  if (d !== undefined) return numbers.double(typeof d === 'number' ? d : Number(d));
   const a = pick(o, 'arrayValue', 'array_value');
-  if (a !== undefined) return asList((a as Record<string, unknown> | null)?.values ?? []).map(anyValue);
+  if (a !== undefined) return asList((a as Record<string, unknown> | null)?.values ?? []).map((item) => anyValue(item, numbers));
   const kv = pick(o, 'kvlistValue', 'kvlist_value');
-  if (kv !== undefined) return Object.fromEntries(keyValues((kv as Record<string, unknown> | null)?.values).map((x) => [x.key, x.value]));
+  if (kv !== undefined) return Object.fromEntries(keyValues((kv as Record<string, unknown> | null)?.values, numbers).map((x) => [x.key, x.value]));
   const bytes = pick(o, 'bytesValue', 'bytes_value');
   if (bytes !== undefined) return str(bytes);
   return null;
 }
 
-function keyValues(v: unknown): KeyValue[] {
-  return asList(v).map((kv) => ({ key: str(kv.key), value: anyValue(kv.value) }));
+function keyValues(v: unknown, numbers: ExactOtlpNumbers): KeyValue[] {
+  return asList(v).map((kv) => ({ key: str(kv.key), value: anyValue(kv.value, numbers) }));
 }
 
-function span(o: Record<string, unknown>): OtlpSpan {
+function span(o: Record<string, unknown>, numbers: ExactOtlpNumbers): OtlpSpan {
   const s = emptySpan();
   s.traceId = id(pick(o, 'traceId', 'trace_id'), 16);
   s.spanId = id(pick(o, 'spanId', 'span_id'), 8);
@@ -92,12 +94,12 @@ function span(o: Record<string, unknown>): OtlpSpan {
   s.kind = enumValue(o.kind, SPAN_KINDS);
   s.startTimeUnixNano = nanos(pick(o, 'startTimeUnixNano', 'start_time_unix_nano'));
   s.endTimeUnixNano = nanos(pick(o, 'endTimeUnixNano', 'end_time_unix_nano'));
-  s.attributes = keyValues(o.attributes);
+  s.attributes = keyValues(o.attributes, numbers);
   s.droppedAttributesCount = int(pick(o, 'droppedAttributesCount', 'dropped_attributes_count'));
   s.events = asList(o.events).map((e) => ({
     timeUnixNano: nanos(pick(e, 'timeUnixNano', 'time_unix_nano')),
     name: str(e.name),
-    attributes: keyValues(e.attributes),
+    attributes: keyValues(e.attributes, numbers),
     droppedAttributesCount: int(pick(e, 'droppedAttributesCount', 'dropped_attributes_count')),
   }));
   s.droppedEventsCount = int(pick(o, 'droppedEventsCount', 'dropped_events_count'));
@@ -105,7 +107,7 @@ function span(o: Record<string, unknown>): OtlpSpan {
     traceId: id(pick(l, 'traceId', 'trace_id'), 16),
     spanId: id(pick(l, 'spanId', 'span_id'), 8),
     traceState: str(pick(l, 'traceState', 'trace_state')),
-    attributes: keyValues(l.attributes),
+    attributes: keyValues(l.attributes, numbers),
     droppedAttributesCount: int(pick(l, 'droppedAttributesCount', 'dropped_attributes_count')),
     flags: int(l.flags),
   }));
@@ -116,22 +118,26 @@ function span(o: Record<string, unknown>): OtlpSpan {
   return s;
 }
 
-/** Reads an OTLP/JSON ExportTraceServiceRequest; a body whose structure is wrong is a 400. */
-export function readJsonTraceRequest(body: unknown): OtlpTraceRequest {
+/**
+ * Reads an OTLP/JSON ExportTraceServiceRequest, parsed from a text of `size` characters (the bound on
+ * its exact numbers, ExactOtlpNumbers); a body whose structure is wrong is a 400.
+ */
+export function readJsonTraceRequest(body: unknown, size: number): OtlpTraceRequest {
+  const numbers = new ExactOtlpNumbers(size);
   const parsed = OtlpJsonRequest.safeParse(body);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     throw new InvalidRequestError(`The body is not an OTLP/JSON ExportTraceServiceRequest: ${issue.path.join('.') || 'body'}: ${issue.message}`, { code: 'invalid_otlp' });
   }
   const resourceSpans: OtlpResourceSpans[] = asList(pick(parsed.data, 'resourceSpans', 'resource_spans')).map((rs) => ({
-    resource: { attributes: keyValues((rs.resource as Record<string, unknown> | undefined)?.attributes) },
+    resource: { attributes: keyValues((rs.resource as Record<string, unknown> | undefined)?.attributes, numbers) },
     schemaUrl: str(pick(rs, 'schemaUrl', 'schema_url')),
     scopeSpans: asList(pick(rs, 'scopeSpans', 'scope_spans')).map((ss) => {
       const scope = (ss.scope ?? {}) as Record<string, unknown>;
       return {
-        scope: { name: str(scope.name), version: str(scope.version), attributes: keyValues(scope.attributes) },
+        scope: { name: str(scope.name), version: str(scope.version), attributes: keyValues(scope.attributes, numbers) },
         schemaUrl: str(pick(ss, 'schemaUrl', 'schema_url')),
-        spans: asList(ss.spans).map(span),
+        spans: asList(ss.spans).map((item) => span(item, numbers)),
       };
     }),
   }));

@@ -1,6 +1,6 @@
 import protobuf from 'protobufjs/minimal.js';
 import { InvalidRequestError } from '../../errors.js';
-import { exactDouble, exactInteger } from '../exact-numbers.js';
+import { ExactOtlpNumbers } from '../exact-numbers.js';
 import { emptySpan, type AttrValue, type KeyValue, type OtlpEvent, type OtlpLink, type OtlpResourceSpans, type OtlpScope, type OtlpScopeSpans, type OtlpSpan, type OtlpTraceRequest } from './model.js';
 
 /**
@@ -11,7 +11,8 @@ import { emptySpan, type AttrValue, type KeyValue, type OtlpEvent, type OtlpLink
  */
 
 const { Reader, Writer } = protobuf;
-type Reader = protobuf.Reader;
+/** A request's reader, with the bound on the exact numbers its values may keep. */
+type Reader = protobuf.Reader & { readonly numbers: ExactOtlpNumbers };
 
 const hex = (bytes: Uint8Array): string => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('hex');
 
@@ -23,7 +24,7 @@ function fixed64(reader: Reader): bigint {
 }
 
 /** int64 as a number when it fits, else as its decimal text. */
-function int64(reader: Reader): number | string {
+function int64(reader: protobuf.Reader): number | string {
   const value = reader.int64() as unknown as number | { toNumber(): number; toString(): string };
   if (typeof value === 'number') return value;
   const n = value.toNumber();
@@ -33,11 +34,11 @@ function int64(reader: Reader): number | string {
 /** An attribute's int64: a number when it fits, else an ExactNumber of its digits. */
 function int64Value(reader: Reader): AttrValue {
   const value = int64(reader);
-  return typeof value === 'number' ? value : exactInteger(value);
+  return typeof value === 'number' ? value : reader.numbers.integer(value);
 }
 
 /** Reads the messages of a length-delimited field: `each(tag)` handles one field, returning false to skip it. */
-function message(reader: Reader, length: number, each: (field: number) => boolean): void {
+function message(reader: protobuf.Reader, length: number, each: (field: number) => boolean): void {
   const end = reader.pos + length;
   while (reader.pos < end) {
     const tag = reader.uint32();
@@ -52,7 +53,7 @@ function anyValue(reader: Reader, length: number): AttrValue {
       case 1: value = reader.string(); return true;
       case 2: value = reader.bool(); return true;
       case 3: value = int64Value(reader); return true;
-      case 4: value = exactDouble(reader.double()); return true;
+      case 4: value = reader.numbers.double(reader.double()); return true;
       case 5: {
         const values: AttrValue[] = [];
         message(reader, reader.uint32(), (f) => (f === 1 ? (values.push(anyValue(reader, reader.uint32())), true) : false));
@@ -190,7 +191,7 @@ function resourceSpans(reader: Reader, length: number): OtlpResourceSpans {
 
 /** Decodes an ExportTraceServiceRequest; a body that is not one is a 400. */
 export function decodeTraceRequest(body: Uint8Array): OtlpTraceRequest {
-  const reader = Reader.create(body);
+  const reader: Reader = Object.assign(Reader.create(body), { numbers: new ExactOtlpNumbers(body.length) });
   const request: OtlpTraceRequest = { resourceSpans: [] };
   try {
     message(reader, body.length, (field) => (field === 1 ? (request.resourceSpans.push(resourceSpans(reader, reader.uint32())), true) : false));

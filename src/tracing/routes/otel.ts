@@ -103,15 +103,16 @@ export const otelRoutes: FastifyPluginAsyncZod = async (app) => {
     if (encoding === 'protobuf') {
       traces = decodeTraceRequest(bytes);
     } else if (encoding === 'json') {
-      const json = parseJsonBody(bytes.toString('utf8'));
+      const text = bytes.toString('utf8');
+      const json = parseJsonBody(text);
       if (json !== null && typeof json === 'object' && !Array.isArray(json) && 'traces' in json) {
         // weave's OtelExportReq: {project_id, traces: <ExportTraceServiceRequest as JSON>}
         wrapped = true;
         const projectId = (json as { project_id?: unknown }).project_id;
         bodyProject = typeof projectId === 'string' && projectId ? projectId : undefined;
-        traces = readJsonTraceRequest((json as { traces: unknown }).traces);
+        traces = readJsonTraceRequest((json as { traces: unknown }).traces, text.length);
       } else {
-        traces = readJsonTraceRequest(json);
+        traces = readJsonTraceRequest(json, text.length);
       }
     } else {
       throw new UnsupportedMediaTypeError(`Unsupported content type ${request.headers['content-type'] ?? '(none)'}: send application/x-protobuf or application/json (OTLP/HTTP).`);
