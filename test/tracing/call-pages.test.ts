@@ -122,15 +122,41 @@ describe('pages of a calls list read by offset', () => {
   });
 });
 
+describe('pages counted by OFFSET', () => {
+  const thirty = Array.from({ length: 30 }, (_, i) => `c${String(i).padStart(2, '0')}`);
+  const at = (i: number) => new Date(Date.UTC(2025, 0, 1, 0, 0, i)).toISOString();
+
+  it('in an order by other keys, which change while the list is read: a renamed call neither ends the list nor repeats', async () => {
+    const project = newProject();
+    await upsert(project, thirty.map((id, i) => ({ id, started_at: at(i), display_name: `name ${id}` })));
+    const byName = { project_id: project, limit: 10, sort_by: [{ field: 'display_name', direction: 'asc' }] };
+    expect(await streamIds({ ...byName, offset: 0 })).toEqual(thirty.slice(0, 10));
+    expect((await post(app, user, '/call/update', { project_id: project, call_id: 'c09', display_name: 'zzz' })).statusCode).toBe(200);
+    // After c09 as it now sorts there would be nothing; OFFSET 10 is c11 to c20 of the list as it now is.
+    expect(await streamIds({ ...byName, offset: 10 })).toEqual(thirty.filter((id) => id !== 'c09').slice(10, 20));
+  });
+
+  it('when the last call of the page before has moved since', async () => {
+    const project = newProject();
+    await upsert(project, thirty.map((id, i) => ({ id, started_at: at(i) })));
+    const ascending = { project_id: project, limit: 10 };
+    expect(await queryIds({ ...ascending, offset: 0 })).toEqual(thirty.slice(0, 10));
+    await upsert(project, [{ id: 'c09', started_at: at(100) }]); // its start sent again, later
+    const now = [...thirty.filter((id) => id !== 'c09'), 'c09'];
+    expect(await queryIds({ ...ascending, offset: 10 })).toEqual(now.slice(10, 20));
+  });
+});
+
 describe('CallPageEnds', () => {
   it('forgets the least recently used end past its bound, and any end past its age', () => {
     let now = 0;
     const ends = new CallPageEnds(2, 1000, () => now);
-    ends.set('list', 10, 'a');
-    ends.set('list', 20, 'b');
-    expect(ends.get('list', 10)).toBe('a'); // now the most recently used
-    ends.set('other', 10, 'c');
-    expect([ends.get('list', 20), ends.get('list', 10), ends.get('other', 10), ends.size]).toEqual([undefined, 'a', 'c', 2]);
+    const end = (id: string) => ({ id, startedAt: '2025-01-01T00:00:00.000000Z' });
+    ends.set('list', 10, end('a'));
+    ends.set('list', 20, end('b'));
+    expect(ends.get('list', 10)?.id).toBe('a'); // now the most recently used
+    ends.set('other', 10, end('c'));
+    expect([ends.get('list', 20)?.id, ends.get('list', 10)?.id, ends.get('other', 10)?.id, ends.size]).toEqual([undefined, 'a', 'c', 2]);
     now = 1001;
     expect([ends.get('list', 10), ends.size]).toEqual([undefined, 1]);
   });

@@ -4,6 +4,7 @@ import type { Database, DatabaseHandle } from '../../src/db/index.js';
 import { callsWindowQuery } from '../../src/tracing/repositories/calls.js';
 import { uniqueName } from '../helpers/app.js';
 import { freshDatabase } from '../helpers/database.js';
+import { rowsRead } from '../helpers/plan.js';
 
 let database: DatabaseHandle | undefined;
 afterEach(async () => {
@@ -18,22 +19,7 @@ async function seedCalls(db: Kysely<Database>, projectId: string, count: number)
     from generate_series(1, ${count}::int) n`.execute(db);
 }
 
-interface PlanNode {
-  'Relation Name'?: string;
-  'Actual Rows': number;
-  'Actual Loops': number;
-  Plans?: PlanNode[];
-}
-
-/** Rows the plan read from trace_calls, over all the loops of every scan of it. */
-async function rowsReadFromCalls(db: Kysely<Database>, query: RawBuilder<unknown>): Promise<number> {
-  const { rows } = await sql<{ 'QUERY PLAN': unknown }>`explain (analyze, format json) ${query}`.execute(db);
-  const raw = rows[0]['QUERY PLAN'];
-  const plan = (typeof raw === 'string' ? JSON.parse(raw) : raw) as { Plan: PlanNode }[];
-  const walk = (node: PlanNode): number =>
-    (node['Relation Name'] === 'trace_calls' ? node['Actual Rows'] * node['Actual Loops'] : 0) + (node.Plans ?? []).reduce((sum, child) => sum + walk(child), 0);
-  return walk(plan[0].Plan);
-}
+const rowsReadFromCalls = (db: Kysely<Database>, query: RawBuilder<unknown>) => rowsRead(db, query, 'trace_calls');
 
 describe('a window of a calls list', () => {
   it('reads its window once, even for a project the planner statistics do not know yet', async () => {

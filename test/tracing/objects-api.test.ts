@@ -159,6 +159,25 @@ describe('tables', () => {
     expect(batch.tables).toEqual([{ digest: t.digest, count: 4, storage_size_bytes: expect.any(Number) }]);
   });
 
+  it('page rows in insertion order by offset, as weave\'s SDK reads a dataset, duplicates and positions kept', async () => {
+    const values = Array.from({ length: 23 }, (_, i) => ({ i: i % 10 })); // 10 distinct rows, repeated
+    const t = (await post(app, user, '/table/create', { table: { project_id: project, rows: values } })).json();
+    const query = async (body: Record<string, unknown>) => {
+      const response = await post(app, user, '/table/query', { project_id: project, digest: t.digest, ...body });
+      expect(response.statusCode, response.body).toBe(200);
+      return response.json().rows.map((r: Record<string, unknown>) => [r.val, r.original_index, r.digest]);
+    };
+    const all = await query({});
+    expect(all).toEqual(values.map((value, i) => [value, i, t.row_digests[i]]));
+    const paged = [];
+    for (let offset = 0; offset < 30; offset += 5) paged.push(...(await query({ limit: 5, offset })));
+    expect(paged).toEqual(all);
+    expect(await query({ offset: 20 })).toEqual(all.slice(20));
+    expect(await query({ limit: 0, offset: 3 })).toEqual([]);
+    expect(await query({ limit: 2 ** 40, offset: 2 ** 40 })).toEqual([]);
+    expect(await query({ limit: 2 ** 40, offset: 21 })).toEqual(all.slice(21));
+  });
+
   it('answer an unknown table with no rows and an empty stream', async () => {
     expect((await post(app, user, '/table/query', { project_id: project, digest: 'nope' })).json()).toEqual({ rows: [] });
     expect((await post(app, user, '/table/query_stream', { project_id: project, digest: 'nope' })).body).toBe('');

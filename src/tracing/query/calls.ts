@@ -130,29 +130,40 @@ export function callsOrderBy(sortBy?: readonly SortBy[] | null, expandColumns?: 
   return sql.join(sortKeys(sortBy, expandColumns).map(({ expr, direction, nullable }) => sql`${expr} ${sql.raw(direction)}${sql.raw(nullable ? ' nulls last' : '')}`));
 }
 
+/** The sort fields pages may start after a call in (callsAfter): columns a call keeps once visible, never null. */
+const SEEKABLE = new Set(['started_at', 'id']);
+
 /**
- * The calls that come after the call `anchorId` in a list of this order: a page of the list that starts
- * there, without counting past every call before it as OFFSET does. Each key is compared with its value
- * on the anchor's row, read by primary key in a subquery (the inner `trace_calls` is the anchor's), so that
- * every value compares in its own type, expanded refs and JSON paths included. The anchor's row must exist
- * (calls are only ever soft-deleted). The order is total, so the rows after it are exactly the list's rest.
+ * Whether a list in this order may start after a call (callsAfter) rather than count OFFSET calls: when it
+ * sorts by started_at and id only (weave's SDK and the web UI do), which an index holds and a call keeps
+ * once it is visible. Other keys change while a page is read (a call ends, is renamed, gets feedback), so
+ * a page after a call whose key moved would skip or repeat calls; and no index holds them, so a
+ * comparison with the call's keys costs more than counting (a feedback field's, five times as much).
  */
-export function callsAfter(args: { projectId: string; anchorId: string; sortBy?: readonly SortBy[] | null; expandColumns?: readonly string[] | null }): RawBuilder<SqlBool> {
-  const keys = sortKeys(args.sortBy, args.expandColumns);
+export function seeksAfter(sortBy?: readonly SortBy[] | null): boolean {
+  return (sortBy ?? []).every((item) => SEEKABLE.has(item.field));
+}
+
+/**
+ * The calls that come after the call `anchorId` in a list of this order (one seeksAfter allows): a page
+ * of the list that starts there, without counting past every call before it as OFFSET does. Each key
+ * compares with its value on the anchor's row, read by primary key in a subquery (the inner `trace_calls`
+ * is the anchor's), in the key's own type and collation. The anchor's row must exist (calls are only
+ * ever soft-deleted). id ends the order, so the rows after the anchor are exactly the list's rest.
+ */
+export function callsAfter(args: { projectId: string; anchorId: string; sortBy?: readonly SortBy[] | null }): RawBuilder<SqlBool> {
+  if (!seeksAfter(args.sortBy)) throw new Error('callsAfter: the order has keys other than started_at and id');
+  const keys = sortKeys(args.sortBy);
   const anchor = (expr: RawBuilder<unknown>) => sql`(select ${expr} from ${sql.table(CALLS_TABLE)} where ${col('project_id')} = ${args.projectId} and ${col('id')} = ${args.anchorId})`;
   const terms: RawBuilder<unknown>[] = [];
   const equal: RawBuilder<unknown>[] = [];
-  for (const { expr, direction, nullable } of keys) {
+  for (const { expr, direction } of keys) {
     const value = anchor(expr);
-    const op = sql.raw(direction === 'asc' ? '>' : '<');
-    // Nulls last: after a non-null value come the greater (or lesser) ones and the nulls; after a null, no null is.
-    const after = nullable ? sql`(${value} is not null and (${expr} ${op} ${value} or ${expr} is null))` : sql`${expr} ${op} ${value}`;
+    const after = sql`${expr} ${sql.raw(direction === 'asc' ? '>' : '<')} ${value}`;
     terms.push(equal.length ? sql`(${sql.join([...equal, after], sql` and `)})` : after);
-    equal.push(nullable ? sql`${expr} is not distinct from ${value}` : sql`${expr} = ${value}`);
+    equal.push(sql`${expr} = ${value}`);
   }
-  const rest = sql`(${sql.join(terms, sql` or `)})`;
-  const [first] = keys;
   // The same bound on the first key alone, which an index on it can seek to.
-  if (first.nullable) return sql<SqlBool>`${rest}`;
-  return sql<SqlBool>`${first.expr} ${sql.raw(first.direction === 'asc' ? '>=' : '<=')} ${anchor(first.expr)} and ${rest}`;
+  const [first] = keys;
+  return sql<SqlBool>`${first.expr} ${sql.raw(first.direction === 'asc' ? '>=' : '<=')} ${anchor(first.expr)} and (${sql.join(terms, sql` or `)})`;
 }

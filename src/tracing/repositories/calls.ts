@@ -219,7 +219,7 @@ export interface CallsListArgs {
   expandColumns?: readonly string[] | null;
   limit?: number | null;
   offset?: number | null;
-  /** The id of the call the list starts after (callsAfter), in place of counting `offset` calls. */
+  /** The id of the call the list starts after (callsAfter, for an order seeksAfter allows), in place of counting `offset` calls. */
   after?: string | null;
   selection: CallSelection;
 }
@@ -273,7 +273,7 @@ export interface CallsWindow {
 function listWhere(args: CallsListArgs, after: string | null | undefined): RawBuilder<unknown> {
   const { projectId, filter, query, expandColumns } = args;
   const where = callsWhere({ projectId, filter, query, expandColumns });
-  return after == null ? where : sql`${where} and ${callsAfter({ projectId, anchorId: after, sortBy: args.sortBy, expandColumns })}`;
+  return after == null ? where : sql`${where} and ${callsAfter({ projectId, anchorId: after, sortBy: args.sortBy })}`;
 }
 
 /** The SELECT of a calls list, ready to run whole or through a cursor. */
@@ -312,10 +312,11 @@ export async function listCalls(db: Executor, args: CallsListArgs): Promise<Call
   return (await callsListQuery(args).execute(db)).rows;
 }
 
-/** Whether the call's row exists, deleted or not (a list's `after` needs its row). */
-export async function callExists(db: Executor, args: { projectId: string; id: string }): Promise<boolean> {
-  const { rows } = await sql`select 1 from trace_calls where project_id = ${args.projectId} and id = ${args.id}`.execute(db);
-  return rows.length > 0;
+/** The call's start time as a list row has it (ISO text), deleted or not; undefined when there is no such row. */
+export async function callStartedAt(db: Executor, args: { projectId: string; id: string }): Promise<string | undefined> {
+  const { rows } = await sql<{ started_at: string | null }>`select ${isoText(sql.ref('started_at'))} as started_at from trace_calls
+    where project_id = ${args.projectId} and id = ${args.id}`.execute(db);
+  return rows[0]?.started_at ?? undefined;
 }
 
 export async function readCall(db: Executor, args: { projectId: string; id: string; selection: CallSelection }): Promise<CallRow | undefined> {

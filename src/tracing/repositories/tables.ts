@@ -82,6 +82,7 @@ export interface TableRowOut {
 }
 
 const MAX_SEGMENTS = 32;
+const INT32_MAX = 2 ** 31 - 1;
 
 /** A dotted path into the row value as sort keys: numeric value, then text, missing last (like calls). */
 function sortKeys(field: string, direction: string): RawBuilder<unknown>[] {
@@ -97,14 +98,34 @@ function sortKeys(field: string, direction: string): RawBuilder<unknown>[] {
   return sortExprs({ kind: 'json', sql: json }).map((expr) => sql`${expr} ${dir} nulls last`);
 }
 
-/** The rows of a table in insertion order (or sorted), duplicates kept, each with its position. */
+/**
+ * The rows of a table in insertion order (or sorted), duplicates kept, each with its position. A page of
+ * the rows in insertion order, as weave's SDK reads a dataset (pages of 100 by offset), is a slice of the
+ * table's row list, so only its own rows are read; sorted or filtered, every row is read for each page.
+ */
 export function tableRowsQuery(q: TableRowsQuery, window?: { limit: number; offset: number }): RawBuilder<TableRowOut> {
+  const limit = window ? window.limit : q.limit;
+  const offset = window ? window.offset : q.offset;
+  if (!q.sortBy?.length && !q.rowDigests?.length) {
+    // Array subscripts are 32-bit; no table has that many rows, so a larger bound reads to the end.
+    const from = Math.min((offset ?? 0) + 1, INT32_MAX);
+    const slice = limit != null ? sql`t.row_digests[${from}::int:${Math.min(from + limit - 1, INT32_MAX)}::int]` : sql`t.row_digests[${from}::int:]`;
+    // Each row by primary key: a subquery in the select list is never made a join, which a planner
+    // without statistics would make a scan of all the project's rows. OFFSET 0 keeps it run once a row.
+    return sql<TableRowOut>`select digest, val, original_index from (
+        select e.digest, e.ord, (e.ord + ${from - 2}::int)::int as original_index,
+          (select r.val::text from trace_table_rows r where r.project_id = t.project_id and r.digest = e.digest) as val
+        from trace_tables t
+        cross join lateral unnest(${slice}) with ordinality as e(digest, ord)
+        where t.project_id = ${q.projectId} and t.digest = ${q.digest}
+        offset 0) page
+      where val is not null
+      order by ord asc`;
+  }
   const conditions = [sql`t.project_id = ${q.projectId}`, sql`t.digest = ${q.digest}`];
   if (q.rowDigests?.length) conditions.push(sql`e.digest in (${sql.join(q.rowDigests)})`);
   const order = (q.sortBy ?? []).flatMap((s) => sortKeys(s.field, s.direction));
   order.push(sql`e.ord asc`);
-  const limit = window ? window.limit : q.limit;
-  const offset = window ? window.offset : q.offset;
   return sql<TableRowOut>`select e.digest, r.val::text as val, (e.ord - 1)::int as original_index
     from trace_tables t
     cross join lateral unnest(t.row_digests) with ordinality as e(digest, ord)

@@ -3,6 +3,7 @@ import { InvalidRequestError } from '../../errors.js';
 import { hasMarkedNumbers, unmarkNumbers } from '../../http/exact-numbers.js';
 import { isJsonObject, markHoldsExactNumbers, numberOf, parsePayloadText, payloadJsonText } from '../exact-numbers.js';
 import { uuidv7 } from '../ids.js';
+import { seeksAfter } from '../query/calls.js';
 import { extractRefs, isWeaveRef, REF_SCHEME } from '../refs.js';
 import * as repo from '../repositories/calls.js';
 import { mapJsonbErrors, type Executor } from '../repositories/common.js';
@@ -269,23 +270,24 @@ function listArgs(projectId: string, body: Omit<CallsQueryBody, 'project_id'>): 
 export async function queryCalls(deps: TracingDeps, projectId: string, body: Omit<CallsQueryBody, 'project_id'>): Promise<Record<string, unknown>[]> {
   const { args, ended } = await startOfPage(deps, listArgs(projectId, body));
   const rows = await repo.listCalls(deps.db, args);
-  if (rows.length > 0) ended(rows.length, rows[rows.length - 1].id as string);
+  if (rows.length > 0) ended(rows.length, rows[rows.length - 1]);
   return finish(deps, projectId, rows, args, body);
 }
 
 /**
  * The list's arguments for a page that starts after the last call of an earlier page of the same list
- * when one ended at this page's offset (CallPageEnds), and what to record of where this page ends.
+ * when one ended at this page's offset (CallPageEnds) and that call has not moved since (its start time is
+ * the one read), for an order that allows it (seeksAfter); and what to record of where this page ends.
  */
-async function startOfPage(deps: TracingDeps, args: repo.CallsListArgs): Promise<{ args: repo.CallsListArgs; ended(count: number, lastId: string): void }> {
+async function startOfPage(deps: TracingDeps, args: repo.CallsListArgs): Promise<{ args: repo.CallsListArgs; ended(count: number, last: repo.CallRow): void }> {
   const pages = deps.callPages;
-  if (!pages) return { args, ended: () => {} };
+  if (!pages || !seeksAfter(args.sortBy)) return { args, ended: () => {} };
   const list = listIdentity(args);
   const offset = args.offset ?? 0;
-  const ended = (count: number, lastId: string) => pages.set(list, offset + count, lastId);
-  const after = offset > 0 ? pages.get(list, offset) : undefined;
-  if (after === undefined || !(await repo.callExists(deps.db, { projectId: args.projectId, id: after }))) return { args, ended };
-  return { args: { ...args, offset: null, after }, ended };
+  const ended = (count: number, last: repo.CallRow) => pages.set(list, offset + count, { id: last.id as string, startedAt: last.started_at as string });
+  const end = offset > 0 ? pages.get(list, offset) : undefined;
+  if (end === undefined || (await repo.callStartedAt(deps.db, { projectId: args.projectId, id: end.id })) !== end.startedAt) return { args, ended };
+  return { args: { ...args, offset: null, after: end.id }, ended };
 }
 
 /**
@@ -325,21 +327,21 @@ export async function* streamCalls(deps: TracingDeps, projectId: string, body: O
   const batches = readInBatches(deps, {
     query: repo.callsListQuery(args), // compiles (and validates) the query before anything is read
     window: async (db, window) => (await repo.callsWindowQuery(args, window).execute(db)).rows,
-    key: (row) => row.id as string,
+    key: seeksAfter(args.sortBy) ? (row) => row.id as string : undefined,
     limit: args.limit,
     offset: args.offset,
     size: STREAM_BATCH_SIZE,
   });
   let count = 0;
-  let lastId: string | undefined;
+  let last: repo.CallRow | undefined;
   for await (const { rows, db } of batches) {
     streamBatchChannel.publish({ rows: rows.length });
     if (rows.length === 0) continue;
     count += rows.length;
-    lastId = rows[rows.length - 1].id as string;
+    last = rows[rows.length - 1];
     yield await finish({ db, kind: deps.kind }, projectId, rows, args, body);
   }
-  if (lastId !== undefined) ended(count, lastId);
+  if (last !== undefined) ended(count, last);
 }
 
 /** A stored row as the clients' CallSchema, with the derived `summary.weave` (reference §3.6). */
