@@ -32,17 +32,22 @@ const exactNumber = (literal: string) => new ExactNumber(literal);
 /**
  * The typed numbers of one OTLP export as its payloads keep them: a whole `doubleValue` as an ExactNumber,
  * so that it stays a float, and an int64 beyond 2^53 as an ExactNumber of its digits. Their text is
- * bounded: a whole double is written out in full (`1e308` is 309 digits, where protobuf takes 9 bytes),
- * each is marked while a row goes through JSON.stringify, and a span holds it twice (in the call and in
- * its otel_span), so an export of nothing else would grow past what a string holds. Past twice the
- * export's size and 64 Ki characters, they are what they were before: plain doubles, and int64s as their
- * digits in a string.
+ * bounded. A whole double is written out in full (`1e308` is 309 digits, where protobuf takes 9 bytes),
+ * marked while a row goes through JSON.stringify, and a span's attribute is written up to three times
+ * (its call's inputs or output, its attributes, its otel_span), so an export of nothing else would grow
+ * past what a string holds. Each is charged three times its marked text, and past twice the export's
+ * size and 64 Ki characters they are what they were before: plain doubles, and int64s as their digits
+ * in a string. Resource and scope attributes, copied into every span's otel_span, are always so (`plain`).
  */
 export class ExactOtlpNumbers {
+  /** Numbers as they were before this class: for resource and scope attributes. */
+  static readonly plain = new ExactOtlpNumbers(-1);
+
   private left: number;
 
+  /** `exportSize`: the export's size in bytes (protobuf) or characters (JSON); -1 keeps nothing. */
   constructor(exportSize: number) {
-    this.left = 2 * exportSize + 65_536;
+    this.left = exportSize < 0 ? 0 : 2 * exportSize + 65_536;
   }
 
   double(value: number): number | ExactNumber {
@@ -59,7 +64,7 @@ export class ExactOtlpNumbers {
 
   private kept(text: string | undefined): ExactNumber | undefined {
     if (text === undefined) return undefined;
-    const size = text.length + MARKED_OVERHEAD;
+    const size = 3 * (text.length + MARKED_OVERHEAD);
     if (size > this.left) return undefined;
     this.left -= size;
     return new ExactNumber(text);

@@ -268,7 +268,7 @@ describe('numbers a double would change in OpenTelemetry spans', () => {
   const export_ = (attributes: unknown[]) => ({
     resourceSpans: [
       {
-        resource: { attributes: [attribute('service.name', { stringValue: 'agent' })] },
+        resource: { attributes: [attribute('service.name', { stringValue: 'agent' }), attribute('deployment.weight', { doubleValue: 2 })] },
         scopeSpans: [{ scope: { name: 's' }, spans: [{ traceId: '0af7651916cd43dd8448eb211c80319c', spanId: 'b7ad6b7169203331', name: 'chat', startTimeUnixNano: '1735689600000000000', endTimeUnixNano: '1735689601000000000', attributes }] }],
       },
     ],
@@ -303,6 +303,8 @@ describe('numbers a double would change in OpenTelemetry spans', () => {
     const { call } = exact((await post(app, user, '/call/read', { project_id: project, id: 'b7ad6b7169203331' })).body);
     expect(call).toMatchObject(expected);
     expect(call.attributes.otel_span.attributes).toMatchObject({ 'gen_ai.request.temperature': '#1.0', 'gen_ai.request.seed': '#9223372036854775807', 'gen_ai.usage.input_tokens': '#12.0' });
+    // Resource attributes, copied into every span, are plain numbers.
+    expect(call.attributes.otel_span.resource.attributes).toEqual({ 'service.name': 'agent', 'deployment.weight': '#2' });
     const streamed = (await post(app, user, '/calls/stream_query', { project_id: project })).body;
     expect(exact(streamed.trim())).toMatchObject(expected);
     // Filters compare the stored numbers as numbers.

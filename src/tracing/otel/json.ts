@@ -130,12 +130,12 @@ export function readJsonTraceRequest(body: unknown, size: number): OtlpTraceRequ
     throw new InvalidRequestError(`The body is not an OTLP/JSON ExportTraceServiceRequest: ${issue.path.join('.') || 'body'}: ${issue.message}`, { code: 'invalid_otlp' });
   }
   const resourceSpans: OtlpResourceSpans[] = asList(pick(parsed.data, 'resourceSpans', 'resource_spans')).map((rs) => ({
-    resource: { attributes: keyValues((rs.resource as Record<string, unknown> | undefined)?.attributes, numbers) },
+    resource: { attributes: keyValues((rs.resource as Record<string, unknown> | undefined)?.attributes, ExactOtlpNumbers.plain) },
     schemaUrl: str(pick(rs, 'schemaUrl', 'schema_url')),
     scopeSpans: asList(pick(rs, 'scopeSpans', 'scope_spans')).map((ss) => {
       const scope = (ss.scope ?? {}) as Record<string, unknown>;
       return {
-        scope: { name: str(scope.name), version: str(scope.version), attributes: keyValues(scope.attributes, numbers) },
+        scope: { name: str(scope.name), version: str(scope.version), attributes: keyValues(scope.attributes, ExactOtlpNumbers.plain) },
         schemaUrl: str(pick(ss, 'schemaUrl', 'schema_url')),
         spans: asList(ss.spans).map((item) => span(item, numbers)),
       };

@@ -32,9 +32,9 @@ function int64(reader: protobuf.Reader): number | string {
 }
 
 /** An attribute's int64: a number when it fits, else an ExactNumber of its digits. */
-function int64Value(reader: Reader): AttrValue {
+function int64Value(reader: Reader, numbers: ExactOtlpNumbers): AttrValue {
   const value = int64(reader);
-  return typeof value === 'number' ? value : reader.numbers.integer(value);
+  return typeof value === 'number' ? value : numbers.integer(value);
 }
 
 /** Reads the messages of a length-delimited field: `each(tag)` handles one field, returning false to skip it. */
@@ -46,17 +46,18 @@ function message(reader: protobuf.Reader, length: number, each: (field: number) 
   }
 }
 
-function anyValue(reader: Reader, length: number): AttrValue {
+/** An AnyValue, its typed numbers kept by `numbers`. */
+function anyValue(reader: Reader, length: number, numbers: ExactOtlpNumbers): AttrValue {
   let value: AttrValue = null;
   message(reader, length, (field) => {
     switch (field) {
       case 1: value = reader.string(); return true;
       case 2: value = reader.bool(); return true;
-      case 3: value = int64Value(reader); return true;
-      case 4: value = reader.numbers.double(reader.double()); return true;
+      case 3: value = int64Value(reader, numbers); return true;
+      case 4: value = numbers.double(reader.double()); return true;
       case 5: {
         const values: AttrValue[] = [];
-        message(reader, reader.uint32(), (f) => (f === 1 ? (values.push(anyValue(reader, reader.uint32())), true) : false));
+        message(reader, reader.uint32(), (f) => (f === 1 ? (values.push(anyValue(reader, reader.uint32(), numbers)), true) : false));
         value = values;
         return true;
       }
@@ -64,7 +65,7 @@ function anyValue(reader: Reader, length: number): AttrValue {
         const out: Record<string, AttrValue> = {};
         message(reader, reader.uint32(), (f) => {
           if (f !== 1) return false;
-          const kv = keyValue(reader, reader.uint32());
+          const kv = keyValue(reader, reader.uint32(), numbers);
           out[kv.key] = kv.value;
           return true;
         });
@@ -78,11 +79,12 @@ function anyValue(reader: Reader, length: number): AttrValue {
   return value;
 }
 
-function keyValue(reader: Reader, length: number): KeyValue {
+/** A KeyValue of a span, event or link; of a resource or scope, with `ExactOtlpNumbers.plain`. */
+function keyValue(reader: Reader, length: number, numbers = reader.numbers): KeyValue {
   const kv: KeyValue = { key: '', value: null };
   message(reader, length, (field) => {
     if (field === 1) kv.key = reader.string();
-    else if (field === 2) kv.value = anyValue(reader, reader.uint32());
+    else if (field === 2) kv.value = anyValue(reader, reader.uint32(), numbers);
     else return false;
     return true;
   });
@@ -157,7 +159,7 @@ function scope(reader: Reader, length: number): OtlpScope {
   message(reader, length, (field) => {
     if (field === 1) sc.name = reader.string();
     else if (field === 2) sc.version = reader.string();
-    else if (field === 3) sc.attributes.push(keyValue(reader, reader.uint32()));
+    else if (field === 3) sc.attributes.push(keyValue(reader, reader.uint32(), ExactOtlpNumbers.plain));
     else return false;
     return true;
   });
@@ -180,7 +182,7 @@ function resourceSpans(reader: Reader, length: number): OtlpResourceSpans {
   const rs: OtlpResourceSpans = { resource: { attributes: [] }, scopeSpans: [], schemaUrl: '' };
   message(reader, length, (field) => {
     if (field === 1) {
-      message(reader, reader.uint32(), (f) => (f === 1 ? (rs.resource.attributes.push(keyValue(reader, reader.uint32())), true) : false));
+      message(reader, reader.uint32(), (f) => (f === 1 ? (rs.resource.attributes.push(keyValue(reader, reader.uint32(), ExactOtlpNumbers.plain)), true) : false));
     } else if (field === 2) rs.scopeSpans.push(scopeSpans(reader, reader.uint32()));
     else if (field === 3) rs.schemaUrl = reader.string();
     else return false;
