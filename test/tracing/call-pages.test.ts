@@ -136,14 +136,19 @@ describe('pages counted by OFFSET', () => {
     expect(await streamIds({ ...byName, offset: 10 })).toEqual(thirty.filter((id) => id !== 'c09').slice(10, 20));
   });
 
-  it('when the last call of the page before has moved since', async () => {
+});
+
+describe('pages after the page before', () => {
+  it('start where its last call was, even when that call has moved since', async () => {
     const project = newProject();
-    await upsert(project, thirty.map((id, i) => ({ id, started_at: at(i) })));
+    const thirty = Array.from({ length: 30 }, (_, i) => `c${String(i).padStart(2, '0')}`);
+    await upsert(project, thirty.map((id, i) => ({ id, started_at: new Date(Date.UTC(2025, 0, 1, 0, 0, i)).toISOString() })));
     const ascending = { project_id: project, limit: 10 };
     expect(await queryIds({ ...ascending, offset: 0 })).toEqual(thirty.slice(0, 10));
-    await upsert(project, [{ id: 'c09', started_at: at(100) }]); // its start sent again, later
-    const now = [...thirty.filter((id) => id !== 'c09'), 'c09'];
-    expect(await queryIds({ ...ascending, offset: 10 })).toEqual(now.slice(10, 20));
+    // Its start sent again, later: OFFSET 10 would now start at c11, skipping c10.
+    await upsert(project, [{ id: 'c09', started_at: '2025-01-01T01:00:00Z' }]);
+    expect(await queryIds({ ...ascending, offset: 10 })).toEqual(thirty.slice(10, 20));
+    expect(await streamIds({ ...ascending, offset: 20 })).toEqual(thirty.slice(20, 30));
   });
 });
 

@@ -102,7 +102,11 @@ interface SortKey {
   expr: RawBuilder<unknown>;
   direction: 'asc' | 'desc';
   nullable: boolean;
+  /** A key on a column that is never null: its field, and how any value of it is put in the key's order. */
+  column?: { field: string; order(value: RawBuilder<unknown>): RawBuilder<unknown> };
 }
+
+const asIs = (value: RawBuilder<unknown>) => value;
 
 /**
  * The order of a calls list. Missing values sort last in both directions; JSON paths sort by their
@@ -118,10 +122,13 @@ function sortKeys(sortBy?: readonly SortBy[] | null, expandColumns?: readonly st
     }
     const value = resolve(field);
     // Visible calls always have these: a plain direction lets a backward index scan serve `desc`.
-    if (NEVER_NULL.has(field) && value.kind === 'typed') return [{ expr: value.type === 'text' ? byteOrder(value.sql) : value.sql, direction, nullable: false }];
+    if (NEVER_NULL.has(field) && value.kind === 'typed') {
+      const order = value.type === 'text' ? byteOrder : asIs;
+      return [{ expr: order(value.sql), direction, nullable: false, column: { field, order } }];
+    }
     return sortExprs(value).map((expr) => ({ expr, direction, nullable: true }));
   });
-  if (!items.some((item) => item.field === 'id')) keys.push({ expr: col('id'), direction: 'asc', nullable: false });
+  if (!items.some((item) => item.field === 'id')) keys.push({ expr: col('id'), direction: 'asc', nullable: false, column: { field: 'id', order: asIs } });
   return keys;
 }
 
@@ -144,26 +151,30 @@ export function seeksAfter(sortBy?: readonly SortBy[] | null): boolean {
   return (sortBy ?? []).every((item) => SEEKABLE.has(item.field));
 }
 
+/** Where a call sits in a list ordered by started_at and id: its id, and its start time as ISO text (microseconds, UTC). */
+export interface CallPosition {
+  id: string;
+  startedAt: string;
+}
+
 /**
- * The calls that come after the call `anchorId` in a list of this order (one seeksAfter allows): a page
- * of the list that starts there, without counting past every call before it as OFFSET does. Each key
- * compares with its value on the anchor's row, read by primary key in a subquery (the inner `trace_calls`
- * is the anchor's), in the key's own type and collation. The anchor's row must exist (calls are only
- * ever soft-deleted). id ends the order, so the rows after the anchor are exactly the list's rest.
+ * The calls that come after `position` in a list of this order (one seeksAfter allows): a page of the
+ * list that starts there, without counting past every call before it as OFFSET does. Each key compares
+ * with the position's value in the key's own type and collation; id ends the order, so the rows after the
+ * position are exactly the list's rest. The first key alone bounds the rows too, which the index on
+ * (project_id, started_at, id) seeks to when started_at is that key.
  */
-export function callsAfter(args: { projectId: string; anchorId: string; sortBy?: readonly SortBy[] | null }): RawBuilder<SqlBool> {
-  if (!seeksAfter(args.sortBy)) throw new Error('callsAfter: the order has keys other than started_at and id');
-  const keys = sortKeys(args.sortBy);
-  const anchor = (expr: RawBuilder<unknown>) => sql`(select ${expr} from ${sql.table(CALLS_TABLE)} where ${col('project_id')} = ${args.projectId} and ${col('id')} = ${args.anchorId})`;
-  const terms: RawBuilder<unknown>[] = [];
-  const equal: RawBuilder<unknown>[] = [];
-  for (const { expr, direction } of keys) {
-    const value = anchor(expr);
-    const after = sql`${expr} ${sql.raw(direction === 'asc' ? '>' : '<')} ${value}`;
-    terms.push(equal.length ? sql`(${sql.join([...equal, after], sql` and `)})` : after);
-    equal.push(sql`${expr} = ${value}`);
-  }
-  // The same bound on the first key alone, which an index on it can seek to.
+export function callsAfter(args: { position: CallPosition; sortBy?: readonly SortBy[] | null }): RawBuilder<SqlBool> {
+  const values: Record<string, RawBuilder<unknown>> = { started_at: sql`${args.position.startedAt}::timestamptz`, id: sql`${args.position.id}::text` };
+  const keys = sortKeys(args.sortBy).map((key) => {
+    // Callers check seeksAfter: every key is on started_at or id.
+    if (!key.column || !(key.column.field in values)) throw new Error('callsAfter: a key other than started_at and id');
+    return { ...key, value: key.column.order(values[key.column.field]) };
+  });
+  const op = (direction: string, strict: boolean) => sql.raw((direction === 'asc' ? '>' : '<') + (strict ? '' : '='));
+  const terms = keys.map(({ expr, direction, value }, i) =>
+    sql.join([...keys.slice(0, i).map((before) => sql`${before.expr} = ${before.value}`), sql`${expr} ${op(direction, true)} ${value}`], sql` and `),
+  );
   const [first] = keys;
-  return sql<SqlBool>`${first.expr} ${sql.raw(first.direction === 'asc' ? '>=' : '<=')} ${anchor(first.expr)} and (${sql.join(terms, sql` or `)})`;
+  return sql<SqlBool>`${first.expr} ${op(first.direction, false)} ${first.value} and ((${sql.join(terms, sql`) or (`)}))`;
 }

@@ -1,5 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
-import { callsAfter, callsOrderBy, callsWhere } from '../query/calls.js';
+import { callsAfter, callsOrderBy, callsWhere, type CallPosition } from '../query/calls.js';
 import type { CallsFilter, Query, SortBy } from '../query/schema.js';
 import { isoText, jsonbText, jsonText, toInt, type Executor } from './common.js';
 
@@ -219,8 +219,8 @@ export interface CallsListArgs {
   expandColumns?: readonly string[] | null;
   limit?: number | null;
   offset?: number | null;
-  /** The id of the call the list starts after (callsAfter, for an order seeksAfter allows), in place of counting `offset` calls. */
-  after?: string | null;
+  /** Where the list starts, after a call (callsAfter, for an order seeksAfter allows), in place of counting `offset` calls. */
+  after?: CallPosition | null;
   selection: CallSelection;
 }
 
@@ -262,18 +262,18 @@ function selectList(selection: CallSelection): RawBuilder<unknown> {
   return sql.join(items);
 }
 
-/** A window of a calls list: `limit` calls from `offset` on, counted from the call after `after` (else the list's own `after`). */
+/** A window of a calls list: `limit` calls from `offset` on, counted from after `after` (else the list's own `after`). */
 export interface CallsWindow {
   limit: number;
   offset: number;
-  after?: string | null;
+  after?: CallPosition | null;
 }
 
-/** The calls of the list, from the call after `after` on when it is given. */
-function listWhere(args: CallsListArgs, after: string | null | undefined): RawBuilder<unknown> {
+/** The calls of the list, those after `after` when it is given. */
+function listWhere(args: CallsListArgs, after: CallPosition | null | undefined): RawBuilder<unknown> {
   const { projectId, filter, query, expandColumns } = args;
   const where = callsWhere({ projectId, filter, query, expandColumns });
-  return after == null ? where : sql`${where} and ${callsAfter({ projectId, anchorId: after, sortBy: args.sortBy })}`;
+  return after == null ? where : sql`${where} and ${callsAfter({ position: after, sortBy: args.sortBy })}`;
 }
 
 /** The SELECT of a calls list, ready to run whole or through a cursor. */
@@ -310,13 +310,6 @@ export function callsWindowQuery(args: CallsListArgs, window: CallsWindow): RawB
 
 export async function listCalls(db: Executor, args: CallsListArgs): Promise<CallRow[]> {
   return (await callsListQuery(args).execute(db)).rows;
-}
-
-/** The call's start time as a list row has it (ISO text), deleted or not; undefined when there is no such row. */
-export async function callStartedAt(db: Executor, args: { projectId: string; id: string }): Promise<string | undefined> {
-  const { rows } = await sql<{ started_at: string | null }>`select ${isoText(sql.ref('started_at'))} as started_at from trace_calls
-    where project_id = ${args.projectId} and id = ${args.id}`.execute(db);
-  return rows[0]?.started_at ?? undefined;
 }
 
 export async function readCall(db: Executor, args: { projectId: string; id: string; selection: CallSelection }): Promise<CallRow | undefined> {

@@ -2,19 +2,19 @@ import { sql, type Kysely, type RawBuilder } from 'kysely';
 import type { Database } from '../../db/index.js';
 import type { TracingDeps } from './deps.js';
 
-export interface BatchPlan<Row> {
+export interface BatchPlan<Row, Key = never> {
   /** The whole query, with the request's own limit and offset. */
   query: RawBuilder<Row>;
   /**
-   * The same query cut to one window (PGlite): `limit` rows from `offset` on, counted after the row whose
-   * key is `after` when one is given (see `key`).
+   * The same query cut to one window (PGlite): `limit` rows from `offset` on, counted after the rows up to
+   * `after` when it is given (see `key`).
    */
-  window(db: Kysely<Database>, window: { limit: number; offset: number; after?: string }): Promise<Row[]>;
+  window(db: Kysely<Database>, window: { limit: number; offset: number; after?: Key }): Promise<Row[]>;
   /**
-   * A row's key, for the next window to start after it instead of counting OFFSET rows from the start:
-   * without it, the windows of a long result read the whole result before each one.
+   * A row's place in the order, for the next window to start after it instead of counting OFFSET rows from
+   * the start: without it, the windows of a long result read the whole result before each one.
    */
-  key?(row: Row): string;
+  key?(row: Row): Key;
   /** The request's limit and offset, to plan the windows. */
   limit?: number | null;
   offset?: number | null;
@@ -29,7 +29,7 @@ export interface BatchPlan<Row> {
  * the cursor, so that lookups made per batch use that connection rather than wait on the pool for a
  * second one (N streams would otherwise deadlock a pool of N).
  */
-export async function* readInBatches<Row>(deps: TracingDeps, plan: BatchPlan<Row>): AsyncGenerator<{ rows: Row[]; db: Kysely<Database> }> {
+export async function* readInBatches<Row, Key = never>(deps: TracingDeps, plan: BatchPlan<Row, Key>): AsyncGenerator<{ rows: Row[]; db: Kysely<Database> }> {
   if (deps.kind === 'postgres') {
     const trx = await deps.db.startTransaction().execute();
     let done = false;
@@ -49,7 +49,7 @@ export async function* readInBatches<Row>(deps: TracingDeps, plan: BatchPlan<Row
   }
   const start = plan.offset ?? 0;
   const end = plan.limit == null ? Infinity : start + plan.limit;
-  let after: string | undefined;
+  let after: Key | undefined;
   for (let offset = start; offset < end; offset += plan.size) {
     const limit = Math.min(plan.size, end - offset);
     const rows = await plan.window(deps.db, after === undefined ? { limit, offset } : { limit, offset: 0, after });

@@ -3,7 +3,7 @@ import { InvalidRequestError } from '../../errors.js';
 import { hasMarkedNumbers, unmarkNumbers } from '../../http/exact-numbers.js';
 import { isJsonObject, markHoldsExactNumbers, numberOf, parsePayloadText, payloadJsonText } from '../exact-numbers.js';
 import { uuidv7 } from '../ids.js';
-import { seeksAfter } from '../query/calls.js';
+import { seeksAfter, type CallPosition } from '../query/calls.js';
 import { extractRefs, isWeaveRef, REF_SCHEME } from '../refs.js';
 import * as repo from '../repositories/calls.js';
 import { mapJsonbErrors, type Executor } from '../repositories/common.js';
@@ -268,26 +268,28 @@ function listArgs(projectId: string, body: Omit<CallsQueryBody, 'project_id'>): 
 }
 
 export async function queryCalls(deps: TracingDeps, projectId: string, body: Omit<CallsQueryBody, 'project_id'>): Promise<Record<string, unknown>[]> {
-  const { args, ended } = await startOfPage(deps, listArgs(projectId, body));
+  const { args, ended } = startOfPage(deps, listArgs(projectId, body));
   const rows = await repo.listCalls(deps.db, args);
   if (rows.length > 0) ended(rows.length, rows[rows.length - 1]);
   return finish(deps, projectId, rows, args, body);
 }
 
+/** Where a row sits in a list ordered by started_at and id. */
+const positionOf = (row: repo.CallRow): CallPosition => ({ id: row.id as string, startedAt: row.started_at as string });
+
 /**
- * The list's arguments for a page that starts after the last call of an earlier page of the same list
- * when one ended at this page's offset (CallPageEnds) and that call has not moved since (its start time is
- * the one read), for an order that allows it (seeksAfter); and what to record of where this page ends.
+ * The list's arguments for a page that starts after where the last call of an earlier page of the same
+ * list was, when one ended at this page's offset (CallPageEnds) and the order allows it (seeksAfter); and
+ * what to record of where this page ends.
  */
-async function startOfPage(deps: TracingDeps, args: repo.CallsListArgs): Promise<{ args: repo.CallsListArgs; ended(count: number, last: repo.CallRow): void }> {
+function startOfPage(deps: TracingDeps, args: repo.CallsListArgs): { args: repo.CallsListArgs; ended(count: number, last: repo.CallRow): void } {
   const pages = deps.callPages;
   if (!pages || !seeksAfter(args.sortBy)) return { args, ended: () => {} };
   const list = listIdentity(args);
   const offset = args.offset ?? 0;
-  const ended = (count: number, last: repo.CallRow) => pages.set(list, offset + count, { id: last.id as string, startedAt: last.started_at as string });
-  const end = offset > 0 ? pages.get(list, offset) : undefined;
-  if (end === undefined || (await repo.callStartedAt(deps.db, { projectId: args.projectId, id: end.id })) !== end.startedAt) return { args, ended };
-  return { args: { ...args, offset: null, after: end.id }, ended };
+  const ended = (count: number, last: repo.CallRow) => pages.set(list, offset + count, positionOf(last));
+  const after = offset > 0 ? pages.get(list, offset) : undefined;
+  return { args: after ? { ...args, offset: null, after } : args, ended };
 }
 
 /**
@@ -323,11 +325,11 @@ async function finish(
 
 /** The calls of a query in batches, read as the consumer asks for them (see readInBatches). */
 export async function* streamCalls(deps: TracingDeps, projectId: string, body: Omit<CallsQueryBody, 'project_id'>): AsyncGenerator<Record<string, unknown>[]> {
-  const { args, ended } = await startOfPage(deps, listArgs(projectId, body));
+  const { args, ended } = startOfPage(deps, listArgs(projectId, body));
   const batches = readInBatches(deps, {
     query: repo.callsListQuery(args), // compiles (and validates) the query before anything is read
     window: async (db, window) => (await repo.callsWindowQuery(args, window).execute(db)).rows,
-    key: seeksAfter(args.sortBy) ? (row) => row.id as string : undefined,
+    key: seeksAfter(args.sortBy) ? positionOf : undefined,
     limit: args.limit,
     offset: args.offset,
     size: STREAM_BATCH_SIZE,
