@@ -137,15 +137,16 @@ export function callsOrderBy(sortBy?: readonly SortBy[] | null, expandColumns?: 
   return sql.join(sortKeys(sortBy, expandColumns).map(({ expr, direction, nullable }) => sql`${expr} ${sql.raw(direction)}${sql.raw(nullable ? ' nulls last' : '')}`));
 }
 
-/** The sort fields pages may start after a call in (callsAfter): columns a call keeps once visible, never null. */
+/** The sort fields a list may start after a position in (callsAfter): columns never null on a visible call. */
 const SEEKABLE = new Set(['started_at', 'id']);
 
 /**
- * Whether a list in this order may start after a call (callsAfter) rather than count OFFSET calls: when it
- * sorts by started_at and id only (weave's SDK and the web UI do), which an index holds and a call keeps
- * once it is visible. Other keys change while a page is read (a call ends, is renamed, gets feedback), so
- * a page after a call whose key moved would skip or repeat calls; and no index holds them, so a
- * comparison with the call's keys costs more than counting (a feedback field's, five times as much).
+ * Whether a list in this order may start after a position (callsAfter) rather than count OFFSET calls:
+ * when it sorts by started_at and id only (weave's SDK and the web UI do), which the index on
+ * (project_id, started_at, id) holds. Other keys are expressions no index holds (JSON paths, summary
+ * fields, feedback, expanded refs), so comparing with a position costs as much as counting or more (a
+ * feedback field's, five times as much); their values change while a list is read (a call ends, is
+ * renamed, gets feedback); and they would have to be read back and bound in their own types.
  */
 export function seeksAfter(sortBy?: readonly SortBy[] | null): boolean {
   return (sortBy ?? []).every((item) => SEEKABLE.has(item.field));
