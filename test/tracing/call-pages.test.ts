@@ -5,8 +5,9 @@ import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../
 import { callItems, lines, post } from './helpers.js';
 
 /**
- * Pages of a calls list read by `offset`, as weave's SDK reads `client.get_calls()` (pages of 1,000): a
- * page that starts where an earlier page of the same list ended starts after that page's last call.
+ * Pages of a calls list read by `offset`, as weave's SDK reads `client.get_calls()` (pages of 1,000). In
+ * an order by started_at and id, a page that starts where an earlier page of the same list ended starts
+ * after where that page's last call was; in any other order, pages count by OFFSET.
  */
 
 let app: App;
