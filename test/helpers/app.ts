@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { afterAll, beforeAll } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
 import { loadConfig, type Config } from '../../src/config.js';
 import { freshDatabase } from './database.js';
@@ -45,6 +46,21 @@ export async function createUserWithKey(
   const user = await app.auth.createUser({ username, isAdmin: options.isAdmin });
   const { key, record } = await app.auth.createKey({ username, kind: options.kind });
   return { username, entity: user.entity, key, keyId: record.id, headers: { authorization: `Bearer ${key}` } };
+}
+
+/**
+ * Registers a test file's hooks for one app and one user with a key: both made before its first test and
+ * handed to `use`, the app closed after its last test.
+ */
+export function appWithUser(use: (made: { app: App; user: TestUser }) => void): void {
+  let app: App | undefined;
+  beforeAll(async () => {
+    app = await createTestApp();
+    use({ app, user: await createUserWithKey(app) });
+  });
+  afterAll(async () => {
+    await app?.close();
+  });
 }
 
 /** A worker key for an existing user. */

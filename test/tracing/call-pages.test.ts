@@ -1,7 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { CallPageEnds } from '../../src/tracing/services/call-pages.js';
-import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
+import { appWithUser, uniqueName, type TestUser } from '../helpers/app.js';
 import { callItems, lines, post } from './helpers.js';
 
 /**
@@ -12,16 +12,20 @@ import { callItems, lines, post } from './helpers.js';
 
 let app: App;
 let user: TestUser;
-
-beforeAll(async () => {
-  app = await createTestApp();
-  user = await createUserWithKey(app);
-});
-afterAll(async () => {
-  await app.close();
-});
+appWithUser((made) => ({ app, user } = made));
 
 const newProject = () => `${user.entity}/${uniqueName('pages')}`;
+
+/** c00 to c29, started a second apart. */
+const THIRTY = Array.from({ length: 30 }, (_, i) => `c${String(i).padStart(2, '0')}`);
+const startOf = (i: number) => new Date(Date.UTC(2025, 0, 1, 0, 0, i)).toISOString();
+
+/** A project holding THIRTY, each call with what `extra` adds. */
+async function thirtyCalls(extra: (id: string) => Record<string, unknown> = () => ({})): Promise<string> {
+  const project = newProject();
+  await upsert(project, THIRTY.map((id, i) => ({ id, started_at: startOf(i), ...extra(id) })));
+  return project;
+}
 
 async function upsert(project: string, specs: Parameters<typeof callItems>[1][]): Promise<void> {
   const response = await post(app, user, '/call/upsert_batch', { batch: specs.flatMap((spec) => callItems(project, spec)) });
@@ -101,18 +105,16 @@ describe('pages of a calls list read by offset', () => {
   });
 
   it('neither skip a call when calls of earlier pages are deleted, nor repeat one when newer calls arrive first', async () => {
-    const project = newProject();
-    const ids = Array.from({ length: 30 }, (_, i) => `c${String(i).padStart(2, '0')}`);
-    await upsert(project, ids.map((id, i) => ({ id, started_at: new Date(Date.UTC(2025, 0, 1, 0, 0, i)).toISOString() })));
+    const project = await thirtyCalls();
 
     const ascending = { project_id: project, limit: 10 };
-    expect(await streamIds({ ...ascending, offset: 0 })).toEqual(ids.slice(0, 10));
+    expect(await streamIds({ ...ascending, offset: 0 })).toEqual(THIRTY.slice(0, 10));
     expect((await post(app, user, '/calls/delete', { project_id: project, call_ids: ['c03'] })).statusCode).toBe(200);
     // OFFSET 10 would now start at c11, skipping c10.
-    expect(await streamIds({ ...ascending, offset: 10 })).toEqual(ids.slice(10, 20));
+    expect(await streamIds({ ...ascending, offset: 10 })).toEqual(THIRTY.slice(10, 20));
 
     const newestFirst = { project_id: project, limit: 10, sort_by: [{ field: 'started_at', direction: 'desc' }] };
-    const descending = ids.filter((id) => id !== 'c03').reverse();
+    const descending = THIRTY.filter((id) => id !== 'c03').reverse();
     expect(await queryIds({ ...newestFirst, offset: 0 })).toEqual(descending.slice(0, 10));
     await upsert(project, [{ id: 'newer', started_at: '2025-01-02T00:00:00Z' }]);
     // OFFSET 10 would now start at c20 again, the last call of the page before.
@@ -124,32 +126,25 @@ describe('pages of a calls list read by offset', () => {
 });
 
 describe('pages counted by OFFSET', () => {
-  const thirty = Array.from({ length: 30 }, (_, i) => `c${String(i).padStart(2, '0')}`);
-  const at = (i: number) => new Date(Date.UTC(2025, 0, 1, 0, 0, i)).toISOString();
-
   it('in an order by other keys, which change while the list is read: a renamed call neither ends the list nor repeats', async () => {
-    const project = newProject();
-    await upsert(project, thirty.map((id, i) => ({ id, started_at: at(i), display_name: `name ${id}` })));
+    const project = await thirtyCalls((id) => ({ display_name: `name ${id}` }));
     const byName = { project_id: project, limit: 10, sort_by: [{ field: 'display_name', direction: 'asc' }] };
-    expect(await streamIds({ ...byName, offset: 0 })).toEqual(thirty.slice(0, 10));
+    expect(await streamIds({ ...byName, offset: 0 })).toEqual(THIRTY.slice(0, 10));
     expect((await post(app, user, '/call/update', { project_id: project, call_id: 'c09', display_name: 'zzz' })).statusCode).toBe(200);
     // After c09 as it now sorts there would be nothing; OFFSET 10 is c11 to c20 of the list as it now is.
-    expect(await streamIds({ ...byName, offset: 10 })).toEqual(thirty.filter((id) => id !== 'c09').slice(10, 20));
+    expect(await streamIds({ ...byName, offset: 10 })).toEqual(THIRTY.filter((id) => id !== 'c09').slice(10, 20));
   });
-
 });
 
 describe('pages after the page before', () => {
   it('start where its last call was, even when that call has moved since', async () => {
-    const project = newProject();
-    const thirty = Array.from({ length: 30 }, (_, i) => `c${String(i).padStart(2, '0')}`);
-    await upsert(project, thirty.map((id, i) => ({ id, started_at: new Date(Date.UTC(2025, 0, 1, 0, 0, i)).toISOString() })));
+    const project = await thirtyCalls();
     const ascending = { project_id: project, limit: 10 };
-    expect(await queryIds({ ...ascending, offset: 0 })).toEqual(thirty.slice(0, 10));
+    expect(await queryIds({ ...ascending, offset: 0 })).toEqual(THIRTY.slice(0, 10));
     // Its start sent again, later: OFFSET 10 would now start at c11, skipping c10.
     await upsert(project, [{ id: 'c09', started_at: '2025-01-01T01:00:00Z' }]);
-    expect(await queryIds({ ...ascending, offset: 10 })).toEqual(thirty.slice(10, 20));
-    expect(await streamIds({ ...ascending, offset: 20 })).toEqual(thirty.slice(20, 30));
+    expect(await queryIds({ ...ascending, offset: 10 })).toEqual(THIRTY.slice(10, 20));
+    expect(await streamIds({ ...ascending, offset: 20 })).toEqual(THIRTY.slice(20, 30));
   });
 });
 

@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
 import { parse } from 'lossless-json';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
-import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
+import { appWithUser, uniqueName, type TestUser } from '../helpers/app.js';
 import { basicAuth, callItems, post } from './helpers.js';
 
 /**
@@ -14,14 +14,7 @@ import { basicAuth, callItems, post } from './helpers.js';
 
 let app: App;
 let user: TestUser;
-
-beforeAll(async () => {
-  app = await createTestApp();
-  user = await createUserWithKey(app);
-});
-afterAll(async () => {
-  await app.close();
-});
+appWithUser((made) => ({ app, user } = made));
 
 const newProject = () => `${user.entity}/${uniqueName('exact')}`;
 
