@@ -24,15 +24,12 @@ import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type Re
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
+import { numberArg } from './lib/args.js';
 import { startBenchServer } from './lib/server.js';
 
-function arg(name: string, fallback: number): number {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? Number(process.argv[i + 1]) : fallback;
-}
-const SPANS = arg('spans', 102_400);
-const BATCH = arg('batch', 512);
-const CONCURRENCY = arg('concurrency', 4);
+const SPANS = numberArg('spans', 102_400);
+const BATCH = numberArg('batch', 512);
+const CONCURRENCY = numberArg('concurrency', 4);
 const clientArg = process.argv.indexOf('--client');
 const CLIENT = process.argv.includes('--child') ? 'child' : clientArg >= 0 ? process.argv[clientArg + 1] : 'process';
 if (CLIENT !== 'child' && CLIENT !== 'process' && CLIENT !== 'inline') throw new Error('--client is process or inline');

@@ -23,15 +23,12 @@
  */
 import { sql } from 'kysely';
 import { request } from 'undici';
+import { numberArg } from './lib/args.js';
 import { startBenchServer } from './lib/server.js';
 
-function arg(name: string, fallback: number): number {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? Number(process.argv[i + 1]) : fallback;
-}
-const CALLS = arg('calls', 200_000);
-const PAGE = arg('page', 1000);
-const ROWS = arg('rows', 20_000);
+const CALLS = numberArg('calls', 200_000);
+const PAGE = numberArg('page', 1000);
+const ROWS = numberArg('rows', 20_000);
 const ROW_PAGE = 100;
 const PROJECT = 'bench/pages';
 

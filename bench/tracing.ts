@@ -15,15 +15,12 @@
 import os from 'node:os';
 import { sql } from 'kysely';
 import { request } from 'undici';
+import { numberArg } from './lib/args.js';
 import { startBenchServer } from './lib/server.js';
 
-function arg(name: string, fallback: number): number {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? Number(process.argv[i + 1]) : fallback;
-}
-const CALLS = arg('calls', 100_000);
-const BIG = arg('big', 1_000_000);
-const RUNS = arg('runs', 50);
+const CALLS = numberArg('calls', 100_000);
+const BIG = numberArg('big', 1_000_000);
+const RUNS = numberArg('runs', 50);
 const BATCH = 500;
 
 const server = await startBenchServer('tracing');
