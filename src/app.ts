@@ -8,7 +8,7 @@ import { registerAuth } from './auth/plugin.js';
 import { AuthService } from './auth/service.js';
 import type { Config } from './config.js';
 import { migrateOrClose, openDatabase, type Database, type DatabaseHandle } from './db/index.js';
-import { EmbeddedStatistics } from './db/statistics.js';
+import { EmbeddedMaintenance } from './db/maintenance.js';
 import { DomainEvents } from './events.js';
 import { SystemChecks } from './health/checks.js';
 import { healthRoutes } from './health/routes.js';
@@ -86,11 +86,11 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   app.decorate('events', new DomainEvents());
   app.decorate('wandb', new WandbService(database.db, { maxFileBytes: config.bodyLimitBytes, adaptersDir: config.adaptersDir, archiveLimitBytes: config.adapterArchiveLimitBytes }));
   app.addHook('onClose', async () => database.close());
-  // PostgreSQL servers analyze their tables themselves (autovacuum); PGlite does not.
+  // PostgreSQL servers vacuum and analyze their tables themselves (autovacuum); PGlite does not.
   if (database.kind === 'pglite') {
-    const statistics = new EmbeddedStatistics(database.db, app.log, config.embeddedAnalyzeIntervalMs);
-    app.addHook('onReady', async () => statistics.start());
-    app.addHook('preClose', async () => statistics.stop());
+    const maintenance = new EmbeddedMaintenance(database.db, app.log, config.embeddedAnalyzeIntervalMs);
+    app.addHook('onReady', async () => maintenance.start());
+    app.addHook('preClose', async () => maintenance.stop());
   }
 
   app.setValidatorCompiler(validatorCompiler);

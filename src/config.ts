@@ -102,7 +102,7 @@ export interface Config {
   readonly leaseSweepIntervalMs: number;
   /** How often each process deletes checkpoints whose TTL passed. */
   readonly checkpointExpiryIntervalMs: number;
-  /** Embedded database only: how often tables with stale planner statistics are analyzed (src/db/statistics.ts). */
+  /** Embedded database only: how often tables are checked for VACUUM and ANALYZE (src/db/maintenance.ts). */
   readonly embeddedAnalyzeIntervalMs: number;
   /** Where imported adapters are stored (trainyard owns these files); engines must be able to read it. */
   readonly adaptersDir: string;

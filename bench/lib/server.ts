@@ -19,9 +19,10 @@ export interface BenchServer {
 
 /**
  * The whole app on loopback for a benchmark: on a scratch database beside DATABASE_URL's (created
- * here, dropped on close) when that is set, else on PGlite in a temporary directory.
+ * here, dropped on close) when that is set, else on PGlite in a temporary directory. `env` adds
+ * configuration (README's table).
  */
-export async function startBenchServer(name: string): Promise<BenchServer> {
+export async function startBenchServer(name: string, env: Record<string, string> = {}): Promise<BenchServer> {
   const serverUrl = process.env.DATABASE_URL;
   const scratch = `trainyard_bench_${name}_${process.pid}`;
   let databaseUrl: string | undefined;
@@ -34,7 +35,7 @@ export async function startBenchServer(name: string): Promise<BenchServer> {
     databaseUrl = url.toString();
   }
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-bench-'));
-  const config = loadConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'silent', BOOTSTRAP_ADMIN: 'false', ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}) });
+  const config = loadConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'silent', BOOTSTRAP_ADMIN: 'false', ...env, ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}) });
   const database = databaseUrl ? postgresHandle(createPgPool(databaseUrl, 10)) : await openDatabase(config);
   const app = await buildApp(config, { database });
   await app.listen({ host: '127.0.0.1', port: 0 });

@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { createPglite, migrateToLatest, pgliteHandle, postgresHandle, createPgPool } from '../../src/db/index.js';
-import { analyzeStaleTables } from '../../src/db/statistics.js';
+import { maintainTables } from '../../src/db/maintenance.js';
 import { adminPool, databaseUrl, TEST_DATABASE_URL } from './postgres.js';
 
 declare module 'vitest' {
@@ -45,8 +45,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const pglite = await createPglite();
   const handle = pgliteHandle(pglite);
   await migrateToLatest(handle.db);
-  // As the app's first start would (src/db/statistics.ts): test apps then start with nothing to analyze.
-  await analyzeStaleTables(handle.db);
+  // As the app's first start would (src/db/maintenance.ts): test apps then start with nothing to do.
+  await maintainTables(handle.db);
   const dump = await pglite.dumpDataDir();
   const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-test-')), 'template.tar');
   fs.writeFileSync(file, Buffer.from(await dump.arrayBuffer()));
