@@ -10,15 +10,18 @@
  * that outlasts its flush interval), then the oldest half of the calls deleted (/calls/delete) and as
  * many written again. After every round each server runs the maintenance check, as its timer would:
  *   1. Baseline: ANALYZE only, what trainyard did before it vacuumed.
- *   2. VACUUM and ANALYZE by autovacuum's rules (src/db/maintenance.ts).
- * Printed for each: the calls table's size and the data directory's, the time the checks held the
- * database, and the median time of a traces page (/calls/stream_query, the newest 100 calls).
+ *   2. VACUUM and ANALYZE by autovacuum's rules, CHECKPOINT past 64 MB of log (src/db/maintenance.ts).
+ * Printed for each: the calls table's size and the data directory's, the write-ahead log since the last
+ * checkpoint, how long a copy of the data directory taken at the end (as a kill would leave it) takes to
+ * open, the time the checks held the database, and the median time of a traces page
+ * (/calls/stream_query, the newest 100 calls).
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import { sql } from 'kysely';
 import { request } from 'undici';
-import { maintainTables } from '../src/db/maintenance.js';
+import { createPglite, pgliteDataPath } from '../src/db/index.js';
+import { maintainTables, walSinceCheckpoint } from '../src/db/maintenance.js';
 import { numberArg } from './lib/args.js';
 import { startBenchServer, type BenchServer } from './lib/server.js';
 
@@ -30,6 +33,8 @@ if (process.env.DATABASE_URL) throw new Error('bench:maintenance measures the em
 interface Outcome {
   tableBytes: number;
   dataDirBytes: number;
+  walBytes: number;
+  crashOpenSeconds: number;
   maintenanceSeconds: number;
   pageMs: number;
   transactions: number;
@@ -78,7 +83,7 @@ async function run(vacuum: boolean): Promise<Outcome> {
       for (let i = 0; i < old.length; i += 1000) await post('/calls/delete', { project_id: PROJECT, call_ids: old.slice(i, i + 1000) });
     }
     const start = performance.now();
-    await maintainTables(server.app.db, { vacuum });
+    await maintainTables(server.app.db, { analyzeOnly: !vacuum });
     maintenanceSeconds += (performance.now() - start) / 1000;
   }
   const transactions = (await xid()) - firstXid;
@@ -90,19 +95,30 @@ async function run(vacuum: boolean): Promise<Outcome> {
   }
   times.sort((a, b) => a - b);
   const { rows } = await sql<{ bytes: string }>`select pg_total_relation_size('trace_calls')::text as bytes`.execute(server.app.db);
-  await sql`checkpoint`.execute(server.app.db);
-  const outcome = { tableBytes: Number(rows[0].bytes), dataDirBytes: directoryBytes(server.app.config.dataDir), maintenanceSeconds, pageMs: times[7], transactions };
+  const walBytes = await walSinceCheckpoint(server.app.db);
+  // The files as a kill would leave them (PGlite writes through on every write; it is idle now).
+  const crashed = fs.mkdtempSync(path.join(path.dirname(server.app.config.dataDir), 'trainyard-crashed-'));
+  fs.cpSync(pgliteDataPath(server.app.config.dataDir), crashed, { recursive: true });
+  const dataDirBytes = directoryBytes(server.app.config.dataDir);
   await server.close();
-  return outcome;
+  const opening = performance.now();
+  const reopened = await createPglite({ dataDir: crashed });
+  await reopened.query('select 1');
+  const crashOpenSeconds = (performance.now() - opening) / 1000;
+  await reopened.close();
+  fs.rmSync(crashed, { recursive: true, force: true });
+  return { tableBytes: Number(rows[0].bytes), dataDirBytes, walBytes, crashOpenSeconds, maintenanceSeconds, pageMs: times[7], transactions };
 }
 
 const baseline = await run(false);
 const maintained = await run(true);
 const mb = (bytes: number): string => `${(bytes / 1e6).toFixed(1).padStart(7)} MB`;
 console.log(`PGlite (embedded); node ${process.version}; ${ROUNDS} rounds of ${CALLS} calls (start, then end), the older round of each two deleted: ${(ROUNDS * CALLS) / 2} calls kept`);
-console.log(`                          ANALYZE only (baseline)   VACUUM and ANALYZE   ratio`);
+console.log(`                          ANALYZE only (baseline)   all maintenance      ratio`);
 console.log(`trace_calls, all forks    ${mb(baseline.tableBytes)}                ${mb(maintained.tableBytes)}           ${(maintained.tableBytes / baseline.tableBytes).toFixed(2)}`);
 console.log(`data directory            ${mb(baseline.dataDirBytes)}                ${mb(maintained.dataDirBytes)}           ${(maintained.dataDirBytes / baseline.dataDirBytes).toFixed(2)}`);
+console.log(`log since checkpoint     ${mb(baseline.walBytes)}                ${mb(maintained.walBytes)}           ${(maintained.walBytes / baseline.walBytes).toFixed(2)}`);
+console.log(`open after a kill         ${baseline.crashOpenSeconds.toFixed(2).padStart(7)} s                 ${maintained.crashOpenSeconds.toFixed(2).padStart(7)} s            ${(maintained.crashOpenSeconds / baseline.crashOpenSeconds).toFixed(2)}`);
 console.log(`checks, in all            ${baseline.maintenanceSeconds.toFixed(2).padStart(7)} s                 ${maintained.maintenanceSeconds.toFixed(2).padStart(7)} s            ${(maintained.maintenanceSeconds / baseline.maintenanceSeconds).toFixed(2)}`);
 console.log(`newest 100 calls, median  ${baseline.pageMs.toFixed(1).padStart(7)} ms                ${maintained.pageMs.toFixed(1).padStart(7)} ms           ${(maintained.pageMs / baseline.pageMs).toFixed(2)}`);
 console.log(`transaction ids used      ${String(baseline.transactions).padStart(7)}                   ${String(maintained.transactions).padStart(7)}`);

@@ -5,7 +5,7 @@ import { sql, type Kysely } from 'kysely';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { createPglite, pgliteDataPath, pgliteHandle, type Database, type DatabaseHandle } from '../../src/db/index.js';
-import { EmbeddedMaintenance, maintainTables } from '../../src/db/maintenance.js';
+import { EmbeddedMaintenance, maintainTables, walSinceCheckpoint } from '../../src/db/maintenance.js';
 import { testConfig } from '../helpers/app.js';
 import { freshDatabase, onPostgresServer } from '../helpers/database.js';
 
@@ -131,7 +131,7 @@ describe.skipIf(onPostgresServer)('VACUUM and ANALYZE of the embedded database',
     const { db } = await embedded();
     await createProbe(db);
     await addRows(db, 1000);
-    expect(await maintainTables(db)).toEqual({ vacuumed: ['stats_probe'], analyzed: ['stats_probe'], froze: false });
+    expect(await maintainTables(db)).toEqual({ vacuumed: ['stats_probe'], analyzed: ['stats_probe'], froze: false, checkpointed: false });
 
     await sql`update stats_probe set note = 'changed' where id <= 240`.execute(db);
     expect((await maintainTables(db)).vacuumed).not.toContain('stats_probe'); // 240 dead, threshold 250
@@ -150,7 +150,7 @@ describe.skipIf(onPostgresServer)('VACUUM and ANALYZE of the embedded database',
 
     await addRows(db, 2000);
     // Not yet past 1,000 + 20% of 5,000; the ANALYZE it gets counts 7,000 rows: the threshold becomes 2,400.
-    expect(await maintainTables(db)).toEqual({ vacuumed: [], analyzed: ['stats_probe'], froze: false });
+    expect(await maintainTables(db)).toEqual({ vacuumed: [], analyzed: ['stats_probe'], froze: false, checkpointed: false });
     await addRows(db, 400);
     expect((await maintainTables(db)).vacuumed).not.toContain('stats_probe');
     await addRows(db, 1);
@@ -162,11 +162,11 @@ describe.skipIf(onPostgresServer)('VACUUM and ANALYZE of the embedded database',
       const { db } = await embedded();
       await createProbe(db);
       await addRows(db, 5000);
-      await maintainTables(db, { vacuum });
+      await maintainTables(db, { analyzeOnly: !vacuum });
       const pages = [(await probeSpace(db)).pages];
       for (let round = 0; round < 6; round++) {
         await sql`update stats_probe set note = reverse(note)`.execute(db);
-        await maintainTables(db, { vacuum });
+        await maintainTables(db, { analyzeOnly: !vacuum });
         pages.push((await probeSpace(db)).pages);
       }
       return pages;
@@ -190,7 +190,7 @@ describe.skipIf(onPostgresServer)('VACUUM and ANALYZE of the embedded database',
     const { db } = await embedded(dataDir);
     expect(await probeSpace(db)).toMatchObject({ dead: 0, vacuums: 0 });
     expect((await maintainTables(db)).vacuumed).toContain('stats_probe');
-    expect(await maintainTables(db)).toEqual({ vacuumed: [], analyzed: [], froze: false });
+    expect(await maintainTables(db)).toEqual({ vacuumed: [], analyzed: [], froze: false, checkpointed: false });
   });
 
   it('leaves a table that was all visible at its last VACUUM before a restart', { timeout: 60_000 }, async () => {
@@ -223,6 +223,20 @@ describe.skipIf(onPostgresServer)('VACUUM and ANALYZE of the embedded database',
     expect(after.oldestTable).toBeLessThan(5);
   });
 
+  it('checkpoints once more write-ahead log than its threshold was written since the last checkpoint', async () => {
+    const { db } = await embedded();
+    await createProbe(db);
+    await sql`checkpoint`.execute(db);
+    await addRows(db, 20_000);
+    await maintainTables(db, { checkpointWalBytes: Number.MAX_SAFE_INTEGER }); // its VACUUM and ANALYZE write log too
+    const written = await walSinceCheckpoint(db);
+    expect(written).toBeGreaterThan(1_000_000);
+
+    expect((await maintainTables(db, { checkpointWalBytes: written + 100_000 })).checkpointed).toBe(false);
+    expect((await maintainTables(db, { checkpointWalBytes: written - 1 })).checkpointed).toBe(true);
+    expect(await walSinceCheckpoint(db)).toBeLessThan(8192); // the checkpoint's own record
+  });
+
   it('waits for a transaction under way to end: VACUUM cannot run inside one', async () => {
     const { db } = await embedded();
     await createProbe(db);
@@ -234,7 +248,7 @@ describe.skipIf(onPostgresServer)('VACUUM and ANALYZE of the embedded database',
       await new Promise((resolve) => setTimeout(resolve, 100));
       await sql`update stats_probe set note = 'changed' where id = 2`.execute(trx);
     });
-    expect(await maintained).toEqual({ vacuumed: ['stats_probe'], analyzed: ['stats_probe'], froze: false });
+    expect(await maintained).toEqual({ vacuumed: ['stats_probe'], analyzed: ['stats_probe'], froze: false, checkpointed: false });
   });
 
   it('vacuums and analyzes tables when the app starts, after its migrations', async () => {
@@ -259,6 +273,6 @@ describe.skipIf(onPostgresServer)('VACUUM and ANALYZE of the embedded database',
     const maintenance = new EmbeddedMaintenance(database.db, { info: () => undefined, error: (_details, message) => errors.push(message) }, 60_000);
     await maintenance.start();
     await maintenance.stop();
-    expect(errors).toEqual(['maintaining the embedded database (VACUUM, ANALYZE) failed']);
+    expect(errors).toEqual(['maintaining the embedded database (VACUUM, ANALYZE, CHECKPOINT) failed']);
   });
 });
