@@ -383,3 +383,29 @@ describe('numbers a double would change in feedback payloads', () => {
 function headers() {
   return { authorization: `Basic ${Buffer.from(`api:${user.key}`).toString('base64')}`, 'content-type': 'application/json' };
 }
+
+describe('objects and tables read back as sent', () => {
+  it('keeps floats and big integers through obj/create → obj/read → obj/create (same digest), table/query and refs', async () => {
+    const project = newProject();
+    const text = `{"obj": {"project_id": "${project}", "object_id": "o", "val": {"x": 1.0, "y": 12345678901234567890, "z": 1e5, "w": [2.50, -0.0001]}}}`;
+    const created = (await post(app, user, '/obj/create', text)).json();
+    const read = await post(app, user, '/obj/read', { project_id: project, object_id: 'o', digest: created.digest });
+    expect(read.statusCode).toBe(200);
+    expect(read.body).toContain('"val":{"w":[2.50,-0.0001],"x":1.0,"y":12345678901234567890,"z":100000.0}');
+    const val = read.body.slice(read.body.indexOf('"val":') + 6, read.body.indexOf(',"wb_user_id"'));
+    const again = (await post(app, user, '/obj/create', `{"obj": {"project_id": "${project}", "object_id": "o", "val": ${val}}}`)).json();
+    expect(again).toEqual(created);
+    const queried = await post(app, user, '/objs/query', { project_id: project });
+    expect(queried.body).toContain('"val":{"w":[2.50,-0.0001],"x":1.0,"y":12345678901234567890,"z":100000.0}');
+    const refs = await post(app, user, '/refs/read_batch', { refs: [`weave:///${project}/object/o:${created.digest}`] });
+    expect(refs.body).toBe('{"vals":[{"w":[2.50,-0.0001],"x":1.0,"y":12345678901234567890,"z":100000.0}]}');
+
+    const table = (await post(app, user, '/table/create', `{"table": {"project_id": "${project}", "rows": [{"a": 1.0, "b": 98765432109876543210}]}}`)).json();
+    const rows = await post(app, user, '/table/query', { project_id: project, digest: table.digest });
+    expect(rows.body).toBe(`{"rows":[{"digest":"${table.row_digests[0]}","val":{"a":1.0,"b":98765432109876543210},"original_index":0}]}`);
+    const stream = await post(app, user, '/table/query_stream', { project_id: project, digest: table.digest });
+    expect(stream.body).toBe(`{"digest":"${table.row_digests[0]}","val":{"a":1.0,"b":98765432109876543210},"original_index":0}\n`);
+    const again2 = (await post(app, user, '/table/create', `{"table": {"project_id": "${project}", "rows": [${rows.body.slice(rows.body.indexOf('"val":') + 6, rows.body.indexOf(',"original_index"'))}]}}`)).json();
+    expect(again2).toEqual(table);
+  });
+});

@@ -1,45 +1,22 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
-import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
-import { onPostgresServer } from '../helpers/database.js';
-import { depsOf } from '../../src/tracing/http/access.js';
-import { streamThreads, THREADS_BATCH_SIZE } from '../../src/tracing/services/threads.js';
-import { STREAM_BATCH_SIZE } from '../../src/tracing/services/calls.js';
-import { callItems, lines, post } from './helpers.js';
+import { appWithUser, uniqueName, type TestUser } from '../helpers/app.js';
+import { callItems, post } from './helpers.js';
 
-/** Review findings on the tracing API: each case failed (500, hang, lost precision) before its fix. */
+/** Values PostgreSQL or JavaScript cannot take as they come: each is refused with a 4xx, or stored made safe. */
 
 let app: App;
 let user: TestUser;
+appWithUser((made) => ({ app, user } = made));
+
 const NUL_REASON = 'A string in the payload contains a NUL character (\\u0000), which PostgreSQL JSONB cannot store. Remove or replace it and resend.';
 const SURROGATE_REASON =
   'A value in the request is not valid text for PostgreSQL (for example a string with an unpaired UTF-16 surrogate such as \\ud800). Fix it and resend.';
 
-beforeAll(async () => {
-  app = await createTestApp();
-  user = await createUserWithKey(app);
-});
-afterAll(async () => {
-  await app.close();
-});
-
-const newProject = () => `${user.entity}/${uniqueName('fix')}`;
+const newProject = () => `${user.entity}/${uniqueName('odd')}`;
 const status = async (response: Awaited<ReturnType<typeof post>>) => [response.statusCode, response.json()];
 
-describe('finding 1: streams run their lookups on the cursor\'s connection', () => {
-  it.runIf(onPostgresServer)('answers more concurrent stream_query requests (with costs, feedback, expansion) than the pool has connections', async () => {
-    const project = newProject();
-    await post(app, user, '/call/upsert_batch', { batch: Array.from({ length: 3 }, (_, i) => callItems(project, { id: `c${i}`, summary: { usage: { 'gpt-4o': { prompt_tokens: 1 } } } })).flat() });
-    const body = { project_id: project, include_costs: true, include_feedback: true, expand_columns: ['inputs.x'] };
-    // The test pool has 5 connections: 8 cursors each asking for a second connection froze until the acquire timeout.
-    const started = Date.now();
-    const responses = await Promise.all(Array.from({ length: 8 }, () => post(app, user, '/calls/stream_query', body)));
-    expect(responses.map((r) => [r.statusCode, lines(r.body).length])).toEqual(Array.from({ length: 8 }, () => [200, 3]));
-    expect(Date.now() - started).toBeLessThan(10_000);
-  }, 20_000);
-});
-
-describe('findings 2 and 14: NUL characters and lone surrogates', () => {
+describe('NUL characters and lone surrogates', () => {
   it('stores call payloads with U+0000 and lone surrogates replaced by U+FFFD (upsert_batch, call/update, otel)', async () => {
     const project = newProject();
     const batch = callItems(project, { id: 'bad\u0000id', op_name: 'op\u0000name', display_name: 'dn\u0000', inputs: { 'k\u0000': 'a\u0000b', s: '\ud800x', pair: '😀' }, output: '\udc00' });
@@ -63,7 +40,7 @@ describe('findings 2 and 14: NUL characters and lone surrogates', () => {
   });
 });
 
-describe('finding 3: impossible dates', () => {
+describe('datetimes that do not exist', () => {
   it('refuses datetimes that do not exist with 422 in bodies and 400 as query literals', async () => {
     const project = newProject();
     const start = (started_at: string) => ({ start: { project_id: project, id: 'd', op_name: 'op', started_at, attributes: {}, inputs: {} } });
@@ -84,7 +61,7 @@ describe('finding 3: impossible dates', () => {
   });
 });
 
-describe('finding 4: bad values on read routes', () => {
+describe('bad values on read routes', () => {
   it('answers a version beyond int4 with 404 and NUL in ids with 400', async () => {
     const project = newProject();
     await post(app, user, '/obj/create', { obj: { project_id: project, object_id: 'o', val: 1 } });
@@ -104,7 +81,7 @@ describe('finding 4: bad values on read routes', () => {
   });
 });
 
-describe('finding 5: field names that are prototype keys', () => {
+describe('field names that are prototype keys', () => {
   it('treats constructor, toString and __proto__ as unknown fields (403)', async () => {
     const project = newProject();
     for (const field of ['constructor', 'toString', 'hasOwnProperty']) {
@@ -118,7 +95,7 @@ describe('finding 5: field names that are prototype keys', () => {
   });
 });
 
-describe('finding 6: huge digit strings in JSON paths', () => {
+describe('huge digit strings in JSON paths', () => {
   it('reads a stored 2,000-digit number as no number in filters and sorts', async () => {
     const project = newProject();
     await post(app, user, '/call/upsert_batch', { batch: [...callItems(project, { id: 'huge', inputs: { n: '9'.repeat(2000) } }), ...callItems(project, { id: 'small', inputs: { n: 5 } })] });
@@ -129,7 +106,7 @@ describe('finding 6: huge digit strings in JSON paths', () => {
   });
 });
 
-describe('finding 7: one bad span does not fail an OTel export', () => {
+describe('an OTel export with spans out of range', () => {
   it('rejects spans with out-of-range times and stores the rest (NUL in a name is replaced)', async () => {
     const project = newProject();
     const span = (spanId: string, extra: Record<string, unknown>) => ({
@@ -162,75 +139,7 @@ describe('finding 7: one bad span does not fail an OTel export', () => {
   });
 });
 
-describe('finding 8: stored values read back as sent', () => {
-  it('keeps floats and big integers through obj/create → obj/read → obj/create (same digest), table/query and refs', async () => {
-    const project = newProject();
-    const text = `{"obj": {"project_id": "${project}", "object_id": "o", "val": {"x": 1.0, "y": 12345678901234567890, "z": 1e5, "w": [2.50, -0.0001]}}}`;
-    const created = (await post(app, user, '/obj/create', text)).json();
-    const read = await post(app, user, '/obj/read', { project_id: project, object_id: 'o', digest: created.digest });
-    expect(read.statusCode).toBe(200);
-    expect(read.body).toContain('"val":{"w":[2.50,-0.0001],"x":1.0,"y":12345678901234567890,"z":100000.0}');
-    const val = read.body.slice(read.body.indexOf('"val":') + 6, read.body.indexOf(',"wb_user_id"'));
-    const again = (await post(app, user, '/obj/create', `{"obj": {"project_id": "${project}", "object_id": "o", "val": ${val}}}`)).json();
-    expect(again).toEqual(created);
-    const queried = await post(app, user, '/objs/query', { project_id: project });
-    expect(queried.body).toContain('"val":{"w":[2.50,-0.0001],"x":1.0,"y":12345678901234567890,"z":100000.0}');
-    const refs = await post(app, user, '/refs/read_batch', { refs: [`weave:///${project}/object/o:${created.digest}`] });
-    expect(refs.body).toBe('{"vals":[{"w":[2.50,-0.0001],"x":1.0,"y":12345678901234567890,"z":100000.0}]}');
-
-    const table = (await post(app, user, '/table/create', `{"table": {"project_id": "${project}", "rows": [{"a": 1.0, "b": 98765432109876543210}]}}`)).json();
-    const rows = await post(app, user, '/table/query', { project_id: project, digest: table.digest });
-    expect(rows.body).toBe(`{"rows":[{"digest":"${table.row_digests[0]}","val":{"a":1.0,"b":98765432109876543210},"original_index":0}]}`);
-    const stream = await post(app, user, '/table/query_stream', { project_id: project, digest: table.digest });
-    expect(stream.body).toBe(`{"digest":"${table.row_digests[0]}","val":{"a":1.0,"b":98765432109876543210},"original_index":0}\n`);
-    const again2 = (await post(app, user, '/table/create', `{"table": {"project_id": "${project}", "rows": [${rows.body.slice(rows.body.indexOf('"val":') + 6, rows.body.indexOf(',"original_index"'))}]}}`)).json();
-    expect(again2).toEqual(table);
-  });
-});
-
-describe('finding 10: threads are streamed in batches', () => {
-  it('reads threads one batch at a time, as the consumer asks', async () => {
-    const project = newProject();
-    const count = THREADS_BATCH_SIZE * 2 + 1;
-    const batch = Array.from({ length: count }, (_, i) => callItems(project, { id: `t${i}`, thread_id: `thread-${String(i).padStart(4, '0')}`, turn_id: `t${i}` })).flat();
-    expect((await post(app, user, '/call/upsert_batch', { batch })).statusCode).toBe(200);
-    const stream = streamThreads(depsOf(app), { project_id: project, sort_by: [{ field: 'thread_id', direction: 'asc' }] });
-    const sizes: number[] = [];
-    let first: unknown;
-    for await (const rows of stream) {
-      sizes.push(rows.length);
-      first ??= rows[0];
-    }
-    expect(sizes).toEqual([THREADS_BATCH_SIZE, THREADS_BATCH_SIZE, 1]);
-    expect(first).toMatchObject({ thread_id: 'thread-0000', turn_count: 1, first_turn_id: 't0', last_turn_id: 't0' });
-    const response = await post(app, user, '/threads/stream_query', { project_id: project, limit: 3, offset: 600, sort_by: [{ field: 'thread_id', direction: 'desc' }] });
-    expect(lines(response.body).map((t) => t.thread_id)).toEqual(['thread-0400', 'thread-0399', 'thread-0398']);
-  });
-});
-
-describe('finding 12: expand_columns and refs into other projects', () => {
-  it('leaves a ref into another project unexpanded, in every batch of a stream, and reads nothing of that project', async () => {
-    const project = newProject();
-    const own = `weave:///${project}/object/m:${(await post(app, user, '/obj/create', { obj: { project_id: project, object_id: 'm', val: { t: 0.5 } } })).json().digest}`;
-    // Another project of the same user, whose object exists: still not read through a call of this one.
-    const other = newProject();
-    const foreign = `weave:///${other}/object/m:${(await post(app, user, '/obj/create', { obj: { project_id: other, object_id: 'm', val: { t: 0.9 } } })).json().digest}`;
-    const count = STREAM_BATCH_SIZE + 1;
-    const batch = Array.from({ length: count }, (_, i) => callItems(project, { id: `c${i}`, inputs: { x: i === count - 1 ? foreign : own } })).flat();
-    expect((await post(app, user, '/call/upsert_batch', { batch })).statusCode).toBe(200);
-    // The call naming the other project comes in the stream's second batch, after the 200 went out.
-    const response = await post(app, user, '/calls/stream_query', { project_id: project, expand_columns: ['inputs.x'], sort_by: [{ field: 'id', direction: 'asc' }] });
-    expect(response.statusCode).toBe(200);
-    const inputs = new Map((lines(response.body) as { id: string; inputs: { x: unknown } }[]).map((call) => [call.id, call.inputs.x]));
-    expect(inputs.size).toBe(count);
-    expect(inputs.get(`c${count - 1}`)).toBe(foreign);
-    expect(inputs.get('c0')).toMatchObject({ t: 0.5 });
-    const query = await post(app, user, '/calls/query', { project_id: project, expand_columns: ['inputs.x'], filter: { call_ids: [`c${count - 1}`] } });
-    expect(await status(query)).toEqual([200, { calls: [expect.objectContaining({ inputs: { x: foreign } })] }]);
-  });
-});
-
-describe('finding 13: prices are bounded', () => {
+describe('prices', () => {
   it('refuses a per-token price above 1e6 with 422', async () => {
     const project = newProject();
     const response = await post(app, user, '/cost/create', { project_id: project, costs: { m: { prompt_token_cost: 1e300, completion_token_cost: 1 } } });
