@@ -100,7 +100,7 @@ describe('adapter loading', () => {
   });
 });
 
-describe('adapter load failures (review fixes)', () => {
+describe('adapter load failures', () => {
   it('answers a load that outlasts adapter_load_ms with a 504 adapter_load_failed, not a raw error', async () => {
     const e = await engine({ loadDelayMs: 1_000 });
     const c = client([e.url], { adapterLoadMs: 100 });

@@ -346,7 +346,7 @@ describe('BackendClient cancellation', () => {
   });
 });
 
-describe('BackendClient breaker accounting (review fixes)', () => {
+describe('BackendClient breaker accounting and timeouts', () => {
   it('does not count a request it could not build (an invalid header) against the replica', async () => {
     const e = await engine();
     const c = client(backendFor([e.url]), { breaker: { failureThreshold: 2, openMs: 60_000 } });

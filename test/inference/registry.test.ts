@@ -72,7 +72,7 @@ describe('BackendRegistry', () => {
   });
 });
 
-describe('BackendRegistry and adapter-shaped ids (review fixes)', () => {
+describe('BackendRegistry and adapter-shaped ids', () => {
   it('never takes a checkpoint-shaped id an engine lists without parent as a base model', async () => {
     const e = await startFakeEngine({ models: ['m/base', 'org/family/model'], adaptersWithoutParent: true });
     cleanups.push(() => e.close());

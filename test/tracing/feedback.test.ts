@@ -1,19 +1,13 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
-import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
+import { appWithUser, uniqueName, type TestUser } from '../helpers/app.js';
 import { databaseFingerprint } from '../helpers/tenants.js';
 import { callItems, post } from './helpers.js';
 
 let app: App;
 let user: TestUser;
 
-beforeAll(async () => {
-  app = await createTestApp();
-  user = await createUserWithKey(app);
-});
-afterAll(async () => {
-  await app.close();
-});
+appWithUser((made) => ({ app, user } = made));
 
 function newProject(): string {
   return `${user.entity}/${uniqueName('fb')}`;

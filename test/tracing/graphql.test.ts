@@ -1,6 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
-import { createTestApp, createUserWithKey, type TestUser } from '../helpers/app.js';
+import { appWithUser, type TestUser } from '../helpers/app.js';
 import { expectBadInputRejected } from '../helpers/bad-input.js';
 import { basicAuth } from './helpers.js';
 import { z } from 'zod';
@@ -8,13 +8,7 @@ import { z } from 'zod';
 let app: App;
 let user: TestUser;
 
-beforeAll(async () => {
-  app = await createTestApp();
-  user = await createUserWithKey(app);
-});
-afterAll(async () => {
-  await app.close();
-});
+appWithUser((made) => ({ app, user } = made));
 
 const ask = (query: string, key = user.key) =>
   app.inject({ method: 'POST', url: '/graphql', headers: { authorization: basicAuth(key), 'content-type': 'application/json' }, payload: { query } });

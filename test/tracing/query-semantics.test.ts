@@ -1,6 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
-import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
+import { appWithUser, uniqueName, type TestUser } from '../helpers/app.js';
 import { callItems, lines, post, type CallSpec } from './helpers.js';
 
 /** weave's query semantics: feedback fields, filters through expanded refs, $not and NULL. */
@@ -8,13 +8,7 @@ import { callItems, lines, post, type CallSpec } from './helpers.js';
 let app: App;
 let user: TestUser;
 
-beforeAll(async () => {
-  app = await createTestApp();
-  user = await createUserWithKey(app);
-});
-afterAll(async () => {
-  await app.close();
-});
+appWithUser((made) => ({ app, user } = made));
 
 const newProject = () => `${user.entity}/${uniqueName('sem')}`;
 const f = (path: string) => ({ $getField: path });

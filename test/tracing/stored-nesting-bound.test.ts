@@ -1,6 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
-import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
+import { appWithUser, uniqueName, type TestUser } from '../helpers/app.js';
 import { databaseFingerprint } from '../helpers/tenants.js';
 import { call, groupGenerationA, ScriptedWorker, userWithModel } from '../training/fixtures.js';
 import { callItems, lines, post } from './helpers.js';
@@ -14,13 +14,7 @@ import { callItems, lines, post } from './helpers.js';
 let app: App;
 let user: TestUser;
 
-beforeAll(async () => {
-  app = await createTestApp();
-  user = await createUserWithKey(app);
-});
-afterAll(async () => {
-  await app.close();
-});
+appWithUser((made) => ({ app, user } = made));
 
 const BOUND = 256;
 const TOO_DEEP = 'Value error, the value nests more than 256 levels of objects and arrays, the most that is stored; flatten it or send it as a string';

@@ -1,6 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
-import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
+import { appWithUser, uniqueName, type TestUser } from '../helpers/app.js';
 import { callItems, lines, post } from './helpers.js';
 
 /**
@@ -12,13 +12,7 @@ import { callItems, lines, post } from './helpers.js';
 let app: App;
 let user: TestUser;
 
-beforeAll(async () => {
-  app = await createTestApp();
-  user = await createUserWithKey(app);
-});
-afterAll(async () => {
-  await app.close();
-});
+appWithUser((made) => ({ app, user } = made));
 
 const newProject = () => `${user.entity}/${uniqueName('shapes')}`;
 const usage = (model: string) => ({ usage: { [model]: { prompt_tokens: 10, completion_tokens: 5, requests: 1, total_tokens: 15 } } });

@@ -1,11 +1,11 @@
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import type { Principal } from '../../src/auth/principal.js';
 import { UnprocessableError } from '../../src/errors.js';
 import * as repo from '../../src/training/repository.js';
 import { SftDataResolver } from '../../src/training/sft-data.js';
-import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
+import { appWithUser, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
 import { blockedOrSettled, onPostgresServer } from '../helpers/database.js';
 import { databaseFingerprint } from '../helpers/tenants.js';
 import { call, groupGenerationA, ScriptedWorker, userWithModel, type Reply } from './fixtures.js';
@@ -19,13 +19,7 @@ import { call, groupGenerationA, ScriptedWorker, userWithModel, type Reply } fro
 let app: App;
 let user: TestUser;
 
-beforeAll(async () => {
-  app = await createTestApp();
-  user = await createUserWithKey(app);
-});
-afterAll(async () => {
-  await app.close();
-});
+appWithUser((made) => ({ app, user } = made));
 
 const get = (url: string, as: TestUser = user) => call(app, as.headers, 'GET', url);
 const post = (url: string, body: unknown, as: TestUser = user) => call(app, as.headers, 'POST', url, body);

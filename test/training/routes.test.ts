@@ -1,20 +1,14 @@
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
-import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
+import { appWithUser, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
 import { databaseFingerprint } from '../helpers/tenants.js';
 import { call, groupGenerationA, groupGenerationB, groupGenerationC, ScriptedWorker, sftRows, storeDataset, userWithModel } from './fixtures.js';
 
 let app: App;
 let user: TestUser;
 
-beforeAll(async () => {
-  app = await createTestApp();
-  user = await createUserWithKey(app);
-});
-afterAll(async () => {
-  await app.close();
-});
+appWithUser((made) => ({ app, user } = made));
 
 const get = (url: string, as: TestUser = user) => call(app, as.headers, 'GET', url);
 const post = (url: string, body?: unknown, as: TestUser = user) => call(app, as.headers, 'POST', url, body ?? {});
