@@ -33,8 +33,6 @@ interface TableState {
   reltuples: number;
   /** Heap pages at the last ANALYZE or VACUUM. */
   relpages: number;
-  /** Of those, the pages the visibility map marked all-visible then. */
-  relallvisible: number;
   /** Heap pages now. */
   pages: number;
   /** Rows inserted, updated or deleted since the last ANALYZE, as far as this process has counted. */
@@ -47,6 +45,10 @@ interface TableState {
   inserted: number;
   /** Whether the last VACUUM ran in this process, so that `dead` and `inserted` count every change since. */
   vacuumedHere: boolean;
+  /** The same three of the table's TOAST table (its values over about 2 kB), 0 without one. */
+  toastReltuples: number;
+  toastDead: number;
+  toastInserted: number;
 }
 
 export interface Maintained {
@@ -75,8 +77,9 @@ export interface MaintenanceOptions {
  * checkpointer.
  *
  * - VACUUM, so that the space of dead row versions (every update, every delete) is used again instead of
- *   the table growing, and pages are marked all-visible: when more than 50 + 20% of a table's rows are
- *   dead, or more than 1,000 + 20% were inserted since its last VACUUM.
+ *   the table growing, and pages are marked all-visible: when more than 50 + 20% of a table's rows, or
+ *   of its TOAST table's, are dead, or more than 1,000 + 20% were inserted since its last VACUUM. A row
+ *   whose large value is rewritten in place leaves its dead versions in the TOAST table only.
  * - ANALYZE, so that the planner knows the table: when more than 50 + 10% of its rows changed since its
  *   last ANALYZE, or it has rows and was never analyzed.
  * - VACUUM (FREEZE) of the whole database, catalogs included, once its oldest unfrozen row is more than
@@ -87,11 +90,12 @@ export interface MaintenanceOptions {
  *   which bounds the log the data directory holds and what opening it after a crash replays.
  *
  * PGlite counts changes while it runs but keeps no statistics file: every open starts from zero, with no
- * `last_analyze` or `last_vacuum`. So until a table is analyzed (vacuumed) in this process, the rows
- * written before the open are estimated from what pg_class kept at the last ANALYZE or VACUUM: for
- * ANALYZE, the heap's growth since (at that ANALYZE's rows per page); for VACUUM, that growth and the
- * pages not all-visible then, each counted as full of changed rows. A table with rows and no ANALYZE
- * or VACUUM ever (`reltuples` -1) is due for both.
+ * `last_analyze` or `last_vacuum`. So every table with rows is vacuumed once in each process, at its
+ * first check, which settles whatever was updated or deleted before the open: a VACUUM skips the pages
+ * the last one left all-visible and untouched since, so this costs little but for tables never vacuumed.
+ * Until a table is analyzed in this process, the rows written before the open are estimated from its
+ * heap's growth since the last ANALYZE (`relpages` then, its size now, at that ANALYZE's rows per page),
+ * and the larger of the two counts; a table with rows and no ANALYZE ever (`reltuples` -1) is due.
  */
 export async function maintainTables(db: Kysely<Database>, options: MaintenanceOptions = {}): Promise<Maintained> {
   const { signal, analyzeOnly = false, freezeLimits = FREEZE_LIMITS, checkpointWalBytes = CHECKPOINT_WAL_BYTES } = options;
@@ -104,12 +108,15 @@ export async function maintainTables(db: Kysely<Database>, options: MaintenanceO
   // The change counts of recent statements are published at most once a second unless forced.
   await sql`select pg_stat_force_next_flush()`.execute(db);
   const { rows } = await sql<TableState>`
-    select c.relname as "table", c.reltuples::float8 as reltuples, c.relpages::int as relpages, c.relallvisible::int as relallvisible,
+    select c.relname as "table", c.reltuples::float8 as reltuples, c.relpages::int as relpages,
       (pg_relation_size(c.oid) / current_setting('block_size')::int)::int as pages,
       pg_stat_get_mod_since_analyze(c.oid)::float8 as modified, pg_stat_get_last_analyze_time(c.oid) is not null as "analyzedHere",
       pg_stat_get_dead_tuples(c.oid)::float8 as dead, pg_stat_get_ins_since_vacuum(c.oid)::float8 as inserted,
-      pg_stat_get_last_vacuum_time(c.oid) is not null as "vacuumedHere"
+      pg_stat_get_last_vacuum_time(c.oid) is not null as "vacuumedHere",
+      coalesce(t.reltuples, 0)::float8 as "toastReltuples", coalesce(pg_stat_get_dead_tuples(t.oid), 0)::float8 as "toastDead",
+      coalesce(pg_stat_get_ins_since_vacuum(t.oid), 0)::float8 as "toastInserted"
     from pg_class c join pg_namespace n on n.oid = c.relnamespace
+      left join pg_class t on t.oid = c.reltoastrelid
     where n.nspname = current_schema() and c.relkind = 'r'
     order by c.relname`.execute(db);
   for (const state of rows.map(normalise)) {
@@ -147,13 +154,15 @@ function normalise(row: TableState): TableState {
     table: row.table,
     reltuples: Number(row.reltuples),
     relpages: Number(row.relpages),
-    relallvisible: Number(row.relallvisible),
     pages: Number(row.pages),
     modified: Number(row.modified),
     analyzedHere: Boolean(row.analyzedHere),
     dead: Number(row.dead),
     inserted: Number(row.inserted),
     vacuumedHere: Boolean(row.vacuumedHere),
+    toastReltuples: Number(row.toastReltuples),
+    toastDead: Number(row.toastDead),
+    toastInserted: Number(row.toastInserted),
   };
 }
 
@@ -167,14 +176,14 @@ function analyzeDue({ reltuples, relpages, pages, modified, analyzedHere }: Tabl
   return Math.max(modified, grown) > threshold;
 }
 
-function vacuumDue({ reltuples, relpages, relallvisible, pages, dead, inserted, vacuumedHere }: TableState): boolean {
+function vacuumDue(state: TableState): boolean {
+  if (!state.vacuumedHere) return state.pages > 0;
+  return pastVacuumThresholds(state.dead, state.inserted, state.reltuples) || pastVacuumThresholds(state.toastDead, state.toastInserted, state.toastReltuples);
+}
+
+function pastVacuumThresholds(dead: number, inserted: number, reltuples: number): boolean {
   const rows = Math.max(0, reltuples);
-  if (dead > VACUUM_BASE_ROWS + VACUUM_SCALE * rows || inserted > VACUUM_INSERT_BASE_ROWS + VACUUM_INSERT_SCALE * rows) return true;
-  if (vacuumedHere) return false;
-  // Neither analyzed nor vacuumed while it had rows, before this process: rows of unknown state.
-  if (reltuples < 0 || relpages === 0) return pages > 0;
-  const unsettled = Math.max(0, relpages - relallvisible) + Math.max(0, pages - relpages);
-  return (unsettled * reltuples) / relpages > VACUUM_BASE_ROWS + VACUUM_SCALE * rows;
+  return dead > VACUUM_BASE_ROWS + VACUUM_SCALE * rows || inserted > VACUUM_INSERT_BASE_ROWS + VACUUM_INSERT_SCALE * rows;
 }
 
 export interface MaintenanceLog {

@@ -124,14 +124,14 @@ describe.skipIf(onPostgresServer)('VACUUM and ANALYZE of the embedded database',
 
     const { db } = await embedded(dataDir);
     expect((await maintainTables(db)).analyzed).not.toContain('stats_probe');
-    expect((await probeState(db)).reltuples).toBe(3000);
+    expect((await probeState(db)).analyzeCount).toBe(0);
   });
 
   it('vacuums a table once more than 50 rows + 20% of its rows are dead', async () => {
     const { db } = await embedded();
     await createProbe(db);
     await addRows(db, 1000);
-    expect(await maintainTables(db)).toEqual({ vacuumed: ['stats_probe'], analyzed: ['stats_probe'], froze: false, checkpointed: false });
+    expect(await maintainTables(db)).toMatchObject({ vacuumed: expect.arrayContaining(['stats_probe']), analyzed: ['stats_probe'] });
 
     await sql`update stats_probe set note = 'changed' where id <= 240`.execute(db);
     expect((await maintainTables(db)).vacuumed).not.toContain('stats_probe'); // 240 dead, threshold 250
@@ -178,32 +178,44 @@ describe.skipIf(onPostgresServer)('VACUUM and ANALYZE of the embedded database',
     expect(unvacuumed[6]).toBeGreaterThan(4 * unvacuumed[0]);
   });
 
-  it('vacuums a table with rows dead before a restart, whose counts PGlite does not keep', { timeout: 60_000 }, async () => {
+  it('vacuums each table with rows once in a process, which settles rows deleted before a restart', { timeout: 60_000 }, async () => {
     const dataDir = tempDataDir();
     const before = await embedded(dataDir);
     await createProbe(before.db);
-    await addRows(before.db, 3000);
+    await addRows(before.db, 30_000);
     await maintainTables(before.db);
-    await sql`update stats_probe set note = 'changed' where id <= 1000`.execute(before.db);
+    await sql`delete from stats_probe where id > 5000`.execute(before.db); // below the threshold of 6,050 that it is
+    const pages = (await probeSpace(before.db)).pages;
     await before.close();
 
     const { db } = await embedded(dataDir);
-    expect(await probeSpace(db)).toMatchObject({ dead: 0, vacuums: 0 });
+    expect(await probeSpace(db)).toMatchObject({ dead: 0, vacuums: 0 }); // PGlite forgot the 25,000 deletes
     expect((await maintainTables(db)).vacuumed).toContain('stats_probe');
+    expect((await probeState(db)).reltuples).toBe(5000);
     expect(await maintainTables(db)).toEqual({ vacuumed: [], analyzed: [], froze: false, checkpointed: false });
+    await addRows(db, 20_000);
+    expect((await probeSpace(db)).pages).toBeLessThanOrEqual(pages); // in the space the deleted rows left
   });
 
-  it('leaves a table that was all visible at its last VACUUM before a restart', { timeout: 60_000 }, async () => {
-    const dataDir = tempDataDir();
-    const before = await embedded(dataDir);
-    await createProbe(before.db);
-    await addRows(before.db, 3000);
-    await maintainTables(before.db);
-    await sql`update stats_probe set note = 'changed' where id <= 100`.execute(before.db); // threshold 650
-    await before.close();
+  it('vacuums a table whose large values are rewritten, whose dead versions are in its TOAST table only', { timeout: 60_000 }, async () => {
+    const { db } = await embedded();
+    await sql`create table toast_probe (id int primary key, summary text)`.execute(db);
+    await sql`insert into toast_probe select n, 'small' from generate_series(1, 200) n`.execute(db);
+    await maintainTables(db);
+    // A run's summary of about 100 kB rewritten on every flush: the row stays small, its value moves to TOAST.
+    for (let flush = 0; flush < 40; flush++) {
+      await sql`update toast_probe set summary = (select string_agg(md5(g::text || ${flush}::int), '') from generate_series(1, 3200) g) where id = 1`.execute(db);
+    }
+    await sql`select pg_stat_force_next_flush()`.execute(db);
+    const { rows } = await sql<{ dead: number; toast_dead: number }>`select pg_stat_get_dead_tuples(c.oid)::int as dead,
+      pg_stat_get_dead_tuples(c.reltoastrelid)::int as toast_dead from pg_class c where c.relname = 'toast_probe'`.execute(db);
+    expect(Number(rows[0].dead)).toBeLessThanOrEqual(90); // within the table's own threshold of 90
+    expect(Number(rows[0].toast_dead)).toBeGreaterThan(50); // past its TOAST table's
 
-    const { db } = await embedded(dataDir);
-    expect((await maintainTables(db)).vacuumed).not.toContain('stats_probe');
+    expect((await maintainTables(db)).vacuumed).toContain('toast_probe');
+    await sql`select pg_stat_force_next_flush()`.execute(db);
+    const after = await sql<{ toast_dead: number }>`select pg_stat_get_dead_tuples(c.reltoastrelid)::int as toast_dead from pg_class c where c.relname = 'toast_probe'`.execute(db);
+    expect(Number(after.rows[0].toast_dead)).toBe(0);
   });
 
   it('freezes the whole database, catalogs included, once its oldest unfrozen row passes the freeze limit', async () => {
@@ -235,20 +247,6 @@ describe.skipIf(onPostgresServer)('VACUUM and ANALYZE of the embedded database',
     expect((await maintainTables(db, { checkpointWalBytes: written + 100_000 })).checkpointed).toBe(false);
     expect((await maintainTables(db, { checkpointWalBytes: written - 1 })).checkpointed).toBe(true);
     expect(await walSinceCheckpoint(db)).toBeLessThan(8192); // the checkpoint's own record
-  });
-
-  it('waits for a transaction under way to end: VACUUM cannot run inside one', async () => {
-    const { db } = await embedded();
-    await createProbe(db);
-    await addRows(db, 1000);
-    let maintained: ReturnType<typeof maintainTables> | undefined;
-    await db.transaction().execute(async (trx) => {
-      await sql`update stats_probe set note = 'changed' where id = 1`.execute(trx);
-      maintained = maintainTables(db);
-      await new Promise((resolve) => setTimeout(resolve, 100));
-      await sql`update stats_probe set note = 'changed' where id = 2`.execute(trx);
-    });
-    expect(await maintained).toEqual({ vacuumed: ['stats_probe'], analyzed: ['stats_probe'], froze: false, checkpointed: false });
   });
 
   it('vacuums and analyzes tables when the app starts, after its migrations', async () => {
