@@ -5,12 +5,15 @@ import { AuthService } from '../auth/service.js';
 import { ConfigError, loadConfig, type Config } from '../config.js';
 import { migrateToLatest, openDatabase } from '../db/index.js';
 import { DataDirLockedError, lockHolder } from '../db/lock.js';
+import { compactDatabase } from '../db/maintenance.js';
 import { AppError } from '../errors.js';
 import { directClient, HttpAdminError, httpClient, type AdminClient } from './admin-client.js';
 
 const USAGE = `Usage: npm run cli -- <command>
 
   migrate                                   run database migrations
+  compact                                   shrink the embedded database's files to its data
+                                            (VACUUM FULL); the server must be stopped
   users create <username> [--admin]         create a user (and the user's own entity)
   users list
   teams create <name>                       create a team entity
@@ -27,6 +30,8 @@ or, when a running trainyard holds it, calls that server's admin API (TRAINYARD_
 http://HOST:PORT, with TRAINYARD_ADMIN_KEY or the key in DATA_DIR/admin-api-key).`;
 
 class UsageError extends Error {}
+/** A command that cannot run in this state (exit 1). */
+class RefusedError extends Error {}
 
 function adminKey(config: Config): string {
   if (config.cliAdminKey) return config.cliAdminKey;
@@ -68,6 +73,17 @@ async function run(argv: string[], config: Config): Promise<unknown> {
     return withDatabase(config, async () => undefined, true);
   }
 
+  if (group === 'compact') {
+    if (action !== undefined) throw new UsageError(USAGE);
+    if (config.databaseUrl) throw new RefusedError('compact rewrites the embedded database in DATA_DIR; on a PostgreSQL server run VACUUM FULL there.');
+    if (holder !== undefined) {
+      throw new RefusedError(
+        `A running trainyard (pid ${holder.pid ?? 'unknown'}) holds ${config.dataDir}. Stop it first: compact rewrites every table and holds the database until it is done.`,
+      );
+    }
+    return compact(config);
+  }
+
   const command = async (client: AdminClient): Promise<unknown> => {
     switch (`${group} ${action ?? ''}`) {
       case 'users create':
@@ -100,6 +116,16 @@ async function run(argv: string[], config: Config): Promise<unknown> {
   return withDatabase(config, (auth) => command(directClient(auth)), false);
 }
 
+async function compact(config: Config): Promise<unknown> {
+  const database = await openDatabase(config);
+  try {
+    await database.unbounded(migrateToLatest);
+    return await compactDatabase(database.db);
+  } finally {
+    await database.close();
+  }
+}
+
 async function withDatabase(config: Config, fn: (auth: AuthService) => Promise<unknown>, reportMigrations: boolean): Promise<unknown> {
   const database = await openDatabase(config);
   try {
@@ -117,7 +143,7 @@ async function main(): Promise<void> {
     const result = await run(process.argv.slice(2), config);
     process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
   } catch (error) {
-    const known = [UsageError, ConfigError, DataDirLockedError, AppError, HttpAdminError].some((type) => error instanceof type);
+    const known = [UsageError, RefusedError, ConfigError, DataDirLockedError, AppError, HttpAdminError].some((type) => error instanceof type);
     const message = error instanceof Error ? (known ? error.message : (error.stack ?? error.message)) : String(error);
     process.stderr.write(`${message}\n`);
     process.exitCode = error instanceof UsageError ? 2 : 1;

@@ -5,7 +5,7 @@ import { sql, type Kysely } from 'kysely';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { createPglite, pgliteDataPath, pgliteHandle, type Database, type DatabaseHandle } from '../../src/db/index.js';
-import { EmbeddedMaintenance, maintainTables, walSinceCheckpoint } from '../../src/db/maintenance.js';
+import { compactDatabase, EmbeddedMaintenance, maintainTables, walSinceCheckpoint } from '../../src/db/maintenance.js';
 import { testConfig } from '../helpers/app.js';
 import { freshDatabase, onPostgresServer } from '../helpers/database.js';
 
@@ -247,6 +247,23 @@ describe.skipIf(onPostgresServer)('VACUUM and ANALYZE of the embedded database',
     expect((await maintainTables(db, { checkpointWalBytes: written + 100_000 })).checkpointed).toBe(false);
     expect((await maintainTables(db, { checkpointWalBytes: written - 1 })).checkpointed).toBe(true);
     expect(await walSinceCheckpoint(db)).toBeLessThan(8192); // the checkpoint's own record
+  });
+
+  it('compacts: the files shrink to the rows a delete left, where VACUUM only makes the space usable again', { timeout: 60_000 }, async () => {
+    const { db } = await embedded();
+    await createProbe(db);
+    await addRows(db, 100_000);
+    const full = (await probeSpace(db)).pages;
+    await sql`delete from stats_probe where id % 10 <> 0`.execute(db);
+    await maintainTables(db);
+    const vacuumed = (await probeSpace(db)).pages;
+    expect(vacuumed).toBe(full); // every page keeps a row: none is cut off the end
+
+    const { database_bytes_before: before, database_bytes_after: after } = await compactDatabase(db);
+    const compacted = (await probeSpace(db)).pages;
+    expect(compacted).toBeLessThan(vacuumed / 5);
+    expect(before - after).toBeGreaterThan((vacuumed - compacted) * 8192 * 0.9); // the table's pages and its index's
+    expect(await sql`select count(*)::int as rows from stats_probe`.execute(db)).toMatchObject({ rows: [{ rows: 10_000 }] });
   });
 
   it('vacuums and analyzes tables when the app starts, after its migrations', async () => {

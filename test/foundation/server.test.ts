@@ -118,6 +118,13 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
         'Set TRAINYARD_URL to the address that server listens on (http://host:port).\n',
     );
 
+    // Compacting rewrites every table: not while a server holds the directory.
+    const busy = start('src/cli/main.ts', ['compact'], { TRAINYARD_URL: url });
+    expect(await busy.exited).toBe(1);
+    expect(busy.err()).toMatch(
+      new RegExp(`^A running trainyard \\(pid ${server.child.pid}\\) holds ${dataDir}\\. Stop it first: compact rewrites every table and holds the database until it is done\\.\n$`),
+    );
+
     server.child.kill('SIGTERM');
     expect(await server.exited).toBe(0);
     expect(fs.existsSync(path.join(dataDir, 'trainyard.lock'))).toBe(false);
@@ -133,6 +140,15 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     const list = start('src/cli/main.ts', ['keys', 'list', '--user', 'carol']);
     expect(await list.exited).toBe(0);
     expect(JSON.parse(list.out()).data).toEqual([expect.objectContaining({ username: 'carol', kind: 'worker', last_used_at: null })]);
+
+    const onServer = start('src/cli/main.ts', ['compact'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/trainyard' });
+    expect(await onServer.exited).toBe(1);
+    expect(onServer.err()).toBe('compact rewrites the embedded database in DATA_DIR; on a PostgreSQL server run VACUUM FULL there.\n');
+    const compacted = start('src/cli/main.ts', ['compact']);
+    expect(await compacted.exited).toBe(0);
+    const sizes = JSON.parse(compacted.out());
+    expect(sizes).toEqual({ database_bytes_before: expect.any(Number), database_bytes_after: expect.any(Number) });
+    expect(sizes.database_bytes_after).toBeLessThanOrEqual(sizes.database_bytes_before);
   }, 120_000);
 
   it('stops cleanly on a SIGTERM that arrives while it is still starting', async () => {
