@@ -53,6 +53,7 @@ const EnvSchema = z.object({
   LEASE_SWEEP_INTERVAL_MS: integer(100, 3_600_000).default(5_000),
   CHECKPOINT_EXPIRY_INTERVAL_MS: integer(100, 86_400_000).default(60_000),
   EMBEDDED_ANALYZE_INTERVAL_MS: integer(100, 86_400_000).default(60_000),
+  BACKUP_DIR: z.string().min(1, 'must not be empty').optional(),
   ADAPTERS_DIR: z.string().min(1, 'must not be empty').optional(),
   ADAPTER_ARCHIVE_LIMIT_MB: megabytes(65_536).default(1024 * 1024 * 1024),
   CHECKPOINT_URI_PREFIXES: list
@@ -102,8 +103,10 @@ export interface Config {
   readonly leaseSweepIntervalMs: number;
   /** How often each process deletes checkpoints whose TTL passed. */
   readonly checkpointExpiryIntervalMs: number;
-  /** Embedded database only: how often tables are checked for VACUUM and ANALYZE (src/db/maintenance.ts). */
+  /** Embedded database only: how often it is checked for VACUUM, ANALYZE and CHECKPOINT (src/db/maintenance.ts). */
   readonly embeddedAnalyzeIntervalMs: number;
+  /** Embedded database only: where backups are written (src/db/backup.ts). */
+  readonly backupDir: string;
   /** Where imported adapters are stored (trainyard owns these files); engines must be able to read it. */
   readonly adaptersDir: string;
   /** Bytes of an adapter archive, imported or exported (packed and unpacked). */
@@ -175,6 +178,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     leaseSweepIntervalMs: e.LEASE_SWEEP_INTERVAL_MS,
     checkpointExpiryIntervalMs: e.CHECKPOINT_EXPIRY_INTERVAL_MS,
     embeddedAnalyzeIntervalMs: e.EMBEDDED_ANALYZE_INTERVAL_MS,
+    backupDir: path.resolve(e.BACKUP_DIR ?? path.join(e.DATA_DIR, 'backups')),
     adaptersDir: path.resolve(e.ADAPTERS_DIR ?? path.join(e.DATA_DIR, 'adapters')),
     adapterArchiveLimitBytes: e.ADAPTER_ARCHIVE_LIMIT_MB,
     checkpointUriPrefixes: Object.freeze([...e.CHECKPOINT_URI_PREFIXES]),

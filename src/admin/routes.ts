@@ -1,8 +1,9 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { ApiKeyRecord, UserRecord } from '../auth/service.js';
+import { backupEmbedded } from '../db/backup.js';
 
-/** User, team and key management for admins; the CLI calls these while a server holds the database. */
+/** User, team and key management, and backups, for admins; the CLI calls these while a server holds the database. */
 
 const Name = z.string().min(1).max(64);
 
@@ -18,6 +19,12 @@ const ApiKey = z.object({
   revoked_at: z.string().nullable(),
 });
 const CreatedKey = ApiKey.extend({ key: z.string().describe('The secret key. Shown only in this response.') });
+const Backup = z.object({
+  path: z.string().describe("The backup's directory on the server; its `pgdata` replaces DATA_DIR/pgdata to restore it."),
+  bytes: z.number().int(),
+  held_ms: z.number().int().describe('How long the database was held for the copy: requests that needed it waited.'),
+  created_at: z.string(),
+});
 
 export const CreateUserBody = z.object({ username: Name, is_admin: z.boolean().default(false) });
 export const CreateKeyBody = z.object({
@@ -62,6 +69,21 @@ export const adminRoutes: FastifyPluginAsyncZod = async (app) => {
       const user = await app.auth.createUser({ username: request.body.username, isAdmin: request.body.is_admin });
       return reply.status(201).send(userJson(user));
     },
+  );
+
+  app.post(
+    '/backups',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Back up the embedded database while the server runs',
+        description:
+          'Copies the embedded database into a new directory under BACKUP_DIR, consistent: the database is checkpointed and held for the copy, so requests that need it wait that long. 409 on a PostgreSQL server (back it up with its own tools) or an in-memory database. Adapters (ADAPTERS_DIR) are not copied.',
+        response: { 201: Backup },
+      },
+    },
+    async (_request, reply) => reply.status(201).send(await backupEmbedded(app.database, app.config.backupDir)),
   );
 
   app.get('/users', { config, schema: { tags, summary: 'List users', response: { 200: z.object({ data: z.array(User) }) } } }, async () => ({

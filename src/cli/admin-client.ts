@@ -11,9 +11,11 @@ export interface AdminClient {
   createKey(username: string, name: string | undefined, kind: 'user' | 'worker'): Promise<unknown>;
   listKeys(username: string | undefined): Promise<unknown>;
   revokeKey(keyId: string): Promise<unknown>;
+  /** A backup of the embedded database (src/db/backup.ts), taken where the database is open. */
+  backup(): Promise<unknown>;
 }
 
-export function directClient(auth: AuthService): AdminClient {
+export function directClient(auth: AuthService, backup: () => Promise<unknown>): AdminClient {
   const users = (list: UserRecord[]) => ({ data: list.map(userJson) });
   const keys = (list: ApiKeyRecord[]) => ({ data: list.map(keyJson) });
   return {
@@ -37,6 +39,7 @@ export function directClient(auth: AuthService): AdminClient {
       await auth.revokeKey({ keyId });
       return { id: keyId, revoked: true };
     },
+    backup,
   };
 }
 
@@ -92,5 +95,6 @@ export function httpClient(baseUrl: string, key: string): AdminClient {
     createKey: (username, name, kind) => call('POST', '/keys', { username, name, kind }),
     listKeys: (username) => call('GET', `/keys${q(username)}`),
     revokeKey: (keyId) => call('POST', `/keys/${encodeURIComponent(keyId)}/revoke`),
+    backup: () => call('POST', '/backups'),
   };
 }

@@ -3,7 +3,8 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { AuthService } from '../auth/service.js';
 import { ConfigError, loadConfig, type Config } from '../config.js';
-import { migrateToLatest, openDatabase } from '../db/index.js';
+import { backupEmbedded } from '../db/backup.js';
+import { migrateToLatest, openDatabase, type DatabaseHandle } from '../db/index.js';
 import { DataDirLockedError, lockHolder } from '../db/lock.js';
 import { compactDatabase } from '../db/maintenance.js';
 import { AppError } from '../errors.js';
@@ -12,6 +13,8 @@ import { directClient, HttpAdminError, httpClient, type AdminClient } from './ad
 const USAGE = `Usage: npm run cli -- <command>
 
   migrate                                   run database migrations
+  backup                                    copy the embedded database, consistent, into a new
+                                            directory under BACKUP_DIR (the server may be running)
   compact                                   shrink the embedded database's files to its data
                                             (VACUUM FULL); the server must be stopped
   users create <username> [--admin]         create a user (and the user's own entity)
@@ -108,12 +111,15 @@ async function run(argv: string[], config: Config): Promise<unknown> {
         return client.listKeys(values.user);
       case 'keys revoke':
         return client.revokeKey(need(1)[0]);
+      case 'backup ':
+        need(0);
+        return client.backup();
       default:
         throw new UsageError(USAGE);
     }
   };
   if (holder !== undefined) return command(httpClient(config.cliServerUrl, adminKey(config)));
-  return withDatabase(config, (auth) => command(directClient(auth)), false);
+  return withDatabase(config, (auth, database) => command(directClient(auth, () => backupEmbedded(database, config.backupDir))), false);
 }
 
 async function compact(config: Config): Promise<unknown> {
@@ -126,11 +132,15 @@ async function compact(config: Config): Promise<unknown> {
   }
 }
 
-async function withDatabase(config: Config, fn: (auth: AuthService) => Promise<unknown>, reportMigrations: boolean): Promise<unknown> {
+async function withDatabase(
+  config: Config,
+  fn: (auth: AuthService, database: DatabaseHandle) => Promise<unknown>,
+  reportMigrations: boolean,
+): Promise<unknown> {
   const database = await openDatabase(config);
   try {
     const results = await database.unbounded(migrateToLatest);
-    const result = await fn(new AuthService(database.db, 0));
+    const result = await fn(new AuthService(database.db, 0), database);
     return reportMigrations ? { migrated: results.map((r) => r.migrationName) } : result;
   } finally {
     await database.close();

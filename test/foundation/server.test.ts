@@ -118,6 +118,12 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
         'Set TRAINYARD_URL to the address that server listens on (http://host:port).\n',
     );
 
+    // A backup while the server runs: through its admin API, in DATA_DIR/backups.
+    const backup = start('src/cli/main.ts', ['backup'], { TRAINYARD_URL: url });
+    expect(await backup.exited).toBe(0);
+    const backupDir = JSON.parse(backup.out()).path;
+    expect(path.dirname(backupDir)).toBe(path.join(dataDir, 'backups'));
+
     // Compacting rewrites every table: not while a server holds the directory.
     const busy = start('src/cli/main.ts', ['compact'], { TRAINYARD_URL: url });
     expect(await busy.exited).toBe(1);
@@ -140,6 +146,17 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     const list = start('src/cli/main.ts', ['keys', 'list', '--user', 'carol']);
     expect(await list.exited).toBe(0);
     expect(JSON.parse(list.out()).data).toEqual([expect.objectContaining({ username: 'carol', kind: 'worker', last_used_at: null })]);
+
+    // Restored from the backup: carol's worker key, made before it, is there.
+    const dave = start('src/cli/main.ts', ['users', 'create', 'dave']); // after the backup
+    expect(await dave.exited).toBe(0);
+    fs.renameSync(path.join(dataDir, 'pgdata'), path.join(dataDir, 'pgdata.before-restore'));
+    fs.cpSync(path.join(backupDir, 'pgdata'), path.join(dataDir, 'pgdata'), { recursive: true });
+    const restored = start('src/cli/main.ts', ['users', 'list']);
+    expect(await restored.exited).toBe(0);
+    const usernames = JSON.parse(restored.out()).data.map((user: { username: string }) => user.username);
+    expect(usernames).toContain('carol');
+    expect(usernames).not.toContain('dave');
 
     const onServer = start('src/cli/main.ts', ['compact'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/trainyard' });
     expect(await onServer.exited).toBe(1);
