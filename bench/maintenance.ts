@@ -1,5 +1,5 @@
 /**
- * The embedded database under weave's everyday writes, with and without VACUUM. Not a test: run by
+ * The embedded database under weave's everyday writes, with and without its maintenance. Not a test: run by
  * hand, prints sizes, times and ratios.
  *
  *   npm run bench:maintenance -- [--rounds 20] [--calls 2000]
@@ -7,10 +7,11 @@
  * PGlite only (a PostgreSQL server runs its own autovacuum). Two servers, one after the other, each in
  * its own data directory, take the same writes through the HTTP API: `--rounds` rounds of `--calls`
  * calls, each call's start in one /call/upsert_batch and its end in the next (as the SDK sends a call
- * that outlasts its flush interval), then the oldest half of the calls deleted (/calls/delete) and as
- * many written again. After every round each server runs the maintenance check, as its timer would:
+ * that outlasts its flush interval), and after every second round the older round's calls deleted
+ * (/calls/delete). After every round each server runs the maintenance check, as its timer would:
  *   1. Baseline: ANALYZE only, what trainyard did before it vacuumed.
- *   2. VACUUM and ANALYZE by autovacuum's rules, CHECKPOINT past 64 MB of log (src/db/maintenance.ts).
+ *   2. VACUUM, ANALYZE and VACUUM (FREEZE) by autovacuum's rules, CHECKPOINT past 64 MB of log
+ *      (src/db/maintenance.ts).
  * Printed for each: the calls table's size and the data directory's, the write-ahead log since the last
  * checkpoint, how long a copy of the data directory taken at the end (as a kill would leave it) takes to
  * open, the time the checks held the database, and the median time of a traces page
