@@ -20,11 +20,10 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { sql } from 'kysely';
-import { request } from 'undici';
 import { createPglite, pgliteDataPath } from '../src/db/index.js';
 import { maintainTables, walSinceCheckpoint } from '../src/db/maintenance.js';
 import { numberArg } from './lib/args.js';
-import { startBenchServer, type BenchServer } from './lib/server.js';
+import { startBenchServer, tracingPoster, type BenchServer } from './lib/server.js';
 
 const ROUNDS = numberArg('rounds', 20);
 const CALLS = numberArg('calls', 2000);
@@ -53,13 +52,7 @@ function directoryBytes(dir: string): number {
 async function run(vacuum: boolean): Promise<Outcome> {
   // The app's own timer stays out of the way: this script runs each check itself.
   const server: BenchServer = await startBenchServer('maintenance', { EMBEDDED_ANALYZE_INTERVAL_MS: '86400000' });
-  const headers = { authorization: `Basic ${Buffer.from(`api:${server.key}`).toString('base64')}`, 'content-type': 'application/json' };
-  async function post(url: string, body: unknown): Promise<string> {
-    const response = await request(`${server.url}/traces${url}`, { method: 'POST', headers, body: JSON.stringify(body) });
-    const text = await response.body.text();
-    if (response.statusCode !== 200) throw new Error(`${url}: ${response.statusCode} ${text.slice(0, 300)}`);
-    return text;
-  }
+  const post = tracingPoster(server);
   const xid = async (): Promise<number> => Number((await sql<{ xid: string }>`select txid_current()::text as xid`.execute(server.app.db)).rows[0].xid);
   const firstXid = await xid();
   let maintenanceSeconds = 0;

@@ -22,9 +22,8 @@
  *   2. Every page in insertion order, as the SDK asks, which reads its own rows only.
  */
 import { sql } from 'kysely';
-import { request } from 'undici';
 import { numberArg } from './lib/args.js';
-import { startBenchServer } from './lib/server.js';
+import { startBenchServer, tracingPoster } from './lib/server.js';
 
 const CALLS = numberArg('calls', 200_000);
 const PAGE = numberArg('page', 1000);
@@ -33,14 +32,7 @@ const ROW_PAGE = 100;
 const PROJECT = 'bench/pages';
 
 const server = await startBenchServer('pages');
-const headers = { authorization: `Basic ${Buffer.from(`api:${server.key}`).toString('base64')}`, 'content-type': 'application/json' };
-
-async function post(url: string, body: unknown): Promise<string> {
-  const response = await request(`${server.url}/traces${url}`, { method: 'POST', headers, body: JSON.stringify(body) });
-  const text = await response.body.text();
-  if (response.statusCode !== 200) throw new Error(`${url}: ${response.statusCode} ${text.slice(0, 300)}`);
-  return text;
-}
+const post = tracingPoster(server);
 
 // One call through the API makes the project and its owner; the rest are inserted beside it.
 const started = '2024-12-31T00:00:00Z';

@@ -14,9 +14,8 @@
  */
 import os from 'node:os';
 import { sql } from 'kysely';
-import { request } from 'undici';
 import { numberArg } from './lib/args.js';
-import { startBenchServer } from './lib/server.js';
+import { startBenchServer, tracingPoster } from './lib/server.js';
 
 const CALLS = numberArg('calls', 100_000);
 const BIG = numberArg('big', 1_000_000);
@@ -24,17 +23,9 @@ const RUNS = numberArg('runs', 50);
 const BATCH = 500;
 
 const server = await startBenchServer('tracing');
-const { app, key } = server;
+const { app } = server;
 
-const base = `${server.url}/traces`;
-const headers = { authorization: `Basic ${Buffer.from(`api:${key}`).toString('base64')}`, 'content-type': 'application/json' };
-
-async function postJson(url: string, body: unknown): Promise<string> {
-  const response = await request(`${base}${url}`, { method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body) });
-  const text = await response.body.text();
-  if (response.statusCode !== 200) throw new Error(`${url}: ${response.statusCode} ${text.slice(0, 300)}`);
-  return text;
-}
+const postJson = tracingPoster(server);
 
 const padding = 'lorem ipsum dolor sit amet '.repeat(36).slice(0, 950);
 function batchItems(project: string, from: number, count: number): unknown[] {

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
+import { request } from 'undici';
 import { buildApp, type App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
 import { createPgPool, openDatabase, postgresHandle } from '../../src/db/index.js';
@@ -57,5 +58,19 @@ export async function startBenchServer(name: string, env: Record<string, string>
       }
       fs.rmSync(dataDir, { recursive: true, force: true });
     },
+  };
+}
+
+/**
+ * POSTs to the tracing API (`/traces` + `url`) as the bench user, `body` as JSON (a string as it is).
+ * Resolves with the response's text; any status but 200 throws, naming the route.
+ */
+export function tracingPoster(server: BenchServer): (url: string, body: unknown) => Promise<string> {
+  const headers = { authorization: `Basic ${Buffer.from(`api:${server.key}`).toString('base64')}`, 'content-type': 'application/json' };
+  return async (url, body) => {
+    const response = await request(`${server.url}/traces${url}`, { method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body) });
+    const text = await response.body.text();
+    if (response.statusCode !== 200) throw new Error(`${url}: ${response.statusCode} ${text.slice(0, 300)}`);
+    return text;
   };
 }
