@@ -8,6 +8,7 @@ import { registerAuth } from './auth/plugin.js';
 import { AuthService } from './auth/service.js';
 import type { Config } from './config.js';
 import { migrateOrClose, openDatabase, type Database, type DatabaseHandle } from './db/index.js';
+import { EmbeddedBackups } from './db/backup.js';
 import { EmbeddedMaintenance } from './db/maintenance.js';
 import { DomainEvents } from './events.js';
 import { SystemChecks } from './health/checks.js';
@@ -33,6 +34,7 @@ declare module 'fastify' {
     db: Kysely<Database>;
     auth: AuthService;
     systemChecks: SystemChecks;
+    backups: EmbeddedBackups;
     events: DomainEvents;
     wandb: WandbService;
   }
@@ -83,9 +85,13 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   app.decorate('db', database.db);
   app.decorate('auth', new AuthService(database.db, config.authCacheTtlMs));
   app.decorate('systemChecks', new SystemChecks(5_000));
+  app.decorate('backups', new EmbeddedBackups(database, config.backupDir));
+  app.systemChecks.holdDatabaseWith(() => app.backups.holdingSince);
   app.decorate('events', new DomainEvents());
   app.decorate('wandb', new WandbService(database.db, { maxFileBytes: config.bodyLimitBytes, adaptersDir: config.adaptersDir, archiveLimitBytes: config.adapterArchiveLimitBytes }));
   app.addHook('onClose', async () => database.close());
+  // A backup under way copies the database's files: they are not closed under it.
+  app.addHook('preClose', async () => app.backups.settled());
   // PostgreSQL servers vacuum and analyze their tables themselves (autovacuum); PGlite does not.
   if (database.kind === 'pglite') {
     const maintenance = new EmbeddedMaintenance(database.db, app.log, config.embeddedAnalyzeIntervalMs);
@@ -107,7 +113,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   registerAuth(app, app.auth);
 
   app.systemChecks.register('api', async () => undefined);
-  app.systemChecks.register('database', async () => database.check());
+  app.systemChecks.register('database', async () => database.check(), { usesDatabase: true });
   // cpu_queue and gpu_queue are registered by the training plugin, which owns the job queue.
 
   await app.register(swagger, {

@@ -156,6 +156,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     );
   }
   const e = parsed.data;
+  const backupDir = path.resolve(e.BACKUP_DIR ?? path.join(e.DATA_DIR, 'backups'));
+  const pgdata = path.resolve(e.DATA_DIR, 'pgdata');
+  if (backupDir === pgdata || backupDir.startsWith(`${pgdata}${path.sep}`)) {
+    throw new ConfigError([`BACKUP_DIR=${JSON.stringify(e.BACKUP_DIR)}: must not be inside the database's own directory (${pgdata})`]);
+  }
   return Object.freeze({
     port: e.PORT,
     host: e.HOST,
@@ -178,7 +183,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     leaseSweepIntervalMs: e.LEASE_SWEEP_INTERVAL_MS,
     checkpointExpiryIntervalMs: e.CHECKPOINT_EXPIRY_INTERVAL_MS,
     embeddedAnalyzeIntervalMs: e.EMBEDDED_ANALYZE_INTERVAL_MS,
-    backupDir: path.resolve(e.BACKUP_DIR ?? path.join(e.DATA_DIR, 'backups')),
+    backupDir,
     adaptersDir: path.resolve(e.ADAPTERS_DIR ?? path.join(e.DATA_DIR, 'adapters')),
     adapterArchiveLimitBytes: e.ADAPTER_ARCHIVE_LIMIT_MB,
     checkpointUriPrefixes: Object.freeze([...e.CHECKPOINT_URI_PREFIXES]),

@@ -1,7 +1,6 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { ApiKeyRecord, UserRecord } from '../auth/service.js';
-import { backupEmbedded } from '../db/backup.js';
 
 /** User, team and key management, and backups, for admins; the CLI calls these while a server holds the database. */
 
@@ -79,11 +78,11 @@ export const adminRoutes: FastifyPluginAsyncZod = async (app) => {
         tags,
         summary: 'Back up the embedded database while the server runs',
         description:
-          'Copies the embedded database into a new directory under BACKUP_DIR, consistent: the database is checkpointed and held for the copy, so requests that need it wait that long. 409 on a PostgreSQL server (back it up with its own tools) or an in-memory database. Adapters (ADAPTERS_DIR) are not copied.',
+          'Copies the embedded database into a new directory under BACKUP_DIR, consistent: the database is checkpointed and held for the copy, so requests that need it wait that long (the system check reports `database_held_by_backup_since` instead of waiting). One backup at a time; a second starts after the first. 409 on a PostgreSQL server (back it up with its own tools) or an in-memory database. Adapters (ADAPTERS_DIR) are not copied.',
         response: { 201: Backup },
       },
     },
-    async (_request, reply) => reply.status(201).send(await backupEmbedded(app.database, app.config.backupDir)),
+    async (_request, reply) => reply.status(201).send(await app.backups.take()),
   );
 
   app.get('/users', { config, schema: { tags, summary: 'List users', response: { 200: z.object({ data: z.array(User) }) } } }, async () => ({

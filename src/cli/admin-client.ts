@@ -11,11 +11,9 @@ export interface AdminClient {
   createKey(username: string, name: string | undefined, kind: 'user' | 'worker'): Promise<unknown>;
   listKeys(username: string | undefined): Promise<unknown>;
   revokeKey(keyId: string): Promise<unknown>;
-  /** A backup of the embedded database (src/db/backup.ts), taken where the database is open. */
-  backup(): Promise<unknown>;
 }
 
-export function directClient(auth: AuthService, backup: () => Promise<unknown>): AdminClient {
+export function directClient(auth: AuthService): AdminClient {
   const users = (list: UserRecord[]) => ({ data: list.map(userJson) });
   const keys = (list: ApiKeyRecord[]) => ({ data: list.map(keyJson) });
   return {
@@ -39,7 +37,6 @@ export function directClient(auth: AuthService, backup: () => Promise<unknown>):
       await auth.revokeKey({ keyId });
       return { id: keyId, revoked: true };
     },
-    backup,
   };
 }
 
@@ -61,30 +58,33 @@ function connectionFault(error: unknown): string {
   return cause.message || (cause as NodeJS.ErrnoException).code || cause.name;
 }
 
+/** One call to a running server's /v1/admin endpoints: its JSON answer, or an HttpAdminError. */
+async function adminCall(baseUrl: string, key: string, method: string, path: string, body?: unknown): Promise<unknown> {
+  let response: Response;
+  try {
+    response = await fetch(`${baseUrl}/v1/admin${path}`, {
+      method,
+      headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (error) {
+    throw new HttpAdminError(
+      `Could not reach the trainyard server holding the data directory at ${baseUrl} (${connectionFault(error)}). ` +
+        'Set TRAINYARD_URL to the address that server listens on (http://host:port).',
+      { cause: error },
+    );
+  }
+  const payload = (await response.json().catch(() => ({}))) as { detail?: unknown };
+  if (!response.ok) {
+    const detail = typeof payload.detail === 'string' ? payload.detail : JSON.stringify(payload.detail ?? payload);
+    throw new HttpAdminError(`${response.status}: ${detail}`);
+  }
+  return payload;
+}
+
 /** Talks to a running server's /v1/admin endpoints (the server holds the embedded database). */
 export function httpClient(baseUrl: string, key: string): AdminClient {
-  async function call(method: string, path: string, body?: unknown): Promise<unknown> {
-    let response: Response;
-    try {
-      response = await fetch(`${baseUrl}/v1/admin${path}`, {
-        method,
-        headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-        body: body === undefined ? undefined : JSON.stringify(body),
-      });
-    } catch (error) {
-      throw new HttpAdminError(
-        `Could not reach the trainyard server holding the data directory at ${baseUrl} (${connectionFault(error)}). ` +
-          'Set TRAINYARD_URL to the address that server listens on (http://host:port).',
-        { cause: error },
-      );
-    }
-    const payload = (await response.json().catch(() => ({}))) as { detail?: unknown };
-    if (!response.ok) {
-      const detail = typeof payload.detail === 'string' ? payload.detail : JSON.stringify(payload.detail ?? payload);
-      throw new HttpAdminError(`${response.status}: ${detail}`);
-    }
-    return payload;
-  }
+  const call = (method: string, path: string, body?: unknown) => adminCall(baseUrl, key, method, path, body);
   const q = (username: string | undefined) => (username ? `?username=${encodeURIComponent(username)}` : '');
   return {
     createUser: (username, isAdmin) => call('POST', '/users', { username, is_admin: isAdmin }),
@@ -95,6 +95,10 @@ export function httpClient(baseUrl: string, key: string): AdminClient {
     createKey: (username, name, kind) => call('POST', '/keys', { username, name, kind }),
     listKeys: (username) => call('GET', `/keys${q(username)}`),
     revokeKey: (keyId) => call('POST', `/keys/${encodeURIComponent(keyId)}/revoke`),
-    backup: () => call('POST', '/backups'),
   };
+}
+
+/** A backup taken by the running server that holds the embedded database (POST /v1/admin/backups). */
+export function httpBackup(baseUrl: string, key: string): Promise<unknown> {
+  return adminCall(baseUrl, key, 'POST', '/backups');
 }

@@ -4,11 +4,11 @@ import { parseArgs } from 'node:util';
 import { AuthService } from '../auth/service.js';
 import { ConfigError, loadConfig, type Config } from '../config.js';
 import { backupEmbedded } from '../db/backup.js';
-import { migrateToLatest, openDatabase, type DatabaseHandle } from '../db/index.js';
+import { migrateToLatest, openDatabase } from '../db/index.js';
 import { DataDirLockedError, lockHolder } from '../db/lock.js';
 import { compactDatabase } from '../db/maintenance.js';
 import { AppError } from '../errors.js';
-import { directClient, HttpAdminError, httpClient, type AdminClient } from './admin-client.js';
+import { directClient, HttpAdminError, httpBackup, httpClient, type AdminClient } from './admin-client.js';
 
 const USAGE = `Usage: npm run cli -- <command>
 
@@ -76,6 +76,13 @@ async function run(argv: string[], config: Config): Promise<unknown> {
     return withDatabase(config, async () => undefined, true);
   }
 
+  if (group === 'backup') {
+    if (action !== undefined) throw new UsageError(USAGE);
+    if (config.databaseUrl) throw new RefusedError("backup copies the embedded database in DATA_DIR; back up a PostgreSQL server with pg_dump or the server's own tools.");
+    if (holder !== undefined) return httpBackup(config.cliServerUrl, adminKey(config));
+    return backup(config);
+  }
+
   if (group === 'compact') {
     if (action !== undefined) throw new UsageError(USAGE);
     if (config.databaseUrl) throw new RefusedError('compact rewrites the embedded database in DATA_DIR; on a PostgreSQL server run VACUUM FULL there.');
@@ -111,15 +118,22 @@ async function run(argv: string[], config: Config): Promise<unknown> {
         return client.listKeys(values.user);
       case 'keys revoke':
         return client.revokeKey(need(1)[0]);
-      case 'backup ':
-        need(0);
-        return client.backup();
       default:
         throw new UsageError(USAGE);
     }
   };
   if (holder !== undefined) return command(httpClient(config.cliServerUrl, adminKey(config)));
-  return withDatabase(config, (auth, database) => command(directClient(auth, () => backupEmbedded(database, config.backupDir))), false);
+  return withDatabase(config, (auth) => command(directClient(auth)), false);
+}
+
+/** With no server running: the directory as it is, not migrated first (a backup before an upgrade keeps the old schema). */
+async function backup(config: Config): Promise<unknown> {
+  const database = await openDatabase(config);
+  try {
+    return await backupEmbedded(database, config.backupDir);
+  } finally {
+    await database.close();
+  }
 }
 
 async function compact(config: Config): Promise<unknown> {
@@ -132,15 +146,11 @@ async function compact(config: Config): Promise<unknown> {
   }
 }
 
-async function withDatabase(
-  config: Config,
-  fn: (auth: AuthService, database: DatabaseHandle) => Promise<unknown>,
-  reportMigrations: boolean,
-): Promise<unknown> {
+async function withDatabase(config: Config, fn: (auth: AuthService) => Promise<unknown>, reportMigrations: boolean): Promise<unknown> {
   const database = await openDatabase(config);
   try {
     const results = await database.unbounded(migrateToLatest);
-    const result = await fn(new AuthService(database.db, 0), database);
+    const result = await fn(new AuthService(database.db, 0));
     return reportMigrations ? { migrated: results.map((r) => r.migrationName) } : result;
   } finally {
     await database.close();

@@ -14,6 +14,12 @@ export interface Backup {
   created_at: string;
 }
 
+export interface BackupOptions {
+  now?: Date;
+  /** Called, and awaited, once the backup holds the database, before it copies anything. */
+  onHeld?: (since: Date) => Promise<void> | void;
+}
+
 const WAL_SEGMENT = /^[0-9A-F]{24}$/;
 
 /**
@@ -22,9 +28,11 @@ const WAL_SEGMENT = /^[0-9A-F]{24}$/;
  * while the files are copied; opening the copy recovers it as after a crash, from its last checkpoint.
  * It CHECKPOINTs first, so that the copy needs only the write-ahead log from there on: the segments
  * before it, and those PostgreSQL keeps for reuse, are left out, as is the lock file. The copy is made
- * as `pgdata.partial`, renamed to `pgdata` once whole, and removed when it fails.
+ * as `pgdata.partial`, renamed to `pgdata` once whole and once a query shows the database was not closed
+ * under it, and removed when it fails.
  */
-export async function backupEmbedded(database: DatabaseHandle, backupsDir: string, now = new Date()): Promise<Backup> {
+export async function backupEmbedded(database: DatabaseHandle, backupsDir: string, options: BackupOptions = {}): Promise<Backup> {
+  const { now = new Date(), onHeld } = options;
   if (database.kind !== 'pglite') {
     throw new ConflictError('This server keeps its data on a PostgreSQL server (DATABASE_URL): back that up with pg_dump or the server\'s own tools.');
   }
@@ -35,7 +43,14 @@ export async function backupEmbedded(database: DatabaseHandle, backupsDir: strin
   const partial = path.join(target, 'pgdata.partial');
   let heldMs: number;
   try {
-    heldMs = await database.db.connection().execute((connection) => copyAtCheckpoint(connection, source, partial));
+    heldMs = await database.db.connection().execute(async (connection) => {
+      const held = new Date();
+      await onHeld?.(held);
+      await copyAtCheckpoint(connection, source, partial);
+      // Fails when the database was closed meanwhile (a shutdown past its grace): the files may be from after.
+      await sql`select 1`.execute(connection);
+      return Date.now() - held.getTime();
+    });
   } catch (error) {
     await fs.rm(target, { recursive: true, force: true });
     throw error;
@@ -44,9 +59,8 @@ export async function backupEmbedded(database: DatabaseHandle, backupsDir: strin
   return { path: target, bytes: await directoryBytes(target), held_ms: heldMs, created_at: now.toISOString() };
 }
 
-/** On the connection it holds: CHECKPOINT, then copies `source` to `target`. Returns the milliseconds taken. */
-async function copyAtCheckpoint(connection: Kysely<Database>, source: string, target: string): Promise<number> {
-  const started = performance.now();
+/** On the connection it holds: CHECKPOINT, then copies `source` to `target`. */
+async function copyAtCheckpoint(connection: Kysely<Database>, source: string, target: string): Promise<void> {
   await sql`checkpoint`.execute(connection);
   const { rows } = await sql<{ first: string; last: string }>`
     select pg_walfile_name(redo_lsn) as first, pg_walfile_name(pg_current_wal_insert_lsn()) as last from pg_control_checkpoint()`.execute(connection);
@@ -61,7 +75,6 @@ async function copyAtCheckpoint(connection: Kysely<Database>, source: string, ta
       return true;
     },
   });
-  return Math.round(performance.now() - started);
 }
 
 async function directoryBytes(dir: string): Promise<number> {
@@ -71,4 +84,42 @@ async function directoryBytes(dir: string): Promise<number> {
     bytes += entry.isDirectory() ? await directoryBytes(file) : (await fs.stat(file)).size;
   }
   return bytes;
+}
+
+/**
+ * The app's backups (POST /v1/admin/backups): one at a time, a second after the first; waited for when
+ * the app closes, so that the database is not closed under a copy; and since when the one under way has
+ * held the database, which the system check reports instead of waiting for it.
+ */
+export class EmbeddedBackups {
+  private queue: Promise<unknown> = Promise.resolve();
+  private since: Date | undefined;
+
+  constructor(
+    private readonly database: DatabaseHandle,
+    private readonly backupsDir: string,
+  ) {}
+
+  take(options: Pick<BackupOptions, 'onHeld'> = {}): Promise<Backup> {
+    const taken = this.queue.then(() =>
+      backupEmbedded(this.database, this.backupsDir, {
+        onHeld: async (since) => {
+          this.since = since;
+          await options.onHeld?.(since);
+        },
+      }).finally(() => (this.since = undefined)),
+    );
+    this.queue = taken.catch(() => undefined);
+    return taken;
+  }
+
+  /** When the backup under way began to hold the database; undefined while none does. */
+  get holdingSince(): Date | undefined {
+    return this.since;
+  }
+
+  /** Resolves once every backup asked for so far has ended. */
+  async settled(): Promise<void> {
+    await this.queue;
+  }
 }

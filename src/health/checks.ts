@@ -12,17 +12,32 @@ export interface CheckResult {
 export type Check = () => Promise<Record<string, unknown> | void>;
 
 export class SystemChecks {
-  private readonly checks = new Map<string, Check>();
+  private readonly checks = new Map<string, { check: Check; usesDatabase: boolean }>();
+  private databaseHold: () => Date | undefined = () => undefined;
 
   constructor(private readonly timeoutMs: number) {}
 
-  /** Adds a check, or replaces the one of that name. */
-  register(name: string, check: Check): void {
-    this.checks.set(name, check);
+  /**
+   * Adds a check, or replaces the one of that name. A check that `usesDatabase` is not run while the
+   * database is held (`holdDatabaseWith`): it would only wait for it.
+   */
+  register(name: string, check: Check, options: { usesDatabase?: boolean } = {}): void {
+    this.checks.set(name, { check, usesDatabase: options.usesDatabase ?? false });
+  }
+
+  /** Says since when something (a backup) holds the database on purpose, or undefined. */
+  holdDatabaseWith(since: () => Date | undefined): void {
+    this.databaseHold = since;
   }
 
   async run(): Promise<Record<string, CheckResult>> {
-    const entries = await Promise.all([...this.checks].map(async ([name, check]) => [name, await this.runOne(check)] as const));
+    const held = this.databaseHold();
+    const entries = await Promise.all(
+      [...this.checks].map(async ([name, { check, usesDatabase }]) => {
+        if (usesDatabase && held !== undefined) return [name, { success: true, duration_ms: 0, database_held_by_backup_since: held.toISOString() }] as const;
+        return [name, await this.runOne(check)] as const;
+      }),
+    );
     return Object.fromEntries(entries);
   }
 

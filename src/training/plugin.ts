@@ -62,8 +62,8 @@ export const trainingPlugin: FastifyPluginAsyncZod = async (app) => {
     app.log,
   );
 
-  app.systemChecks.register('cpu_queue', () => workers.queueCheck());
-  app.systemChecks.register('gpu_queue', () => workers.workersCheck());
+  app.systemChecks.register('cpu_queue', () => workers.queueCheck(), { usesDatabase: true });
+  app.systemChecks.register('gpu_queue', () => workers.workersCheck(), { usesDatabase: true });
 
   await app.register(previewRoutes, { service });
   const adapters = new AdapterService({ db, training: service, adaptersDir: releaser.adaptersDir, archiveLimitBytes: app.config.adapterArchiveLimitBytes });

@@ -61,6 +61,14 @@ describe('configuration', () => {
     expect(() => loadConfig({ BOOTSTRAP_ADMIN: 'maybe' })).toThrow('BOOTSTRAP_ADMIN="maybe": must be true or false');
   });
 
+  it('keeps backups out of the database\'s own directory', () => {
+    expect(loadConfig({ DATA_DIR: '/srv/ty' }).backupDir).toBe('/srv/ty/backups');
+    expect(loadConfig({ DATA_DIR: '/srv/ty', BACKUP_DIR: '/mnt/backups' }).backupDir).toBe('/mnt/backups');
+    expect(() => loadConfig({ DATA_DIR: '/srv/ty', BACKUP_DIR: '/srv/ty/pgdata/backups' })).toThrow(
+      'BACKUP_DIR="/srv/ty/pgdata/backups": must not be inside the database\'s own directory (/srv/ty/pgdata)',
+    );
+  });
+
   it('reports every invalid variable at once', () => {
     try {
       loadConfig({ PORT: 'x', BODY_LIMIT_MB: '0' });

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { sql } from 'kysely';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
+import { backupEmbedded } from '../../src/db/backup.js';
 import { createPglite, pgliteDataPath, pgliteHandle } from '../../src/db/index.js';
 import { createTestApp, createUserWithKey, testConfig, type TestUser } from '../helpers/app.js';
 import { onPostgresServer } from '../helpers/database.js';
@@ -64,6 +65,47 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     expect(names.filter((name) => name.startsWith('before-'))).toHaveLength(20);
     // The app keeps serving after it: the backup let go of the database.
     expect((await app.inject({ method: 'POST', url: '/v1/preview/models', headers: admin.headers, payload: model(admin, 'after') })).statusCode).toBe(200);
+  });
+
+  it('holds the database for the copy: a write sent once it holds it waits, and is not in the copy', { timeout: 60_000 }, async () => {
+    const { app, dataDir } = await appOnDataDir();
+    const admin = await createUserWithKey(app, { isAdmin: true });
+    let sent: Promise<number> | undefined;
+    const backup = await backupEmbedded(app.database, path.join(dataDir, 'backups'), {
+      onHeld: () => {
+        sent = app.inject({ method: 'POST', url: '/v1/preview/models', headers: admin.headers, payload: model(admin, 'sent-while-held') }).then((r) => r.statusCode);
+      },
+    });
+    expect(await sent).toBe(200);
+    const copy = await createPglite({ dataDir: path.join(backup.path, 'pgdata') });
+    cleanups.push(() => copy.close());
+    expect((await copy.query("select count(*)::int as n from models where name = 'sent-while-held'")).rows).toEqual([{ n: 0 }]);
+    expect((await copy.query('select count(*)::int as n from api_keys where id = $1', [admin.keyId])).rows).toEqual([{ n: 1 }]);
+  });
+
+  it('answers the system check meanwhile without waiting for the database, naming the backup', { timeout: 60_000 }, async () => {
+    const { app } = await appOnDataDir();
+    let during: { statusCode: number; body: Record<string, unknown> } | undefined;
+    await app.backups.take({
+      onHeld: async () => {
+        const response = await app.inject({ method: 'GET', url: '/v1/system-check' });
+        during = { statusCode: response.statusCode, body: response.json() };
+      },
+    });
+    const held = { success: true, duration_ms: 0, database_held_by_backup_since: expect.stringMatching(/^\d{4}-\d\d-\d\dT/) };
+    expect(during).toEqual({ statusCode: 200, body: { api: expect.objectContaining({ success: true }), database: held, cpu_queue: held, gpu_queue: held } });
+    // Once it is done, the checks run again.
+    expect((await app.inject({ method: 'GET', url: '/v1/system-check' })).json().database).toEqual({ success: true, duration_ms: expect.any(Number) });
+  });
+
+  it('is finished before the app closes the database, when the app closes during it', { timeout: 60_000 }, async () => {
+    const { app } = await appOnDataDir();
+    let closing: Promise<void> | undefined;
+    const backup = await app.backups.take({ onHeld: () => void (closing = app.close()) });
+    await closing;
+    const copy = await createPglite({ dataDir: path.join(backup.path, 'pgdata') });
+    cleanups.push(() => copy.close());
+    expect((await copy.query('select count(*)::int as n from users')).rows).toEqual([{ n: expect.any(Number) }]);
   });
 
   it('is for admins only', async () => {

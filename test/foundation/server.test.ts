@@ -161,6 +161,13 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     const onServer = start('src/cli/main.ts', ['compact'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/trainyard' });
     expect(await onServer.exited).toBe(1);
     expect(onServer.err()).toBe('compact rewrites the embedded database in DATA_DIR; on a PostgreSQL server run VACUUM FULL there.\n');
+    const backupOnServer = start('src/cli/main.ts', ['backup'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/trainyard' });
+    expect(await backupOnServer.exited).toBe(1);
+    expect(backupOnServer.err()).toBe("backup copies the embedded database in DATA_DIR; back up a PostgreSQL server with pg_dump or the server's own tools.\n");
+    // With no server running the CLI copies the directory itself.
+    const offline = start('src/cli/main.ts', ['backup']);
+    expect(await offline.exited).toBe(0);
+    expect(fs.readdirSync(JSON.parse(offline.out()).path)).toEqual(['pgdata']);
     const compacted = start('src/cli/main.ts', ['compact']);
     expect(await compacted.exited).toBe(0);
     const sizes = JSON.parse(compacted.out());
