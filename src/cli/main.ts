@@ -4,7 +4,7 @@ import { parseArgs } from 'node:util';
 import { AuthService } from '../auth/service.js';
 import { ConfigError, loadConfig, type Config } from '../config.js';
 import { backupEmbedded } from '../db/backup.js';
-import { migrateToLatest, openDatabase } from '../db/index.js';
+import { migrateToLatest, openDatabase, type DatabaseHandle } from '../db/index.js';
 import { DataDirLockedError, lockHolder } from '../db/lock.js';
 import { compactDatabase } from '../db/maintenance.js';
 import { AppError } from '../errors.js';
@@ -80,7 +80,7 @@ async function run(argv: string[], config: Config): Promise<unknown> {
     if (action !== undefined) throw new UsageError(USAGE);
     if (config.databaseUrl) throw new RefusedError("backup copies the embedded database in DATA_DIR; back up a PostgreSQL server with pg_dump or the server's own tools.");
     if (holder !== undefined) return httpBackup(config.cliServerUrl, adminKey(config));
-    return backup(config);
+    return onDataDir(config, (database) => backupEmbedded(database, config.backupDir));
   }
 
   if (group === 'compact') {
@@ -91,7 +91,7 @@ async function run(argv: string[], config: Config): Promise<unknown> {
         `A running trainyard (pid ${holder.pid ?? 'unknown'}) holds ${config.dataDir}. Stop it first: compact rewrites every table and holds the database until it is done.`,
       );
     }
-    return compact(config);
+    return onDataDir(config, (database) => compactDatabase(database.db));
   }
 
   const command = async (client: AdminClient): Promise<unknown> => {
@@ -126,21 +126,14 @@ async function run(argv: string[], config: Config): Promise<unknown> {
   return withDatabase(config, (auth) => command(directClient(auth)), false);
 }
 
-/** With no server running: the directory as it is, not migrated first (a backup before an upgrade keeps the old schema). */
-async function backup(config: Config): Promise<unknown> {
+/**
+ * With no server running, on the directory as it is: not migrated first, so that a backup or compact
+ * run by a newer build's CLI before an upgrade leaves the schema to the upgrade.
+ */
+async function onDataDir(config: Config, work: (database: DatabaseHandle) => Promise<unknown>): Promise<unknown> {
   const database = await openDatabase(config);
   try {
-    return await backupEmbedded(database, config.backupDir);
-  } finally {
-    await database.close();
-  }
-}
-
-async function compact(config: Config): Promise<unknown> {
-  const database = await openDatabase(config);
-  try {
-    await database.unbounded(migrateToLatest);
-    return await compactDatabase(database.db);
+    return await work(database);
   } finally {
     await database.close();
   }
