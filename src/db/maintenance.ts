@@ -18,14 +18,14 @@ export interface FreezeLimits {
   multixactAge: number;
 }
 
-export const FREEZE_LIMITS: FreezeLimits = { xidAge: 200_000_000, multixactAge: 400_000_000 };
+const FREEZE_LIMITS: FreezeLimits = { xidAge: 200_000_000, multixactAge: 400_000_000 };
 
 /**
  * Write-ahead log a check lets accumulate before it runs a CHECKPOINT. A server's checkpointer runs one
  * every 5 minutes; PGlite has none: 830 MB of log written without a checkpoint stayed in the data
  * directory, and opening it after a kill replayed it all (8.3 s, against 0.24 s for a clean open).
  */
-export const CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024;
+const CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024;
 
 interface TableState {
   table: string;

@@ -112,7 +112,12 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     const { app, dataDir } = await appOnDataDir();
     const user = await createUserWithKey(app);
     const response = await app.inject({ method: 'POST', url: '/v1/admin/backups', headers: user.headers });
-    expect(response.statusCode).toBe(403);
+    expect([response.statusCode, response.json()]).toEqual([403, { detail: 'This route needs an admin key.' }]);
+    const anonymous = await app.inject({ method: 'POST', url: '/v1/admin/backups' });
+    expect([anonymous.statusCode, anonymous.json()]).toEqual([
+      401,
+      { detail: 'Missing API key. Send it as "Authorization: Bearer <key>" (or HTTP Basic with the key as the password).' },
+    ]);
     expect(fs.existsSync(path.join(dataDir, 'backups'))).toBe(false);
   });
 
