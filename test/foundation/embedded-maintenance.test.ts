@@ -280,6 +280,23 @@ describe.skipIf(onPostgresServer)('VACUUM and ANALYZE of the embedded database',
     }
   });
 
+  it('says so when the first check of a start, which the server waits for, takes long', async () => {
+    const { db } = await embedded();
+    const said: [Record<string, unknown>, string][] = [];
+    const log = { info: (details: Record<string, unknown>, message: string) => said.push([details, message]), error: () => undefined };
+    const quick = new EmbeddedMaintenance(db, log, 60_000, 60_000);
+    await quick.start();
+    await quick.stop();
+    expect(said.filter(([, message]) => message.startsWith('maintaining the embedded database before listening'))).toEqual([]);
+    const slow = new EmbeddedMaintenance(db, log, 60_000, 0); // every check takes longer than no time
+    await slow.start();
+    await slow.stop();
+    expect(said).toContainEqual([
+      { after_ms: 0 },
+      'maintaining the embedded database before listening: the first check of a start vacuums every table, about 3 s a GB for a database never vacuumed',
+    ]);
+  });
+
   it('logs a check that fails instead of throwing', async () => {
     const database = await freshDatabase();
     await sql`select 1`.execute(database.db); // a handle that never ran a query has nothing to close
