@@ -19,6 +19,7 @@ import * as legacyLoraArtifacts from './0019_legacy_lora_artifacts.js';
 import * as callLongIntegers from './0020_call_long_integers.js';
 import * as callExactNumbers from './0021_call_exact_numbers.js';
 import * as feedbackExactNumbers from './0022_feedback_exact_numbers.js';
+import * as databaseId from './0023_database_id.js';
 
 /**
  * Every migration, in order. Listed here rather than read from the folder so that the same list runs
@@ -45,4 +46,5 @@ export const migrations: Record<string, Migration> = {
   '0020_call_long_integers': callLongIntegers,
   '0021_call_exact_numbers': callExactNumbers,
   '0022_feedback_exact_numbers': feedbackExactNumbers,
+  '0023_database_id': databaseId,
 };

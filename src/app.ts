@@ -85,7 +85,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   app.decorate('db', database.db);
   app.decorate('auth', new AuthService(database.db, config.authCacheTtlMs));
   app.decorate('systemChecks', new SystemChecks(5_000));
-  app.decorate('backups', new EmbeddedBackups(database, config.backupDir));
+  app.decorate('backups', new EmbeddedBackups(database, { backupsDir: config.backupDir, adaptersDir: config.adaptersDir, keep: config.backupKeep }));
   app.systemChecks.holdDatabaseWith(() => app.backups.holdingSince);
   app.decorate('events', new DomainEvents());
   app.decorate('wandb', new WandbService(database.db, { maxFileBytes: config.bodyLimitBytes, adaptersDir: config.adaptersDir, archiveLimitBytes: config.adapterArchiveLimitBytes }));

@@ -19,10 +19,12 @@ const ApiKey = z.object({
 });
 const CreatedKey = ApiKey.extend({ key: z.string().describe('The secret key. Shown only in this response.') });
 const Backup = z.object({
-  path: z.string().describe("The backup's directory on the server; its `pgdata` replaces DATA_DIR/pgdata to restore it."),
-  bytes: z.number().int(),
+  path: z.string().describe("The backup's directory on the server: `npm run cli -- restore <path>` puts it back, the server stopped."),
+  bytes: z.number().int().describe('Bytes of its files; adapter files hard-linked rather than copied count too.'),
   held_ms: z.number().int().describe('How long the database was held for the copy: requests that needed it waited.'),
   created_at: z.string(),
+  adapters: z.number().int().describe("Imported adapters (ADAPTERS_DIR) saved with it: those of the copy's checkpoints."),
+  pruned: z.array(z.string()).describe("Directories deleted after it: this database's backups past BACKUP_KEEP, and its copies cut short."),
 });
 
 export const CreateUserBody = z.object({ username: Name, is_admin: z.boolean().default(false) });
@@ -78,7 +80,7 @@ export const adminRoutes: FastifyPluginAsyncZod = async (app) => {
         tags,
         summary: 'Back up the embedded database while the server runs',
         description:
-          'Copies the embedded database into a new directory under BACKUP_DIR, consistent: the database is checkpointed and held for the copy, so requests that need it wait that long (the system check reports `database_held_by_backup_since` instead of waiting). One backup at a time; a second starts after the first. 409 on a PostgreSQL server (back it up with its own tools) or an in-memory database. Adapters (ADAPTERS_DIR) are not copied.',
+          'Copies the embedded database into a new directory under BACKUP_DIR, consistent: the database is checkpointed and held for the copy, so requests that need it wait that long (the system check reports `database_held_by_backup_since` instead of waiting). One backup at a time; a second starts after the first. The imported adapters (ADAPTERS_DIR) of the checkpoints in the copy are saved with it, hard-linked where the file system allows. Then, with BACKUP_KEEP, the older backups of this database past that many are deleted, as are its copies cut short. 409 on a PostgreSQL server (back it up with its own tools) or an in-memory database.',
         response: { 201: Backup },
       },
     },

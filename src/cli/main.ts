@@ -3,7 +3,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { AuthService } from '../auth/service.js';
 import { ConfigError, loadConfig, type Config } from '../config.js';
-import { backupEmbedded } from '../db/backup.js';
+import { backupEmbedded, restoreEmbedded } from '../db/backup.js';
 import { migrateToLatest, openDatabase, type DatabaseHandle } from '../db/index.js';
 import { DataDirLockedError, lockHolder } from '../db/lock.js';
 import { compactDatabase } from '../db/maintenance.js';
@@ -13,8 +13,11 @@ import { directClient, HttpAdminError, httpBackup, httpClient, type AdminClient 
 const USAGE = `Usage: npm run cli -- <command>
 
   migrate                                   run database migrations
-  backup                                    copy the embedded database, consistent, into a new
-                                            directory under BACKUP_DIR (the server may be running)
+  backup                                    copy the embedded database, consistent, and its imported
+                                            adapters into a new directory under BACKUP_DIR (the
+                                            server may be running)
+  restore <backup-dir>                      put a backup back in DATA_DIR (the database there is
+                                            moved aside) and ADAPTERS_DIR; the server must be stopped
   compact                                   shrink the embedded database's files to its data
                                             (VACUUM FULL); the server must be stopped
   users create <username> [--admin]         create a user (and the user's own entity)
@@ -80,7 +83,16 @@ async function run(argv: string[], config: Config): Promise<unknown> {
     if (action !== undefined) throw new UsageError(USAGE);
     if (config.databaseUrl) throw new RefusedError("backup copies the embedded database in DATA_DIR; back up a PostgreSQL server with pg_dump or the server's own tools.");
     if (holder !== undefined) return httpBackup(config.cliServerUrl, adminKey(config));
-    return onDataDir(config, (database) => backupEmbedded(database, config.backupDir));
+    return onDataDir(config, (database) => backupEmbedded(database, config.backupDir, { adaptersDir: config.adaptersDir, keep: config.backupKeep }));
+  }
+
+  if (group === 'restore') {
+    if (action === undefined || args.length > 0) throw new UsageError(USAGE);
+    if (config.databaseUrl) throw new RefusedError('restore puts back a backup of the embedded database in DATA_DIR; DATABASE_URL names a PostgreSQL server.');
+    if (holder !== undefined) {
+      throw new RefusedError(`A running trainyard (pid ${holder.pid ?? 'unknown'}) holds ${config.dataDir}. Stop it first: restore replaces its database.`);
+    }
+    return restoreEmbedded(action, { dataDir: config.dataDir, adaptersDir: config.adaptersDir });
   }
 
   if (group === 'compact') {

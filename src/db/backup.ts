@@ -3,23 +3,44 @@ import path from 'node:path';
 import { sql, type Kysely } from 'kysely';
 import { ConflictError } from '../errors.js';
 import { pgliteDataPath, type Database, type DatabaseHandle } from './index.js';
+import { acquireDataDirLock } from './lock.js';
 
 export interface Backup {
-  /** The backup's directory; its `pgdata` replaces DATA_DIR/pgdata to restore it. */
+  /** The backup's directory; `npm run cli -- restore <path>` puts it back. */
   path: string;
-  /** Bytes copied. */
+  /** Bytes of its files (adapter files linked rather than copied count too). */
   bytes: number;
   /** How long the database was held: queries waited this long. */
   held_ms: number;
   created_at: string;
+  /** Imported adapters (ADAPTERS_DIR) saved with it: those of the checkpoints the copy holds. */
+  adapters: number;
+  /** Directories deleted after it: this database's backups past BACKUP_KEEP, and copies of it cut short. */
+  pruned: string[];
 }
 
 export interface BackupOptions {
   now?: Date;
   /** Called, and awaited, once the backup holds the database, before it copies anything. */
   onHeld?: (since: Date) => Promise<void> | void;
+  /** Where imported adapters are stored: the ones the database names are saved with it. */
+  adaptersDir?: string;
+  /** Keep this many of this database's backups, this one included, and delete the older ones; 0 keeps all. */
+  keep?: number;
 }
 
+/** What a backup directory holds beside `pgdata` (`pgdata.partial` while it is copied), written first. */
+export interface BackupManifest {
+  /** The database's own id (its `trainyard_database` row), kept by every copy; null before that migration. */
+  database_id: string | null;
+  created_at: string;
+  data_dir: string;
+  /** ADAPTERS_DIR when it was taken: the restored checkpoints name their adapters there. */
+  adapters_dir: string | null;
+}
+
+export const BACKUP_MANIFEST = 'backup.json';
+const BACKUP_PREFIX = 'trainyard-';
 const WAL_SEGMENT = /^[0-9A-F]{24}$/;
 
 /**
@@ -27,36 +48,56 @@ const WAL_SEGMENT = /^[0-9A-F]{24}$/;
  * says where. The copy is consistent because it holds the one connection, so that no statement runs
  * while the files are copied; opening the copy recovers it as after a crash, from its last checkpoint.
  * It CHECKPOINTs first, so that the copy needs only the write-ahead log from there on: the segments
- * before it, and those PostgreSQL keeps for reuse, are left out, as is the lock file. The copy is made
- * as `pgdata.partial`, renamed to `pgdata` once whole and once a query shows the database was not closed
- * under it, and removed when it fails.
+ * before it, and those PostgreSQL keeps for reuse, are left out, as is the lock file. While it holds the
+ * database it also saves the imported adapters the database names, into `adapters/` (hard links where
+ * the file system allows: those files are written once and never changed). The copy is made as
+ * `pgdata.partial`, renamed to `pgdata` once whole and once a query shows the database was not closed
+ * under it, and removed when it fails. Then, with `keep`, this database's older backups go.
  */
 export async function backupEmbedded(database: DatabaseHandle, backupsDir: string, options: BackupOptions = {}): Promise<Backup> {
-  const { now = new Date(), onHeld } = options;
+  const { now = new Date(), onHeld, adaptersDir, keep = 0 } = options;
   if (database.kind !== 'pglite') {
     throw new ConflictError('This server keeps its data on a PostgreSQL server (DATABASE_URL): back that up with pg_dump or the server\'s own tools.');
   }
   if (database.dataDir === undefined) throw new ConflictError('This server\'s embedded database is in memory: there are no files to back up.');
   const source = pgliteDataPath(database.dataDir);
+  const manifest: BackupManifest = {
+    database_id: await databaseId(database.db),
+    created_at: now.toISOString(),
+    data_dir: path.resolve(database.dataDir),
+    adapters_dir: adaptersDir === undefined ? null : path.resolve(adaptersDir),
+  };
   await fs.mkdir(backupsDir, { recursive: true });
-  const target = await fs.mkdtemp(path.join(backupsDir, `trainyard-${now.toISOString().replace(/[:.]/g, '-')}-`));
+  const target = await fs.mkdtemp(path.join(backupsDir, `${BACKUP_PREFIX}${manifest.created_at.replace(/[:.]/g, '-')}-`));
   const partial = path.join(target, 'pgdata.partial');
   let heldMs: number;
+  let adapters: number;
   try {
-    heldMs = await database.db.connection().execute(async (connection) => {
+    await fs.writeFile(path.join(target, BACKUP_MANIFEST), `${JSON.stringify(manifest, null, 2)}\n`);
+    [heldMs, adapters] = await database.db.connection().execute(async (connection) => {
       const held = new Date();
       await onHeld?.(held);
       await copyAtCheckpoint(connection, source, partial);
+      const saved = adaptersDir === undefined ? 0 : await saveAdapters(connection, path.resolve(adaptersDir), path.join(target, 'adapters'));
       // Fails when the database was closed meanwhile (a shutdown past its grace): the files may be from after.
       await sql`select 1`.execute(connection);
-      return Date.now() - held.getTime();
+      return [Date.now() - held.getTime(), saved];
     });
   } catch (error) {
     await fs.rm(target, { recursive: true, force: true });
     throw error;
   }
   await fs.rename(partial, path.join(target, 'pgdata'));
-  return { path: target, bytes: await directoryBytes(target), held_ms: heldMs, created_at: now.toISOString() };
+  const pruned = await pruneBackups(backupsDir, manifest.database_id, target, keep);
+  return { path: target, bytes: await directoryBytes(target), held_ms: heldMs, created_at: manifest.created_at, adapters, pruned };
+}
+
+/** The database's id (migration 0023), or null in a database not yet migrated that far. */
+async function databaseId(db: Kysely<Database>): Promise<string | null> {
+  const { rows } = await sql<{ id: string | null }>`
+    select case when to_regclass('trainyard_database') is null then null
+      else (select id::text from trainyard_database) end as id`.execute(db);
+  return rows[0]?.id ?? null;
 }
 
 /** On the connection it holds: CHECKPOINT, then copies `source` to `target`. */
@@ -75,6 +116,167 @@ async function copyAtCheckpoint(connection: Kysely<Database>, source: string, ta
       return true;
     },
   });
+}
+
+/**
+ * On the connection it holds: saves the directories of the imported checkpoints the database names (the
+ * ones trainyard stored under `adaptersDir`) into `target`; answers how many. A directory missing on
+ * disk is skipped: the copy is then as the server is.
+ */
+async function saveAdapters(connection: Kysely<Database>, adaptersDir: string, target: string): Promise<number> {
+  const { rows } = await sql<{ uri: string }>`
+select uri from checkpoints where source = 'imported'`
+    .execute(connection)
+    .catch((error: unknown) => {
+      // Undefined column or table: a database older than imported checkpoints (the CLI does not migrate).
+      if (['42703', '42P01'].includes((error as { code?: string }).code ?? '')) return { rows: [] };
+      throw error;
+    });
+  let saved = 0;
+  for (const { uri } of rows) {
+    const dir = path.resolve(uri);
+    if (path.dirname(dir) !== adaptersDir) continue;
+    if (await linkOrCopy(dir, path.join(target, path.basename(dir)))) saved++;
+  }
+  return saved;
+}
+
+export interface Restored {
+  /** The backup put back. */
+  restored: string;
+  /** DATA_DIR/pgdata now holds the backup's database. */
+  pgdata: string;
+  /** Where the database it replaced was moved to; null when DATA_DIR held none. */
+  previous_pgdata: string | null;
+  /** Adapter directories put into ADAPTERS_DIR (those already there are left as they are). */
+  adapters_restored: number;
+}
+
+/**
+ * Puts the backup in `backupDir` back, with no server running: its database becomes DATA_DIR/pgdata, the
+ * one there is moved aside to `pgdata.before-restore-<time>` (nothing is deleted), and its adapters go
+ * back into ADAPTERS_DIR. Refused for a copy cut short, a directory that is no backup, and a backup whose
+ * checkpoints name their adapters in another ADAPTERS_DIR. Holds the data directory's lock meanwhile, so
+ * no server starts on it halfway.
+ */
+export async function restoreEmbedded(backupDir: string, options: { dataDir: string; adaptersDir: string; now?: Date }): Promise<Restored> {
+  const { dataDir, now = new Date() } = options;
+  const backup = path.resolve(backupDir);
+  const adaptersDir = path.resolve(options.adaptersDir);
+  if (!(await exists(path.join(backup, 'pgdata')))) {
+    throw new ConflictError(
+      (await exists(path.join(backup, 'pgdata.partial')))
+        ? `${backup} is a backup that was cut short (it holds pgdata.partial): it cannot be restored; delete it.`
+        : `${backup} is not a trainyard backup: it holds no pgdata directory.`,
+    );
+  }
+  const savedAdapters = path.join(backup, 'adapters');
+  const manifest = await readManifest(backup);
+  if (manifest?.adapters_dir && manifest.adapters_dir !== adaptersDir && (await exists(savedAdapters))) {
+    throw new ConflictError(
+      `The backup's checkpoints name their adapters in ${manifest.adapters_dir}, and ADAPTERS_DIR is ${adaptersDir}: set ADAPTERS_DIR=${manifest.adapters_dir} to restore it.`,
+    );
+  }
+  await fs.mkdir(dataDir, { recursive: true });
+  const lock = await acquireDataDirLock(dataDir);
+  try {
+    const pgdata = pgliteDataPath(dataDir);
+    // Copied beside it first, so that the database in place is moved aside only once the copy is whole.
+    const incoming = `${pgdata}.restoring`;
+    await fs.rm(incoming, { recursive: true, force: true });
+    await fs.cp(path.join(backup, 'pgdata'), incoming, { recursive: true });
+    let previous: string | null = null;
+    if (await exists(pgdata)) {
+      previous = `${pgdata}.before-restore-${now.toISOString().replace(/[:.]/g, '-')}`;
+      await fs.rename(pgdata, previous);
+    }
+    await fs.rename(incoming, pgdata);
+    let restoredAdapters = 0;
+    if (await exists(savedAdapters)) {
+      for (const entry of await fs.readdir(savedAdapters, { withFileTypes: true })) {
+        const target = path.join(adaptersDir, entry.name);
+        if (!entry.isDirectory() || (await exists(target))) continue;
+        // Whole or not at all: a directory in ADAPTERS_DIR is taken to be a whole adapter.
+        await fs.rm(`${target}.restoring`, { recursive: true, force: true });
+        await linkOrCopy(path.join(savedAdapters, entry.name), `${target}.restoring`);
+        await fs.rename(`${target}.restoring`, target);
+        restoredAdapters++;
+      }
+    }
+    return { restored: backup, pgdata, previous_pgdata: previous, adapters_restored: restoredAdapters };
+  } finally {
+    lock.release();
+  }
+}
+
+/**
+ * Makes `target` hold the files under `source`: hard links where the file system allows, copies where
+ * not (another file system). Answers false when `source` does not exist.
+ */
+export async function linkOrCopy(source: string, target: string): Promise<boolean> {
+  let entries;
+  try {
+    entries = await fs.readdir(source, { withFileTypes: true });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return false;
+    throw error;
+  }
+  await fs.mkdir(target, { recursive: true });
+  for (const entry of entries) {
+    const from = path.join(source, entry.name);
+    const to = path.join(target, entry.name);
+    if (entry.isDirectory()) await linkOrCopy(from, to);
+    else if (entry.isFile()) {
+      await fs.link(from, to).catch(async (error: NodeJS.ErrnoException) => {
+        if (!['EXDEV', 'EPERM', 'ENOTSUP', 'EMLINK', 'EACCES'].includes(error.code ?? '')) throw error;
+        await fs.copyFile(from, to);
+      });
+    }
+  }
+  return true;
+}
+
+/** The manifest of a backup directory, or undefined when it has none that parses (not one of ours, or older). */
+export async function readManifest(dir: string): Promise<BackupManifest | undefined> {
+  try {
+    const manifest = JSON.parse(await fs.readFile(path.join(dir, BACKUP_MANIFEST), 'utf8')) as Partial<BackupManifest>;
+    return typeof manifest.created_at === 'string' ? { database_id: null, data_dir: '', adapters_dir: null, ...manifest } as BackupManifest : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Deletes, among the backups in `backupsDir` made of database `databaseId`, the copies cut short (only one
+ * process at a time holds a data directory, and it takes one backup at a time, so any other is left by a
+ * killed process) and, with `keep`, the whole ones past the newest `keep` (`current` among them). Backups of
+ * other databases, ones without a manifest, and anything else in the directory are left alone.
+ */
+async function pruneBackups(backupsDir: string, databaseId: string | null, current: string, keep: number): Promise<string[]> {
+  if (databaseId === null) return [];
+  const whole: { dir: string; createdAt: string }[] = [];
+  const pruned: string[] = [];
+  for (const entry of await fs.readdir(backupsDir, { withFileTypes: true })) {
+    const dir = path.join(backupsDir, entry.name);
+    if (!entry.isDirectory() || !entry.name.startsWith(BACKUP_PREFIX) || dir === current) continue;
+    const manifest = await readManifest(dir);
+    if (manifest?.database_id !== databaseId) continue;
+    if (await exists(path.join(dir, 'pgdata'))) whole.push({ dir, createdAt: manifest.created_at });
+    else if (await exists(path.join(dir, 'pgdata.partial'))) pruned.push(dir);
+  }
+  if (keep > 0) {
+    whole.sort((a, b) => (a.createdAt === b.createdAt ? b.dir.localeCompare(a.dir) : b.createdAt.localeCompare(a.createdAt)));
+    pruned.push(...whole.slice(keep - 1).map((backup) => backup.dir));
+  }
+  for (const dir of pruned) await fs.rm(dir, { recursive: true, force: true });
+  return pruned.sort();
+}
+
+async function exists(file: string): Promise<boolean> {
+  return fs.stat(file).then(
+    () => true,
+    () => false,
+  );
 }
 
 async function directoryBytes(dir: string): Promise<number> {
@@ -97,12 +299,15 @@ export class EmbeddedBackups {
 
   constructor(
     private readonly database: DatabaseHandle,
-    private readonly backupsDir: string,
+    private readonly options: { backupsDir: string; adaptersDir: string; keep: number },
   ) {}
 
   take(options: Pick<BackupOptions, 'onHeld'> = {}): Promise<Backup> {
+    const { backupsDir, adaptersDir, keep } = this.options;
     const taken = this.queue.then(() =>
-      backupEmbedded(this.database, this.backupsDir, {
+      backupEmbedded(this.database, backupsDir, {
+        adaptersDir,
+        keep,
         onHeld: async (since) => {
           this.since = since;
           await options.onHeld?.(since);

@@ -1,10 +1,12 @@
+import { execFileSync } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
-import { backupEmbedded } from '../../src/db/backup.js';
+import { backupEmbedded, restoreEmbedded } from '../../src/db/backup.js';
 import { createPglite, pgliteDataPath, pgliteHandle } from '../../src/db/index.js';
 import { createTestApp, createUserWithKey, testConfig, type TestUser } from '../helpers/app.js';
 import { onPostgresServer } from '../helpers/database.js';
@@ -21,13 +23,37 @@ function tempDir(prefix: string): string {
 }
 
 /** The app on an embedded database in a data directory of its own, as a server runs. */
-async function appOnDataDir(): Promise<{ app: App; dataDir: string }> {
+async function appOnDataDir(env: Record<string, string> = {}): Promise<{ app: App; dataDir: string }> {
   const dataDir = tempDir('trainyard-backup-');
   const pglite = await createPglite({ dataDir: pgliteDataPath(dataDir), loadDataDir: new Blob([fs.readFileSync(inject('pgliteTemplate'))]) });
-  const app = await buildApp(testConfig({ DATA_DIR: dataDir }), { database: pgliteHandle(pglite, { dataDir }) });
+  const app = await buildApp(testConfig({ DATA_DIR: dataDir, ...env }), { database: pgliteHandle(pglite, { dataDir }) });
   await app.ready();
   cleanups.push(() => app.close());
   return { app, dataDir };
+}
+
+/** An adapter's weights file: a safetensors header holding no tensors, told apart by `note`. */
+const weights = (note: string) => {
+  const header = Buffer.from(JSON.stringify({ __metadata__: { format: 'pt', note } }));
+  const length = Buffer.alloc(8);
+  length.writeBigUInt64LE(BigInt(header.length));
+  return Buffer.concat([length, header]);
+};
+
+/** A PEFT adapter, as `tar -czf` makes its archive, for a model of `model()`'s base. */
+function adapterArchive(note: string): Buffer {
+  const dir = path.join(tempDir('adapter-'), 'my-adapter');
+  fs.mkdirSync(dir);
+  fs.writeFileSync(path.join(dir, 'adapter_config.json'), JSON.stringify({ base_model_name_or_path: 'Qwen/Qwen2.5-0.5B-Instruct', peft_type: 'LORA', r: 8, lora_alpha: 16, target_modules: ['q_proj'] }));
+  fs.writeFileSync(path.join(dir, 'adapter_model.safetensors'), weights(note));
+  const archive = path.join(path.dirname(dir), 'adapter.tar.gz');
+  execFileSync('tar', ['-C', path.dirname(dir), '-czf', archive, 'my-adapter']);
+  return fs.readFileSync(archive);
+}
+
+async function until(done: () => boolean): Promise<void> {
+  for (let i = 0; i < 200 && !done(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+  expect(done()).toBe(true);
 }
 
 const model = (user: TestUser, name: string) => ({ entity: user.entity, project: 'backups', name, base_model: 'Qwen/Qwen2.5-0.5B-Instruct' });
@@ -49,9 +75,16 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     expect((await Promise.all(during)).map((r) => r.statusCode)).toEqual(Array(20).fill(200));
     expect(response.statusCode, response.body).toBe(201);
     const backup = response.json();
-    expect(backup).toEqual({ path: expect.any(String), bytes: expect.any(Number), held_ms: expect.any(Number), created_at: expect.any(String) });
+    expect(backup).toEqual({ path: expect.any(String), bytes: expect.any(Number), held_ms: expect.any(Number), created_at: expect.any(String), adapters: 0, pruned: [] });
     expect(path.dirname(backup.path)).toBe(path.join(dataDir, 'backups'));
-    expect(fs.readdirSync(backup.path)).toEqual(['pgdata']);
+    expect(fs.readdirSync(backup.path).sort()).toEqual(['backup.json', 'pgdata']);
+    const { rows: ids } = await sql<{ id: string }>`select id::text from trainyard_database`.execute(app.db);
+    expect(JSON.parse(fs.readFileSync(path.join(backup.path, 'backup.json'), 'utf8'))).toEqual({
+      database_id: ids[0].id,
+      created_at: backup.created_at,
+      data_dir: dataDir,
+      adapters_dir: path.join(dataDir, 'adapters'),
+    });
     // The log segments PostgreSQL keeps for reuse stay behind; the lock file too.
     const segments = (dir: string) => fs.readdirSync(path.join(dir, 'pg_wal')).filter((name) => /^[0-9A-F]{24}$/.test(name)).length;
     expect(segments(pgliteDataPath(dataDir))).toBeGreaterThan(2);
@@ -119,6 +152,112 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
       { detail: 'Missing API key. Send it as "Authorization: Bearer <key>" (or HTTP Basic with the key as the password).' },
     ]);
     expect(fs.existsSync(path.join(dataDir, 'backups'))).toBe(false);
+  });
+
+  it('saves the adapters of the imported checkpoints it holds, and restore puts them and the database back', { timeout: 60_000 }, async () => {
+    const { app, dataDir } = await appOnDataDir();
+    const adaptersDir = path.join(dataDir, 'adapters');
+    const admin = await createUserWithKey(app, { isAdmin: true });
+    const created = await app.inject({ method: 'POST', url: '/v1/preview/models', headers: admin.headers, payload: model(admin, 'imports') });
+    const checkpoints = `/v1/preview/models/${created.json().id}/checkpoints`;
+    const imported = async (note: string): Promise<string> => {
+      const response = await app.inject({ method: 'POST', url: `${checkpoints}/import`, headers: { ...admin.headers, 'content-type': 'application/gzip' }, payload: adapterArchive(note) });
+      expect(response.statusCode, response.body).toBe(200);
+      return response.json().id;
+    };
+    const deleteStep = async (step: number, id: string) => {
+      const response = await app.inject({ method: 'DELETE', url: checkpoints, headers: admin.headers, payload: { steps: [step] } });
+      expect(response.json()).toMatchObject({ deleted_count: 1 });
+      await until(() => !fs.existsSync(path.join(adaptersDir, id)));
+    };
+    const kept = await imported('step 1');
+    const dropped = await imported('step 2');
+    await deleteStep(2, dropped);
+
+    const response = await app.inject({ method: 'POST', url: '/v1/admin/backups', headers: admin.headers });
+    expect(response.statusCode, response.body).toBe(201);
+    const backup = response.json();
+    expect(backup).toMatchObject({ adapters: 1, pruned: [] });
+    const saved = path.join(backup.path, 'adapters', kept);
+    expect(fs.readdirSync(path.join(backup.path, 'adapters'))).toEqual([kept]);
+    expect(fs.readdirSync(saved).sort()).toEqual(['adapter_config.json', 'adapter_model.safetensors']);
+    // Linked, not copied: the backup is on the adapters' file system.
+    expect(fs.statSync(path.join(saved, 'adapter_model.safetensors')).ino).toBe(fs.statSync(path.join(adaptersDir, kept, 'adapter_model.safetensors')).ino);
+
+    // Deleted after the backup: its files leave ADAPTERS_DIR, the backup's stay.
+    await deleteStep(1, kept);
+    expect(fs.readFileSync(path.join(saved, 'adapter_model.safetensors'))).toEqual(weights('step 1'));
+    await app.close();
+
+    const restored = await restoreEmbedded(backup.path, { dataDir, adaptersDir, now: new Date('2026-11-29T12:00:00Z') });
+    expect(restored).toEqual({
+      restored: backup.path,
+      pgdata: path.join(dataDir, 'pgdata'),
+      previous_pgdata: path.join(dataDir, 'pgdata.before-restore-2026-11-29T12-00-00-000Z'),
+      adapters_restored: 1,
+    });
+    expect(fs.readFileSync(path.join(adaptersDir, kept, 'adapter_model.safetensors'))).toEqual(weights('step 1'));
+    expect(fs.existsSync(path.join(adaptersDir, dropped))).toBe(false);
+    const ids = async (pgdata: string) => {
+      const db = await createPglite({ dataDir: pgdata });
+      try {
+        return (await db.query<{ id: string }>('select id from checkpoints order by step')).rows.map((row) => row.id);
+      } finally {
+        await db.close();
+      }
+    };
+    expect(await ids(restored.pgdata)).toEqual([kept]);
+    expect(await ids(restored.previous_pgdata!)).toEqual([]);
+  });
+
+  it('keeps BACKUP_KEEP of this database\'s backups and deletes its copies cut short, leaving anything else alone', { timeout: 60_000 }, async () => {
+    const { app, dataDir } = await appOnDataDir({ BACKUP_KEEP: '2' });
+    const admin = await createUserWithKey(app, { isAdmin: true });
+    const backupsDir = path.join(dataDir, 'backups');
+    const { rows } = await sql<{ id: string }>`select id::text from trainyard_database`.execute(app.db);
+    const put = (name: string, databaseId: string | undefined, database: string) => {
+      const dir = path.join(backupsDir, name);
+      fs.mkdirSync(path.join(dir, database), { recursive: true });
+      if (databaseId) fs.writeFileSync(path.join(dir, 'backup.json'), JSON.stringify({ database_id: databaseId, created_at: '2020-01-01T00:00:00.000Z' }));
+      return dir;
+    };
+    const otherDatabase = put('trainyard-2020-other-database', crypto.randomUUID(), 'pgdata');
+    const otherCutShort = put('trainyard-2020-other-cut-short', crypto.randomUUID(), 'pgdata.partial');
+    const noManifest = put('trainyard-2020-no-manifest', undefined, 'pgdata');
+    const cutShort = put('trainyard-2020-cut-short', rows[0].id, 'pgdata.partial');
+    const notOurs = put('elsewhere', rows[0].id, 'pgdata');
+
+    const take = async () => {
+      const response = await app.inject({ method: 'POST', url: '/v1/admin/backups', headers: admin.headers });
+      expect(response.statusCode, response.body).toBe(201);
+      return response.json() as { path: string; pruned: string[] };
+    };
+    const first = await take();
+    expect(first.pruned).toEqual([cutShort]);
+    const second = await take();
+    expect(second.pruned).toEqual([]);
+    const third = await take();
+    expect(third.pruned).toEqual([first.path]);
+    expect(fs.readdirSync(backupsDir).map((name) => path.join(backupsDir, name)).sort()).toEqual(
+      [otherDatabase, otherCutShort, noManifest, notOurs, second.path, third.path].sort(),
+    );
+  });
+
+  it('restores only a whole backup, into the ADAPTERS_DIR its checkpoints name', async () => {
+    const dataDir = tempDir('trainyard-restore-');
+    const backups = tempDir('trainyard-backups-');
+    const adaptersDir = path.join(dataDir, 'adapters');
+    const cutShort = path.join(backups, 'cut-short');
+    fs.mkdirSync(path.join(cutShort, 'pgdata.partial'), { recursive: true });
+    await expect(restoreEmbedded(cutShort, { dataDir, adaptersDir })).rejects.toMatchObject({ name: 'ConflictError', message: `${cutShort} is a backup that was cut short (it holds pgdata.partial): it cannot be restored; delete it.` });
+    await expect(restoreEmbedded(backups, { dataDir, adaptersDir })).rejects.toMatchObject({ name: 'ConflictError', message: `${backups} is not a trainyard backup: it holds no pgdata directory.` });
+    const moved = path.join(backups, 'moved');
+    fs.mkdirSync(path.join(moved, 'pgdata'), { recursive: true });
+    fs.mkdirSync(path.join(moved, 'adapters', 'some-checkpoint'), { recursive: true });
+    fs.writeFileSync(path.join(moved, 'backup.json'), JSON.stringify({ database_id: null, created_at: '2020-01-01T00:00:00.000Z', adapters_dir: '/srv/adapters' }));
+    await expect(restoreEmbedded(moved, { dataDir, adaptersDir })).rejects.toMatchObject({ name: 'ConflictError', message: `The backup's checkpoints name their adapters in /srv/adapters, and ADAPTERS_DIR is ${adaptersDir}: set ADAPTERS_DIR=/srv/adapters to restore it.` });
+    // Refused, it changed nothing.
+    expect(fs.readdirSync(dataDir)).toEqual([]);
   });
 
   it('answers 409 for a database in memory, which has no files', async () => {

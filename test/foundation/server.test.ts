@@ -131,6 +131,11 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
       new RegExp(`^A running trainyard \\(pid ${server.child.pid}\\) holds ${dataDir}\\. Stop it first: compact rewrites every table and holds the database until it is done\\.\n$`),
     );
 
+    // Nor is a restore, which replaces its database.
+    const restoring = start('src/cli/main.ts', ['restore', backupDir], { TRAINYARD_URL: url });
+    expect(await restoring.exited).toBe(1);
+    expect(restoring.err()).toBe(`A running trainyard (pid ${server.child.pid}) holds ${dataDir}. Stop it first: restore replaces its database.\n`);
+
     server.child.kill('SIGTERM');
     expect(await server.exited).toBe(0);
     expect(fs.existsSync(path.join(dataDir, 'trainyard.lock'))).toBe(false);
@@ -150,8 +155,14 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     // Restored from the backup: carol's worker key, made before it, is there.
     const dave = start('src/cli/main.ts', ['users', 'create', 'dave']); // after the backup
     expect(await dave.exited).toBe(0);
-    fs.renameSync(path.join(dataDir, 'pgdata'), path.join(dataDir, 'pgdata.before-restore'));
-    fs.cpSync(path.join(backupDir, 'pgdata'), path.join(dataDir, 'pgdata'), { recursive: true });
+    const restore = start('src/cli/main.ts', ['restore', backupDir]);
+    expect(await restore.exited).toBe(0);
+    expect(JSON.parse(restore.out())).toEqual({
+      restored: backupDir,
+      pgdata: path.join(dataDir, 'pgdata'),
+      previous_pgdata: expect.stringMatching(new RegExp(`^${dataDir}/pgdata\\.before-restore-\\d{4}-`)),
+      adapters_restored: 0,
+    });
     const restored = start('src/cli/main.ts', ['users', 'list']);
     expect(await restored.exited).toBe(0);
     const usernames = JSON.parse(restored.out()).data.map((user: { username: string }) => user.username);
@@ -164,10 +175,13 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     const backupOnServer = start('src/cli/main.ts', ['backup'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/trainyard' });
     expect(await backupOnServer.exited).toBe(1);
     expect(backupOnServer.err()).toBe("backup copies the embedded database in DATA_DIR; back up a PostgreSQL server with pg_dump or the server's own tools.\n");
+    const restoreOnServer = start('src/cli/main.ts', ['restore', backupDir], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/trainyard' });
+    expect(await restoreOnServer.exited).toBe(1);
+    expect(restoreOnServer.err()).toBe('restore puts back a backup of the embedded database in DATA_DIR; DATABASE_URL names a PostgreSQL server.\n');
     // With no server running the CLI copies the directory itself.
     const offline = start('src/cli/main.ts', ['backup']);
     expect(await offline.exited).toBe(0);
-    expect(fs.readdirSync(JSON.parse(offline.out()).path)).toEqual(['pgdata']);
+    expect(fs.readdirSync(JSON.parse(offline.out()).path).sort()).toEqual(['backup.json', 'pgdata']);
     const compacted = start('src/cli/main.ts', ['compact']);
     expect(await compacted.exited).toBe(0);
     const sizes = JSON.parse(compacted.out());
