@@ -88,7 +88,7 @@ export async function backupEmbedded(database: DatabaseHandle, backupsDir: strin
     throw error;
   }
   await fs.rename(partial, path.join(target, 'pgdata'));
-  const pruned = await pruneBackups(backupsDir, manifest.database_id, target, keep);
+  const pruned = await pruneBackups(backupsDir, manifest, target, keep);
   return { path: target, bytes: await directoryBytes(target), held_ms: heldMs, created_at: manifest.created_at, adapters, pruned };
 }
 
@@ -163,11 +163,13 @@ export async function restoreEmbedded(backupDir: string, options: { dataDir: str
   const { dataDir, now = new Date() } = options;
   const backup = path.resolve(backupDir);
   const adaptersDir = path.resolve(options.adaptersDir);
-  if (!(await exists(path.join(backup, 'pgdata')))) {
+  const saved = path.join(backup, 'pgdata');
+  if (!(await isDatabaseDirectory(saved))) {
+    const cutShort = (await exists(path.join(backup, 'pgdata.partial'))) || (await readManifest(backup)) !== undefined;
     throw new ConflictError(
-      (await exists(path.join(backup, 'pgdata.partial')))
-        ? `${backup} is a backup that was cut short (it holds pgdata.partial): it cannot be restored; delete it.`
-        : `${backup} is not a trainyard backup: it holds no pgdata directory.`,
+      cutShort
+        ? `${backup} is a backup that was cut short (it holds no whole pgdata): it cannot be restored; delete it.`
+        : `${backup} is not a trainyard backup: it holds no pgdata directory with a database in it.`,
     );
   }
   const savedAdapters = path.join(backup, 'adapters');
@@ -180,17 +182,8 @@ export async function restoreEmbedded(backupDir: string, options: { dataDir: str
   await fs.mkdir(dataDir, { recursive: true });
   const lock = await acquireDataDirLock(dataDir);
   try {
-    const pgdata = pgliteDataPath(dataDir);
-    // Copied beside it first, so that the database in place is moved aside only once the copy is whole.
-    const incoming = `${pgdata}.restoring`;
-    await fs.rm(incoming, { recursive: true, force: true });
-    await fs.cp(path.join(backup, 'pgdata'), incoming, { recursive: true });
-    let previous: string | null = null;
-    if (await exists(pgdata)) {
-      previous = `${pgdata}.before-restore-${now.toISOString().replace(/[:.]/g, '-')}`;
-      await fs.rename(pgdata, previous);
-    }
-    await fs.rename(incoming, pgdata);
+    // The adapters first: put back beside the database in place, they change nothing it serves, so a
+    // restore that fails here has not replaced it yet.
     let restoredAdapters = 0;
     if (await exists(savedAdapters)) {
       for (const entry of await fs.readdir(savedAdapters, { withFileTypes: true })) {
@@ -203,6 +196,17 @@ export async function restoreEmbedded(backupDir: string, options: { dataDir: str
         restoredAdapters++;
       }
     }
+    // Copied beside it, so that the database in place is moved aside only once the copy is whole.
+    const pgdata = pgliteDataPath(dataDir);
+    const incoming = `${pgdata}.restoring`;
+    await fs.rm(incoming, { recursive: true, force: true });
+    await fs.cp(saved, incoming, { recursive: true });
+    let previous: string | null = null;
+    if (await exists(pgdata)) {
+      previous = `${pgdata}.before-restore-${now.toISOString().replace(/[:.]/g, '-')}`;
+      await fs.rename(pgdata, previous);
+    }
+    await fs.rename(incoming, pgdata);
     return { restored: backup, pgdata, previous_pgdata: previous, adapters_restored: restoredAdapters };
   } finally {
     lock.release();
@@ -247,22 +251,23 @@ export async function readManifest(dir: string): Promise<BackupManifest | undefi
 }
 
 /**
- * Deletes, among the backups in `backupsDir` made of database `databaseId`, the copies cut short (only one
- * process at a time holds a data directory, and it takes one backup at a time, so any other is left by a
- * killed process) and, with `keep`, the whole ones past the newest `keep` (`current` among them). Backups of
- * other databases, ones without a manifest, and anything else in the directory are left alone.
+ * Deletes, among the backups in `backupsDir` this database made from this data directory (same id, same
+ * DATA_DIR), the copies cut short (only one process at a time holds a data directory, and it takes one
+ * backup at a time, so any other was left by a killed process) and, with `keep`, the whole ones past the
+ * newest `keep` (`current` among them). Other databases' backups, another data directory's (a copy of this
+ * database restored elsewhere keeps its id), ones without a manifest, and anything else there are left alone.
  */
-async function pruneBackups(backupsDir: string, databaseId: string | null, current: string, keep: number): Promise<string[]> {
-  if (databaseId === null) return [];
+async function pruneBackups(backupsDir: string, made: BackupManifest, current: string, keep: number): Promise<string[]> {
+  if (made.database_id === null) return [];
   const whole: { dir: string; createdAt: string }[] = [];
   const pruned: string[] = [];
   for (const entry of await fs.readdir(backupsDir, { withFileTypes: true })) {
     const dir = path.join(backupsDir, entry.name);
     if (!entry.isDirectory() || !entry.name.startsWith(BACKUP_PREFIX) || dir === current) continue;
     const manifest = await readManifest(dir);
-    if (manifest?.database_id !== databaseId) continue;
-    if (await exists(path.join(dir, 'pgdata'))) whole.push({ dir, createdAt: manifest.created_at });
-    else if (await exists(path.join(dir, 'pgdata.partial'))) pruned.push(dir);
+    if (manifest?.database_id !== made.database_id || manifest.data_dir !== made.data_dir) continue;
+    if (await isDatabaseDirectory(path.join(dir, 'pgdata'))) whole.push({ dir, createdAt: manifest.created_at });
+    else pruned.push(dir); // the manifest is written first: a copy cut short, wherever it stopped
   }
   if (keep > 0) {
     whole.sort((a, b) => (a.createdAt === b.createdAt ? b.dir.localeCompare(a.dir) : b.createdAt.localeCompare(a.createdAt)));
@@ -270,6 +275,12 @@ async function pruneBackups(backupsDir: string, databaseId: string | null, curre
   }
   for (const dir of pruned) await fs.rm(dir, { recursive: true, force: true });
   return pruned.sort();
+}
+
+/** A real directory (no link) holding a PostgreSQL data directory's PG_VERSION file. */
+async function isDatabaseDirectory(dir: string): Promise<boolean> {
+  const [self, version] = await Promise.all([fs.lstat(dir).catch(() => undefined), fs.lstat(path.join(dir, 'PG_VERSION')).catch(() => undefined)]);
+  return self?.isDirectory() === true && version?.isFile() === true;
 }
 
 async function exists(file: string): Promise<boolean> {

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { sql } from 'kysely';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
-import { backupEmbedded, restoreEmbedded } from '../../src/db/backup.js';
+import { backupEmbedded, linkOrCopy, restoreEmbedded } from '../../src/db/backup.js';
 import { createPglite, pgliteDataPath, pgliteHandle } from '../../src/db/index.js';
 import { createTestApp, createUserWithKey, testConfig, type TestUser } from '../helpers/app.js';
 import { onPostgresServer } from '../helpers/database.js';
@@ -215,17 +215,22 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     const admin = await createUserWithKey(app, { isAdmin: true });
     const backupsDir = path.join(dataDir, 'backups');
     const { rows } = await sql<{ id: string }>`select id::text from trainyard_database`.execute(app.db);
-    const put = (name: string, databaseId: string | undefined, database: string) => {
+    const put = (name: string, manifest: { database_id: string; data_dir: string } | undefined, database?: string) => {
       const dir = path.join(backupsDir, name);
-      fs.mkdirSync(path.join(dir, database), { recursive: true });
-      if (databaseId) fs.writeFileSync(path.join(dir, 'backup.json'), JSON.stringify({ database_id: databaseId, created_at: '2020-01-01T00:00:00.000Z' }));
+      fs.mkdirSync(dir, { recursive: true });
+      if (database) fs.mkdirSync(path.join(dir, database));
+      if (manifest) fs.writeFileSync(path.join(dir, 'backup.json'), JSON.stringify({ ...manifest, created_at: '2020-01-01T00:00:00.000Z' }));
       return dir;
     };
-    const otherDatabase = put('trainyard-2020-other-database', crypto.randomUUID(), 'pgdata');
-    const otherCutShort = put('trainyard-2020-other-cut-short', crypto.randomUUID(), 'pgdata.partial');
+    const ours = { database_id: rows[0].id, data_dir: dataDir };
+    const otherDatabase = put('trainyard-2020-other-database', { ...ours, database_id: crypto.randomUUID() }, 'pgdata');
+    const otherCutShort = put('trainyard-2020-other-cut-short', { ...ours, database_id: crypto.randomUUID() }, 'pgdata.partial');
+    // A copy of this database restored into another data directory, backing up beside it.
+    const otherDataDir = put('trainyard-2020-other-data-dir', { ...ours, data_dir: '/srv/trainyard' }, 'pgdata.partial');
     const noManifest = put('trainyard-2020-no-manifest', undefined, 'pgdata');
-    const cutShort = put('trainyard-2020-cut-short', rows[0].id, 'pgdata.partial');
-    const notOurs = put('elsewhere', rows[0].id, 'pgdata');
+    const notOurs = put('elsewhere', ours, 'pgdata.partial');
+    const cutShort = put('trainyard-2020-cut-short', ours, 'pgdata.partial');
+    const cutBeforeCopying = put('trainyard-2020-cut-before-copying', ours);
 
     const take = async () => {
       const response = await app.inject({ method: 'POST', url: '/v1/admin/backups', headers: admin.headers });
@@ -233,15 +238,32 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
       return response.json() as { path: string; pruned: string[] };
     };
     const first = await take();
-    expect(first.pruned).toEqual([cutShort]);
+    expect(first.pruned).toEqual([cutBeforeCopying, cutShort]);
     const second = await take();
     expect(second.pruned).toEqual([]);
     const third = await take();
     expect(third.pruned).toEqual([first.path]);
     expect(fs.readdirSync(backupsDir).map((name) => path.join(backupsDir, name)).sort()).toEqual(
-      [otherDatabase, otherCutShort, noManifest, notOurs, second.path, third.path].sort(),
+      [otherDatabase, otherCutShort, otherDataDir, noManifest, notOurs, second.path, third.path].sort(),
     );
   });
+
+  it.runIf(fs.existsSync('/dev/shm') && fs.statSync('/dev/shm').dev !== fs.statSync(os.tmpdir()).dev)(
+    'copies adapter files that cannot be linked, from another file system',
+    async () => {
+      const source = fs.mkdtempSync(path.join('/dev/shm', 'trainyard-adapter-'));
+      cleanups.push(() => fs.rmSync(source, { recursive: true, force: true }));
+      fs.mkdirSync(path.join(source, 'nested'));
+      fs.writeFileSync(path.join(source, 'adapter_model.safetensors'), weights('elsewhere'));
+      fs.writeFileSync(path.join(source, 'nested', 'tokenizer.json'), '{}');
+      const target = path.join(tempDir('trainyard-saved-'), 'adapter');
+      expect(await linkOrCopy(source, target)).toBe(true);
+      expect(fs.readFileSync(path.join(target, 'adapter_model.safetensors'))).toEqual(weights('elsewhere'));
+      expect(fs.readFileSync(path.join(target, 'nested', 'tokenizer.json'), 'utf8')).toBe('{}');
+      expect(fs.statSync(path.join(target, 'adapter_model.safetensors')).dev).not.toBe(fs.statSync(path.join(source, 'adapter_model.safetensors')).dev);
+      expect(await linkOrCopy(path.join(source, 'missing'), path.join(target, 'missing'))).toBe(false);
+    },
+  );
 
   it('restores only a whole backup, into the ADAPTERS_DIR its checkpoints name', async () => {
     const dataDir = tempDir('trainyard-restore-');
@@ -249,13 +271,25 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     const adaptersDir = path.join(dataDir, 'adapters');
     const cutShort = path.join(backups, 'cut-short');
     fs.mkdirSync(path.join(cutShort, 'pgdata.partial'), { recursive: true });
-    await expect(restoreEmbedded(cutShort, { dataDir, adaptersDir })).rejects.toMatchObject({ name: 'ConflictError', message: `${cutShort} is a backup that was cut short (it holds pgdata.partial): it cannot be restored; delete it.` });
-    await expect(restoreEmbedded(backups, { dataDir, adaptersDir })).rejects.toMatchObject({ name: 'ConflictError', message: `${backups} is not a trainyard backup: it holds no pgdata directory.` });
+    const refused = (dir: string, message: string) => expect(restoreEmbedded(dir, { dataDir, adaptersDir })).rejects.toMatchObject({ name: 'ConflictError', message });
+    await refused(cutShort, `${cutShort} is a backup that was cut short (it holds no whole pgdata): it cannot be restored; delete it.`);
+    await refused(backups, `${backups} is not a trainyard backup: it holds no pgdata directory with a database in it.`);
+    // A pgdata that holds no database, or is a link to one elsewhere, is no copy.
+    const empty = path.join(backups, 'empty');
+    fs.mkdirSync(path.join(empty, 'pgdata'), { recursive: true });
+    await refused(empty, `${empty} is not a trainyard backup: it holds no pgdata directory with a database in it.`);
+    const linked = path.join(backups, 'linked');
+    const database = path.join(backups, 'some-database');
+    fs.mkdirSync(database);
+    fs.writeFileSync(path.join(database, 'PG_VERSION'), '17\n');
+    fs.mkdirSync(linked);
+    fs.symlinkSync(database, path.join(linked, 'pgdata'));
+    await refused(linked, `${linked} is not a trainyard backup: it holds no pgdata directory with a database in it.`);
     const moved = path.join(backups, 'moved');
-    fs.mkdirSync(path.join(moved, 'pgdata'), { recursive: true });
+    fs.cpSync(database, path.join(moved, 'pgdata'), { recursive: true });
     fs.mkdirSync(path.join(moved, 'adapters', 'some-checkpoint'), { recursive: true });
     fs.writeFileSync(path.join(moved, 'backup.json'), JSON.stringify({ database_id: null, created_at: '2020-01-01T00:00:00.000Z', adapters_dir: '/srv/adapters' }));
-    await expect(restoreEmbedded(moved, { dataDir, adaptersDir })).rejects.toMatchObject({ name: 'ConflictError', message: `The backup's checkpoints name their adapters in /srv/adapters, and ADAPTERS_DIR is ${adaptersDir}: set ADAPTERS_DIR=/srv/adapters to restore it.` });
+    await refused(moved, `The backup's checkpoints name their adapters in /srv/adapters, and ADAPTERS_DIR is ${adaptersDir}: set ADAPTERS_DIR=/srv/adapters to restore it.`);
     // Refused, it changed nothing.
     expect(fs.readdirSync(dataDir)).toEqual([]);
   });
