@@ -91,7 +91,13 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   app.decorate('wandb', new WandbService(database.db, { maxFileBytes: config.bodyLimitBytes, adaptersDir: config.adaptersDir, archiveLimitBytes: config.adapterArchiveLimitBytes }));
   app.addHook('onClose', async () => database.close());
   // A backup under way copies the database's files: they are not closed under it.
-  app.addHook('preClose', async () => app.backups.settled());
+  app.addHook('preClose', async () => {
+    app.backups.stopSchedule();
+    await app.backups.settled();
+  });
+  if (database.kind === 'pglite' && database.dataDir !== undefined && config.backupIntervalMs > 0) {
+    app.addHook('onReady', async () => app.backups.schedule(config.backupIntervalMs, app.log));
+  }
   // PostgreSQL servers vacuum and analyze their tables themselves (autovacuum); PGlite does not.
   if (database.kind === 'pglite') {
     const maintenance = new EmbeddedMaintenance(database.db, app.log, config.embeddedAnalyzeIntervalMs);

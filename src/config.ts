@@ -55,6 +55,7 @@ const EnvSchema = z.object({
   EMBEDDED_ANALYZE_INTERVAL_MS: integer(100, 86_400_000).default(60_000),
   BACKUP_DIR: z.string().min(1, 'must not be empty').optional(),
   BACKUP_KEEP: integer(0, 100_000).default(0),
+  BACKUP_INTERVAL_HOURS: integer(0, 8_760).default(0),
   ADAPTERS_DIR: z.string().min(1, 'must not be empty').optional(),
   ADAPTER_ARCHIVE_LIMIT_MB: megabytes(65_536).default(1024 * 1024 * 1024),
   CHECKPOINT_URI_PREFIXES: list
@@ -110,6 +111,8 @@ export interface Config {
   readonly backupDir: string;
   /** Embedded database only: after each backup, this database's older backups past the newest this many are deleted; 0 keeps all. */
   readonly backupKeep: number;
+  /** Embedded database only: a backup is taken this often (counted from the newest); 0: only when asked. */
+  readonly backupIntervalMs: number;
   /** Where imported adapters are stored (trainyard owns these files); engines must be able to read it. */
   readonly adaptersDir: string;
   /** Bytes of an adapter archive, imported or exported (packed and unpacked). */
@@ -188,6 +191,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     embeddedAnalyzeIntervalMs: e.EMBEDDED_ANALYZE_INTERVAL_MS,
     backupDir,
     backupKeep: e.BACKUP_KEEP,
+    backupIntervalMs: e.BACKUP_INTERVAL_HOURS * 3_600_000,
     adaptersDir: path.resolve(e.ADAPTERS_DIR ?? path.join(e.DATA_DIR, 'adapters')),
     adapterArchiveLimitBytes: e.ADAPTER_ARCHIVE_LIMIT_MB,
     checkpointUriPrefixes: Object.freeze([...e.CHECKPOINT_URI_PREFIXES]),

@@ -258,23 +258,48 @@ export async function readManifest(dir: string): Promise<BackupManifest | undefi
  * database restored elsewhere keeps its id), ones without a manifest, and anything else there are left alone.
  */
 async function pruneBackups(backupsDir: string, made: BackupManifest, current: string, keep: number): Promise<string[]> {
-  if (made.database_id === null) return [];
+  const { whole, cutShort } = await ownBackups(backupsDir, made, current);
+  const pruned = [...cutShort, ...(keep > 0 ? whole.slice(keep - 1).map((backup) => backup.dir) : [])];
+  for (const dir of pruned) await fs.rm(dir, { recursive: true, force: true });
+  return pruned.sort();
+}
+
+/**
+ * The backup directories in `backupsDir` that database `made.database_id` made from `made.data_dir`, but
+ * `except`: the whole ones, newest first, and the ones cut short. None when the id is unknown.
+ */
+async function ownBackups(
+  backupsDir: string,
+  made: Pick<BackupManifest, 'database_id' | 'data_dir'>,
+  except?: string,
+): Promise<{ whole: { dir: string; createdAt: string }[]; cutShort: string[] }> {
   const whole: { dir: string; createdAt: string }[] = [];
-  const pruned: string[] = [];
-  for (const entry of await fs.readdir(backupsDir, { withFileTypes: true })) {
+  const cutShort: string[] = [];
+  if (made.database_id === null) return { whole, cutShort };
+  const entries = await fs.readdir(backupsDir, { withFileTypes: true }).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === 'ENOENT') return [];
+    throw error;
+  });
+  for (const entry of entries) {
     const dir = path.join(backupsDir, entry.name);
-    if (!entry.isDirectory() || !entry.name.startsWith(BACKUP_PREFIX) || dir === current) continue;
+    if (!entry.isDirectory() || !entry.name.startsWith(BACKUP_PREFIX) || dir === except) continue;
     const manifest = await readManifest(dir);
     if (manifest?.database_id !== made.database_id || manifest.data_dir !== made.data_dir) continue;
     if (await isDatabaseDirectory(path.join(dir, 'pgdata'))) whole.push({ dir, createdAt: manifest.created_at });
-    else pruned.push(dir); // the manifest is written first: a copy cut short, wherever it stopped
+    else cutShort.push(dir); // the manifest is written first: a copy cut short, wherever it stopped
   }
-  if (keep > 0) {
-    whole.sort((a, b) => (a.createdAt === b.createdAt ? b.dir.localeCompare(a.dir) : b.createdAt.localeCompare(a.createdAt)));
-    pruned.push(...whole.slice(keep - 1).map((backup) => backup.dir));
-  }
-  for (const dir of pruned) await fs.rm(dir, { recursive: true, force: true });
-  return pruned.sort();
+  whole.sort((a, b) => (a.createdAt === b.createdAt ? b.dir.localeCompare(a.dir) : b.createdAt.localeCompare(a.createdAt)));
+  return { whole, cutShort };
+}
+
+/**
+ * How long until the next scheduled backup, the newest whole one having been taken at `newest`: an
+ * interval after it, at once when there is none or it is older, never more than an interval away (a
+ * clock set back).
+ */
+export function nextBackupDelay(newest: string | undefined, intervalMs: number, now: Date): number {
+  if (newest === undefined) return 0;
+  return Math.min(intervalMs, Math.max(0, Date.parse(newest) + intervalMs - now.getTime()));
 }
 
 /** A real directory (no link) holding a PostgreSQL data directory's PG_VERSION file. */
@@ -307,6 +332,9 @@ async function directoryBytes(dir: string): Promise<number> {
 export class EmbeddedBackups {
   private queue: Promise<unknown> = Promise.resolve();
   private since: Date | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private due: Date | undefined;
+  private stopped = false;
 
   constructor(
     private readonly database: DatabaseHandle,
@@ -338,4 +366,60 @@ export class EmbeddedBackups {
   async settled(): Promise<void> {
     await this.queue;
   }
+
+  /**
+   * Takes a backup every `intervalMs` (BACKUP_INTERVAL_HOURS), counted from the newest whole one this
+   * database made from this data directory, so that restarts do not put it off: at once when that one is
+   * older than the interval, or there is none. Each is logged, a failed one too; the next is due an
+   * interval later either way.
+   */
+  async schedule(intervalMs: number, log: BackupLog): Promise<void> {
+    const { whole } = await ownBackups(this.options.backupsDir, {
+      database_id: await databaseId(this.database.db),
+      data_dir: path.resolve(this.database.dataDir ?? ''),
+    });
+    const now = new Date();
+    this.planFor(new Date(now.getTime() + nextBackupDelay(whole[0]?.createdAt, intervalMs, now)), intervalMs, log);
+  }
+
+  /** When the next scheduled backup is due; undefined when none is scheduled. */
+  get nextDue(): Date | undefined {
+    return this.due;
+  }
+
+  /** No scheduled backup starts after this; one under way goes on (`settled` waits for it). */
+  stopSchedule(): void {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    this.due = undefined;
+  }
+
+  private planFor(due: Date, intervalMs: number, log: BackupLog): void {
+    if (this.stopped) return;
+    this.due = due;
+    // setTimeout fires at once past 2^31 - 1 ms (24.8 days): a longer wait is taken in parts.
+    this.timer = setTimeout(() => void this.fire(due, intervalMs, log), Math.min(MAX_TIMEOUT_MS, Math.max(0, due.getTime() - Date.now())));
+    this.timer.unref();
+  }
+
+  private async fire(due: Date, intervalMs: number, log: BackupLog): Promise<void> {
+    if (this.stopped) return;
+    if (Date.now() < due.getTime()) return this.planFor(due, intervalMs, log);
+    let next = Date.now() + intervalMs;
+    try {
+      const backup = await this.take();
+      log.info({ backup }, 'scheduled backup of the embedded database taken');
+      next = Date.parse(backup.created_at) + intervalMs; // as a restart would count it
+    } catch (error) {
+      log.error({ err: error }, 'scheduled backup of the embedded database failed');
+    }
+    this.planFor(new Date(next), intervalMs, log);
+  }
+}
+
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+
+export interface BackupLog {
+  info(details: Record<string, unknown>, message: string): void;
+  error(details: Record<string, unknown>, message: string): void;
 }

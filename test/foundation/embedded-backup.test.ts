@@ -6,7 +6,7 @@ import path from 'node:path';
 import { sql } from 'kysely';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
-import { backupEmbedded, linkOrCopy, restoreEmbedded } from '../../src/db/backup.js';
+import { backupEmbedded, linkOrCopy, nextBackupDelay, restoreEmbedded } from '../../src/db/backup.js';
 import { createPglite, pgliteDataPath, pgliteHandle } from '../../src/db/index.js';
 import { createTestApp, createUserWithKey, testConfig, type TestUser } from '../helpers/app.js';
 import { onPostgresServer } from '../helpers/database.js';
@@ -23,9 +23,9 @@ function tempDir(prefix: string): string {
 }
 
 /** The app on an embedded database in a data directory of its own, as a server runs. */
-async function appOnDataDir(env: Record<string, string> = {}): Promise<{ app: App; dataDir: string }> {
-  const dataDir = tempDir('trainyard-backup-');
-  const pglite = await createPglite({ dataDir: pgliteDataPath(dataDir), loadDataDir: new Blob([fs.readFileSync(inject('pgliteTemplate'))]) });
+async function appOnDataDir(env: Record<string, string> = {}, dataDir = tempDir('trainyard-backup-')): Promise<{ app: App; dataDir: string }> {
+  const loadDataDir = fs.existsSync(pgliteDataPath(dataDir)) ? undefined : new Blob([fs.readFileSync(inject('pgliteTemplate'))]);
+  const pglite = await createPglite({ dataDir: pgliteDataPath(dataDir), loadDataDir });
   const app = await buildApp(testConfig({ DATA_DIR: dataDir, ...env }), { database: pgliteHandle(pglite, { dataDir }) });
   await app.ready();
   cleanups.push(() => app.close());
@@ -51,8 +51,8 @@ function adapterArchive(note: string): Buffer {
   return fs.readFileSync(archive);
 }
 
-async function until(done: () => boolean): Promise<void> {
-  for (let i = 0; i < 200 && !done(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+async function until(done: () => boolean, seconds = 2): Promise<void> {
+  for (let i = 0; i < seconds * 100 && !done(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
   expect(done()).toBe(true);
 }
 
@@ -264,6 +264,34 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
       expect(await linkOrCopy(path.join(source, 'missing'), path.join(target, 'missing'))).toBe(false);
     },
   );
+
+  it('takes one at start when none is newer than BACKUP_INTERVAL_HOURS, and the next an interval after the newest', { timeout: 90_000 }, async () => {
+    const day = 24 * 3_600_000;
+    const { app, dataDir } = await appOnDataDir({ BACKUP_INTERVAL_HOURS: '24' });
+    const backupsDir = path.join(dataDir, 'backups');
+    const taken = () => (fs.existsSync(backupsDir) ? fs.readdirSync(backupsDir).filter((name) => fs.existsSync(path.join(backupsDir, name, 'pgdata'))) : []);
+    await until(() => taken().length === 1, 60);
+    await app.backups.settled();
+    const createdAt = Date.parse(JSON.parse(fs.readFileSync(path.join(backupsDir, taken()[0], 'backup.json'), 'utf8')).created_at);
+    expect(app.backups.nextDue?.getTime()).toBe(createdAt + day);
+    await app.close();
+    expect(app.backups.nextDue).toBeUndefined();
+
+    // Started again on the same directory: the backup just taken counts, so none is due before a day after it.
+    const again = await appOnDataDir({ BACKUP_INTERVAL_HOURS: '24' }, dataDir);
+    expect(again.app.backups.nextDue?.getTime()).toBe(createdAt + day);
+    expect(taken()).toHaveLength(1);
+  });
+
+  it('schedules the next backup an interval after the newest, at once when that is older or there is none', () => {
+    const now = new Date('2026-11-29T12:00:00Z');
+    const hour = 3_600_000;
+    expect(nextBackupDelay(undefined, 24 * hour, now)).toBe(0);
+    expect(nextBackupDelay('2026-11-29T06:00:00.000Z', 24 * hour, now)).toBe(18 * hour);
+    expect(nextBackupDelay('2026-11-27T12:00:00.000Z', 24 * hour, now)).toBe(0);
+    // A backup from the future (the clock was set back) waits one interval, not more.
+    expect(nextBackupDelay('2026-12-05T12:00:00.000Z', 24 * hour, now)).toBe(24 * hour);
+  });
 
   it('restores only a whole backup, into the ADAPTERS_DIR its checkpoints name', async () => {
     const dataDir = tempDir('trainyard-restore-');
