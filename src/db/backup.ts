@@ -4,6 +4,7 @@ import { sql, type Kysely } from 'kysely';
 import { ConflictError } from '../errors.js';
 import { pgliteDataPath, type Database, type DatabaseHandle } from './index.js';
 import { acquireDataDirLock } from './lock.js';
+import type { MaintenanceLog } from './maintenance.js';
 
 export interface Backup {
   /** The backup's directory; `npm run cli -- restore <path>` puts it back. */
@@ -124,8 +125,7 @@ async function copyAtCheckpoint(connection: Kysely<Database>, source: string, ta
  * disk is skipped: the copy is then as the server is.
  */
 async function saveAdapters(connection: Kysely<Database>, adaptersDir: string, target: string): Promise<number> {
-  const { rows } = await sql<{ uri: string }>`
-select uri from checkpoints where source = 'imported'`
+  const { rows } = await sql<{ uri: string }>`select uri from checkpoints where source = 'imported'`
     .execute(connection)
     .catch((error: unknown) => {
       // Undefined column or table: a database older than imported checkpoints (the CLI does not migrate).
@@ -373,13 +373,17 @@ export class EmbeddedBackups {
    * older than the interval, or there is none. Each is logged, a failed one too; the next is due an
    * interval later either way.
    */
-  async schedule(intervalMs: number, log: BackupLog): Promise<void> {
-    const { whole } = await ownBackups(this.options.backupsDir, {
-      database_id: await databaseId(this.database.db),
-      data_dir: path.resolve(this.database.dataDir ?? ''),
-    });
+  async schedule(intervalMs: number, log: MaintenanceLog): Promise<void> {
+    let newest: string | undefined;
+    try {
+      const made = { database_id: await databaseId(this.database.db), data_dir: path.resolve(this.database.dataDir ?? '') };
+      newest = (await ownBackups(this.options.backupsDir, made)).whole[0]?.createdAt;
+    } catch (error) {
+      // The backup due at once will meet the same problem and log it too; the server starts regardless.
+      log.error({ err: error }, 'could not read BACKUP_DIR for the newest backup');
+    }
     const now = new Date();
-    this.planFor(new Date(now.getTime() + nextBackupDelay(whole[0]?.createdAt, intervalMs, now)), intervalMs, log);
+    this.planFor(new Date(now.getTime() + nextBackupDelay(newest, intervalMs, now)), intervalMs, log);
   }
 
   /** When the next scheduled backup is due; undefined when none is scheduled. */
@@ -394,7 +398,7 @@ export class EmbeddedBackups {
     this.due = undefined;
   }
 
-  private planFor(due: Date, intervalMs: number, log: BackupLog): void {
+  private planFor(due: Date, intervalMs: number, log: MaintenanceLog): void {
     if (this.stopped) return;
     this.due = due;
     // setTimeout fires at once past 2^31 - 1 ms (24.8 days): a longer wait is taken in parts.
@@ -402,7 +406,7 @@ export class EmbeddedBackups {
     this.timer.unref();
   }
 
-  private async fire(due: Date, intervalMs: number, log: BackupLog): Promise<void> {
+  private async fire(due: Date, intervalMs: number, log: MaintenanceLog): Promise<void> {
     if (this.stopped) return;
     if (Date.now() < due.getTime()) return this.planFor(due, intervalMs, log);
     let next = Date.now() + intervalMs;
@@ -419,7 +423,3 @@ export class EmbeddedBackups {
 
 const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 
-export interface BackupLog {
-  info(details: Record<string, unknown>, message: string): void;
-  error(details: Record<string, unknown>, message: string): void;
-}
