@@ -164,7 +164,11 @@ export async function restoreEmbedded(backupDir: string, options: { dataDir: str
   const backup = path.resolve(backupDir);
   const adaptersDir = path.resolve(options.adaptersDir);
   const saved = path.join(backup, 'pgdata');
+  if (backup === path.resolve(dataDir)) throw new ConflictError(`${backup} is DATA_DIR itself: name a backup's directory (under BACKUP_DIR).`);
   if (!(await isDatabaseDirectory(saved))) {
+    if (await isDatabaseDirectory(backup)) {
+      throw new ConflictError(`${backup} is a database directory: name the backup's directory, the one that holds it (${path.dirname(backup)}).`);
+    }
     const cutShort = (await exists(path.join(backup, 'pgdata.partial'))) || (await readManifest(backup)) !== undefined;
     throw new ConflictError(
       cutShort

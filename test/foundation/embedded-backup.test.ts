@@ -302,6 +302,13 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     const refused = (dir: string, message: string) => expect(restoreEmbedded(dir, { dataDir, adaptersDir })).rejects.toMatchObject({ name: 'ConflictError', message });
     await refused(cutShort, `${cutShort} is a backup that was cut short (it holds no whole pgdata): it cannot be restored; delete it.`);
     await refused(backups, `${backups} is not a trainyard backup: it holds no pgdata directory with a database in it.`);
+    fs.mkdirSync(path.join(dataDir, 'pgdata'));
+    fs.writeFileSync(path.join(dataDir, 'pgdata', 'PG_VERSION'), '17\n');
+    await refused(dataDir, `${dataDir} is DATA_DIR itself: name a backup's directory (under BACKUP_DIR).`);
+    const whole = path.join(backups, 'whole');
+    fs.mkdirSync(path.join(whole, 'pgdata'), { recursive: true });
+    fs.writeFileSync(path.join(whole, 'pgdata', 'PG_VERSION'), '17\n');
+    await refused(path.join(whole, 'pgdata'), `${path.join(whole, 'pgdata')} is a database directory: name the backup's directory, the one that holds it (${whole}).`);
     // A pgdata that holds no database, or is a link to one elsewhere, is no copy.
     const empty = path.join(backups, 'empty');
     fs.mkdirSync(path.join(empty, 'pgdata'), { recursive: true });
@@ -319,7 +326,8 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     fs.writeFileSync(path.join(moved, 'backup.json'), JSON.stringify({ database_id: null, created_at: '2020-01-01T00:00:00.000Z', adapters_dir: '/srv/adapters' }));
     await refused(moved, `The backup's checkpoints name their adapters in /srv/adapters, and ADAPTERS_DIR is ${adaptersDir}: set ADAPTERS_DIR=/srv/adapters to restore it.`);
     // Refused, it changed nothing.
-    expect(fs.readdirSync(dataDir)).toEqual([]);
+    expect(fs.readdirSync(dataDir)).toEqual(['pgdata']);
+    expect(fs.readdirSync(path.join(dataDir, 'pgdata'))).toEqual(['PG_VERSION']);
   });
 
   it('answers 409 for a database in memory, which has no files', async () => {
