@@ -164,7 +164,10 @@ export async function restoreEmbedded(backupDir: string, options: { dataDir: str
   const backup = path.resolve(backupDir);
   const adaptersDir = path.resolve(options.adaptersDir);
   const saved = path.join(backup, 'pgdata');
-  if (backup === path.resolve(dataDir)) throw new ConflictError(`${backup} is DATA_DIR itself: name a backup's directory (under BACKUP_DIR).`);
+  const real = async (dir: string) => fs.realpath(dir).catch(() => path.resolve(dir));
+  const [realBackup, realDataDir] = await Promise.all([real(backup), real(dataDir)]);
+  if (realBackup === realDataDir) throw new ConflictError(`${backup} is DATA_DIR itself: name a backup's directory (under BACKUP_DIR).`);
+  if (realBackup === pgliteDataPath(realDataDir)) throw new ConflictError(`${backup} is DATA_DIR's own database: name a backup's directory (under BACKUP_DIR).`);
   if (!(await isDatabaseDirectory(saved))) {
     if (await isDatabaseDirectory(backup)) {
       throw new ConflictError(`${backup} is a database directory: name the backup's directory, the one that holds it (${path.dirname(backup)}).`);
@@ -336,6 +339,8 @@ async function directoryBytes(dir: string): Promise<number> {
 export class EmbeddedBackups {
   private queue: Promise<unknown> = Promise.resolve();
   private since: Date | undefined;
+  /** The schedule (BACKUP_INTERVAL_HOURS), once started and until stopped. */
+  private scheduled: { intervalMs: number; log: MaintenanceLog } | undefined;
   private timer: NodeJS.Timeout | undefined;
   private due: Date | undefined;
   private stopped = false;
@@ -345,18 +350,25 @@ export class EmbeddedBackups {
     private readonly options: { backupsDir: string; adaptersDir: string; keep: number },
   ) {}
 
+  /** One backup, after any under way. With a schedule, the next scheduled one is due an interval after it. */
   take(options: Pick<BackupOptions, 'onHeld'> = {}): Promise<Backup> {
     const { backupsDir, adaptersDir, keep } = this.options;
-    const taken = this.queue.then(() =>
-      backupEmbedded(this.database, backupsDir, {
-        adaptersDir,
-        keep,
-        onHeld: async (since) => {
-          this.since = since;
-          await options.onHeld?.(since);
-        },
-      }).finally(() => (this.since = undefined)),
-    );
+    const taken = this.queue.then(async () => {
+      try {
+        const backup = await backupEmbedded(this.database, backupsDir, {
+          adaptersDir,
+          keep,
+          onHeld: async (since) => {
+            this.since = since;
+            await options.onHeld?.(since);
+          },
+        });
+        if (this.scheduled) this.planFor(new Date(Date.parse(backup.created_at) + this.scheduled.intervalMs));
+        return backup;
+      } finally {
+        this.since = undefined;
+      }
+    });
     this.queue = taken.catch(() => undefined);
     return taken;
   }
@@ -374,10 +386,12 @@ export class EmbeddedBackups {
   /**
    * Takes a backup every `intervalMs` (BACKUP_INTERVAL_HOURS), counted from the newest whole one this
    * database made from this data directory, so that restarts do not put it off: at once when that one is
-   * older than the interval, or there is none. Each is logged, a failed one too; the next is due an
-   * interval later either way.
+   * older than the interval, or there is none. A backup asked for meanwhile counts too. Each is logged; a
+   * failed one too, and tried again after an hour (or the interval, when shorter).
    */
   async schedule(intervalMs: number, log: MaintenanceLog): Promise<void> {
+    if (this.scheduled || this.stopped) return;
+    this.scheduled = { intervalMs, log };
     let newest: string | undefined;
     try {
       const made = { database_id: await databaseId(this.database.db), data_dir: path.resolve(this.database.dataDir ?? '') };
@@ -387,7 +401,7 @@ export class EmbeddedBackups {
       log.error({ err: error }, 'could not read BACKUP_DIR for the newest backup');
     }
     const now = new Date();
-    this.planFor(new Date(now.getTime() + nextBackupDelay(newest, intervalMs, now)), intervalMs, log);
+    this.planFor(new Date(now.getTime() + nextBackupDelay(newest, intervalMs, now)));
   }
 
   /** When the next scheduled backup is due; undefined when none is scheduled. */
@@ -398,32 +412,37 @@ export class EmbeddedBackups {
   /** No scheduled backup starts after this; one under way goes on (`settled` waits for it). */
   stopSchedule(): void {
     this.stopped = true;
+    this.scheduled = undefined;
     clearTimeout(this.timer);
     this.due = undefined;
   }
 
-  private planFor(due: Date, intervalMs: number, log: MaintenanceLog): void {
-    if (this.stopped) return;
-    this.due = due;
+  /** Sets the one timer for the scheduled backup due at `due`, never more than an interval away (a clock set back). */
+  private planFor(due: Date): void {
+    if (!this.scheduled) return;
+    const { intervalMs } = this.scheduled;
+    const at = new Date(Math.min(due.getTime(), Date.now() + intervalMs));
+    clearTimeout(this.timer);
+    this.due = at;
     // setTimeout fires at once past 2^31 - 1 ms (24.8 days): a longer wait is taken in parts.
-    this.timer = setTimeout(() => void this.fire(due, intervalMs, log), Math.min(MAX_TIMEOUT_MS, Math.max(0, due.getTime() - Date.now())));
+    this.timer = setTimeout(() => void this.fire(at), Math.min(MAX_TIMEOUT_MS, Math.max(0, at.getTime() - Date.now())));
     this.timer.unref();
   }
 
-  private async fire(due: Date, intervalMs: number, log: MaintenanceLog): Promise<void> {
-    if (this.stopped) return;
-    if (Date.now() < due.getTime()) return this.planFor(due, intervalMs, log);
-    let next = Date.now() + intervalMs;
+  private async fire(due: Date): Promise<void> {
+    if (!this.scheduled) return;
+    if (Date.now() < due.getTime()) return this.planFor(due);
+    const { intervalMs, log } = this.scheduled;
     try {
-      const backup = await this.take();
-      log.info({ backup }, 'scheduled backup of the embedded database taken');
-      next = Date.parse(backup.created_at) + intervalMs; // as a restart would count it
+      log.info({ backup: await this.take() }, 'scheduled backup of the embedded database taken'); // take plans the next
     } catch (error) {
       log.error({ err: error }, 'scheduled backup of the embedded database failed');
+      this.planFor(new Date(Date.now() + Math.min(intervalMs, RETRY_AFTER_MS)));
     }
-    this.planFor(new Date(next), intervalMs, log);
   }
 }
 
+/** A scheduled backup that failed is tried again this much later (or an interval, when shorter). */
+const RETRY_AFTER_MS = 3_600_000;
 const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 

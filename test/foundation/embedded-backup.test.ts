@@ -6,7 +6,7 @@ import path from 'node:path';
 import { sql } from 'kysely';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
-import { backupEmbedded, linkOrCopy, nextBackupDelay, restoreEmbedded } from '../../src/db/backup.js';
+import { backupEmbedded, EmbeddedBackups, linkOrCopy, nextBackupDelay, restoreEmbedded } from '../../src/db/backup.js';
 import { createPglite, pgliteDataPath, pgliteHandle } from '../../src/db/index.js';
 import { createTestApp, createUserWithKey, testConfig, type TestUser } from '../helpers/app.js';
 import { onPostgresServer } from '../helpers/database.js';
@@ -281,6 +281,27 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     const again = await appOnDataDir({ BACKUP_INTERVAL_HOURS: '24' }, dataDir);
     expect(again.app.backups.nextDue?.getTime()).toBe(createdAt + day);
     expect(taken()).toHaveLength(1);
+    // A backup asked for counts too.
+    const admin = await createUserWithKey(again.app, { isAdmin: true });
+    const asked = await again.app.inject({ method: 'POST', url: '/v1/admin/backups', headers: admin.headers });
+    expect(asked.statusCode, asked.body).toBe(201);
+    expect(again.app.backups.nextDue?.getTime()).toBe(Date.parse(asked.json().created_at) + day);
+  });
+
+  it('tries a scheduled backup that failed again after an hour, and logs both failures', { timeout: 60_000 }, async () => {
+    const { app, dataDir } = await appOnDataDir();
+    fs.writeFileSync(path.join(dataDir, 'a-file'), '');
+    const backups = new EmbeddedBackups(app.database, { backupsDir: path.join(dataDir, 'a-file', 'backups'), adaptersDir: path.join(dataDir, 'adapters'), keep: 0 });
+    cleanups.push(() => backups.stopSchedule());
+    const errors: string[] = [];
+    const before = Date.now();
+    await backups.schedule(24 * 3_600_000, { info: () => undefined, error: (_details, message) => errors.push(message) });
+    await until(() => errors.length === 2, 30);
+    const after = Date.now();
+    expect(errors).toEqual(['could not read BACKUP_DIR for the newest backup', 'scheduled backup of the embedded database failed']);
+    const retry = backups.nextDue!.getTime();
+    expect(retry).toBeGreaterThanOrEqual(before + 3_600_000);
+    expect(retry).toBeLessThanOrEqual(after + 3_600_000);
   });
 
   it('schedules the next backup an interval after the newest, at once when that is older or there is none', () => {
@@ -305,6 +326,10 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     fs.mkdirSync(path.join(dataDir, 'pgdata'));
     fs.writeFileSync(path.join(dataDir, 'pgdata', 'PG_VERSION'), '17\n');
     await refused(dataDir, `${dataDir} is DATA_DIR itself: name a backup's directory (under BACKUP_DIR).`);
+    const link = path.join(backups, 'link-to-data-dir');
+    fs.symlinkSync(dataDir, link);
+    await refused(link, `${link} is DATA_DIR itself: name a backup's directory (under BACKUP_DIR).`);
+    await refused(path.join(dataDir, 'pgdata'), `${path.join(dataDir, 'pgdata')} is DATA_DIR's own database: name a backup's directory (under BACKUP_DIR).`);
     const whole = path.join(backups, 'whole');
     fs.mkdirSync(path.join(whole, 'pgdata'), { recursive: true });
     fs.writeFileSync(path.join(whole, 'pgdata', 'PG_VERSION'), '17\n');
