@@ -26,6 +26,18 @@ const Backup = z.object({
   adapters: z.number().int().describe("Imported adapters (ADAPTERS_DIR) saved with it: those of the copy's checkpoints."),
   pruned: z.array(z.string()).describe("Directories deleted after it: this database's backups past BACKUP_KEEP, and its copies cut short."),
 });
+const BackupList = z.object({
+  unavailable: z.string().nullable().describe('Why this server takes no backups of its own (a PostgreSQL server, or a database in memory); null when it does.'),
+  backup_dir: z.string().describe('BACKUP_DIR.'),
+  keep: z.number().int().describe('BACKUP_KEEP: how many of its backups a backup keeps; 0, all.'),
+  interval_hours: z.number().int().describe('BACKUP_INTERVAL_HOURS: 0, only when asked.'),
+  next_due: z.string().nullable().describe('When the next scheduled backup is due; null without a schedule.'),
+  data: z
+    .array(z.object({ path: z.string(), created_at: z.string(), bytes: z.number().int(), adapters: z.number().int() }))
+    .describe("This database's whole backups from this DATA_DIR, newest first."),
+  has_more: z.boolean(),
+  cut_short: z.array(z.string()).describe('Its copies cut short (a process killed during one); the next backup deletes them.'),
+});
 
 export const CreateUserBody = z.object({ username: Name, is_admin: z.boolean().default(false) });
 export const CreateKeyBody = z.object({
@@ -85,6 +97,27 @@ export const adminRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (_request, reply) => reply.status(201).send(await app.backups.take()),
+  );
+
+  app.get(
+    '/backups',
+    {
+      config,
+      schema: {
+        tags,
+        summary: "List the embedded database's backups",
+        description:
+          "The backups this database made from this DATA_DIR in BACKUP_DIR (those `npm run cli -- restore` takes), newest first, with the settings that govern them and when the next scheduled one is due. On a PostgreSQL server or an in-memory database the list is empty and `unavailable` says why.",
+        querystring: z.object({ limit: z.coerce.number().int().min(1).max(1000).default(100) }),
+        response: { 200: BackupList },
+      },
+    },
+    async (request) => ({
+      backup_dir: app.config.backupDir,
+      keep: app.config.backupKeep,
+      interval_hours: app.config.backupIntervalMs / 3_600_000,
+      ...(await app.backups.list(request.query.limit)),
+    }),
   );
 
   app.get('/users', { config, schema: { tags, summary: 'List users', response: { 200: z.object({ data: z.array(User) }) } } }, async () => ({

@@ -57,15 +57,12 @@ const WAL_SEGMENT = /^[0-9A-F]{24}$/;
  */
 export async function backupEmbedded(database: DatabaseHandle, backupsDir: string, options: BackupOptions = {}): Promise<Backup> {
   const { now = new Date(), onHeld, adaptersDir, keep = 0 } = options;
-  if (database.kind !== 'pglite') {
-    throw new ConflictError('This server keeps its data on a PostgreSQL server (DATABASE_URL): back that up with pg_dump or the server\'s own tools.');
-  }
-  if (database.dataDir === undefined) throw new ConflictError('This server\'s embedded database is in memory: there are no files to back up.');
-  const source = pgliteDataPath(database.dataDir);
+  const dataDir = embeddedDataDir(database);
+  const source = pgliteDataPath(dataDir);
   const manifest: BackupManifest = {
     database_id: await databaseId(database.db),
     created_at: now.toISOString(),
-    data_dir: path.resolve(database.dataDir),
+    data_dir: path.resolve(dataDir),
     adapters_dir: adaptersDir === undefined ? null : path.resolve(adaptersDir),
   };
   await fs.mkdir(backupsDir, { recursive: true });
@@ -91,6 +88,20 @@ export async function backupEmbedded(database: DatabaseHandle, backupsDir: strin
   await fs.rename(partial, path.join(target, 'pgdata'));
   const pruned = await pruneBackups(backupsDir, manifest, target, keep);
   return { path: target, bytes: await directoryBytes(target), held_ms: heldMs, created_at: manifest.created_at, adapters, pruned };
+}
+
+/** Why this server takes no backups of its own; undefined for an embedded database kept in files. */
+function whyNoBackups(database: DatabaseHandle): string | undefined {
+  if (database.kind !== 'pglite') return 'This server keeps its data on a PostgreSQL server (DATABASE_URL): back that up with pg_dump or the server\'s own tools.';
+  if (database.dataDir === undefined) return 'This server\'s embedded database is in memory: there are no files to back up.';
+  return undefined;
+}
+
+/** DATA_DIR of an embedded database kept in files; a ConflictError (409) for any other. */
+function embeddedDataDir(database: DatabaseHandle): string {
+  const why = whyNoBackups(database);
+  if (why !== undefined || database.dataDir === undefined) throw new ConflictError(why ?? '');
+  return database.dataDir;
 }
 
 /** The database's id (migration 0023), or null in a database not yet migrated that far. */
@@ -139,6 +150,16 @@ async function saveAdapters(connection: Kysely<Database>, adaptersDir: string, t
     if (await linkOrCopy(dir, path.join(target, path.basename(dir)))) saved++;
   }
   return saved;
+}
+
+export interface BackupList {
+  /** Why this server takes no backups (PostgreSQL, or a database in memory); null when it does. */
+  unavailable: string | null;
+  data: { path: string; created_at: string; bytes: number; adapters: number }[];
+  has_more: boolean;
+  cut_short: string[];
+  /** When the next scheduled backup is due (BACKUP_INTERVAL_HOURS); null without a schedule. */
+  next_due: string | null;
 }
 
 export interface Restored {
@@ -371,6 +392,26 @@ export class EmbeddedBackups {
     });
     this.queue = taken.catch(() => undefined);
     return taken;
+  }
+
+  /**
+   * This database's backups from this data directory (GET /v1/admin/backups): the whole ones, newest
+   * first, at most `limit`, and the copies cut short that the next backup deletes.
+   */
+  async list(limit: number): Promise<BackupList> {
+    const unavailable = whyNoBackups(this.database);
+    if (unavailable !== undefined) return { unavailable, data: [], has_more: false, cut_short: [], next_due: null };
+    const made = { database_id: await databaseId(this.database.db), data_dir: path.resolve(embeddedDataDir(this.database)) };
+    const { whole, cutShort } = await ownBackups(this.options.backupsDir, made);
+    const data = await Promise.all(
+      whole.slice(0, limit).map(async ({ dir, createdAt }) => ({
+        path: dir,
+        created_at: createdAt,
+        bytes: await directoryBytes(dir),
+        adapters: (await fs.readdir(path.join(dir, 'adapters')).catch(() => [])).length,
+      })),
+    );
+    return { unavailable: null, data, has_more: whole.length > limit, cut_short: cutShort.sort(), next_due: this.due?.toISOString() ?? null };
   }
 
   /** When the backup under way began to hold the database; undefined while none does. */

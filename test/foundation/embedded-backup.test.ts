@@ -4,12 +4,12 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
-import { afterEach, describe, expect, inject, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
 import { backupEmbedded, EmbeddedBackups, linkOrCopy, nextBackupDelay, restoreEmbedded } from '../../src/db/backup.js';
-import { createPglite, pgliteDataPath, pgliteHandle } from '../../src/db/index.js';
+import { createPglite, pgliteDataPath } from '../../src/db/index.js';
 import { createTestApp, createUserWithKey, testConfig, type TestUser } from '../helpers/app.js';
-import { onPostgresServer } from '../helpers/database.js';
+import { embeddedDatabaseIn, onPostgresServer } from '../helpers/database.js';
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -24,9 +24,7 @@ function tempDir(prefix: string): string {
 
 /** The app on an embedded database in a data directory of its own, as a server runs. */
 async function appOnDataDir(env: Record<string, string> = {}, dataDir = tempDir('trainyard-backup-')): Promise<{ app: App; dataDir: string }> {
-  const loadDataDir = fs.existsSync(pgliteDataPath(dataDir)) ? undefined : new Blob([fs.readFileSync(inject('pgliteTemplate'))]);
-  const pglite = await createPglite({ dataDir: pgliteDataPath(dataDir), loadDataDir });
-  const app = await buildApp(testConfig({ DATA_DIR: dataDir, ...env }), { database: pgliteHandle(pglite, { dataDir }) });
+  const app = await buildApp(testConfig({ DATA_DIR: dataDir, ...env }), { database: await embeddedDatabaseIn(dataDir) });
   await app.ready();
   cleanups.push(() => app.close());
   return { app, dataDir };
@@ -151,6 +149,8 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
       401,
       { detail: 'Missing API key. Send it as "Authorization: Bearer <key>" (or HTTP Basic with the key as the password).' },
     ]);
+    const list = await app.inject({ method: 'GET', url: '/v1/admin/backups', headers: user.headers });
+    expect([list.statusCode, list.json()]).toEqual([403, { detail: 'This route needs an admin key.' }]);
     expect(fs.existsSync(path.join(dataDir, 'backups'))).toBe(false);
   });
 
@@ -235,7 +235,7 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     const take = async () => {
       const response = await app.inject({ method: 'POST', url: '/v1/admin/backups', headers: admin.headers });
       expect(response.statusCode, response.body).toBe(201);
-      return response.json() as { path: string; pruned: string[] };
+      return response.json() as { path: string; created_at: string; pruned: string[] };
     };
     const first = await take();
     expect(first.pruned).toEqual([cutBeforeCopying, cutShort]);
@@ -246,6 +246,27 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     expect(fs.readdirSync(backupsDir).map((name) => path.join(backupsDir, name)).sort()).toEqual(
       [otherDatabase, otherCutShort, otherDataDir, noManifest, notOurs, second.path, third.path].sort(),
     );
+
+    // Listed: this database's, newest first.
+    const cutAgain = put('trainyard-2021-cut-short', ours, 'pgdata.partial');
+    const listed = await app.inject({ method: 'GET', url: '/v1/admin/backups', headers: admin.headers });
+    expect(listed.statusCode, listed.body).toBe(200);
+    const entry = (backup: { path: string; created_at?: string }) => ({ path: backup.path, created_at: backup.created_at, bytes: expect.any(Number), adapters: 0 });
+    expect(listed.json()).toEqual({
+      unavailable: null,
+      backup_dir: backupsDir,
+      keep: 2,
+      interval_hours: 0,
+      next_due: null,
+      data: [entry(third), entry(second)],
+      has_more: false,
+      cut_short: [cutAgain],
+    });
+    expect(listed.json().data[0].bytes).toBeGreaterThan(1_000_000);
+    const one = await app.inject({ method: 'GET', url: '/v1/admin/backups?limit=1', headers: admin.headers });
+    expect(one.json()).toMatchObject({ data: [entry(third)], has_more: true });
+    const tooMany = await app.inject({ method: 'GET', url: '/v1/admin/backups?limit=1001', headers: admin.headers });
+    expect(tooMany.statusCode).toBe(422);
   });
 
   it.runIf(fs.existsSync('/dev/shm') && fs.statSync('/dev/shm').dev !== fs.statSync(os.tmpdir()).dev)(
@@ -286,6 +307,9 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     const asked = await again.app.inject({ method: 'POST', url: '/v1/admin/backups', headers: admin.headers });
     expect(asked.statusCode, asked.body).toBe(201);
     expect(again.app.backups.nextDue?.getTime()).toBe(Date.parse(asked.json().created_at) + day);
+    const listed = await again.app.inject({ method: 'GET', url: '/v1/admin/backups', headers: admin.headers });
+    expect(listed.json()).toMatchObject({ interval_hours: 24, next_due: new Date(Date.parse(asked.json().created_at) + day).toISOString() });
+    expect(listed.json().data.map((backup: { created_at: string }) => Date.parse(backup.created_at))).toEqual([Date.parse(asked.json().created_at), createdAt]);
   });
 
   it('tries a scheduled backup that failed again after an hour, and logs both failures', { timeout: 60_000 }, async () => {
@@ -361,6 +385,20 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     const admin = await createUserWithKey(app, { isAdmin: true });
     const response = await app.inject({ method: 'POST', url: '/v1/admin/backups', headers: admin.headers });
     expect([response.statusCode, response.json()]).toEqual([409, { detail: "This server's embedded database is in memory: there are no files to back up." }]);
+    const list = await app.inject({ method: 'GET', url: '/v1/admin/backups', headers: admin.headers });
+    expect([list.statusCode, list.json()]).toEqual([
+      200,
+      {
+        unavailable: "This server's embedded database is in memory: there are no files to back up.",
+        backup_dir: app.config.backupDir,
+        keep: 0,
+        interval_hours: 0,
+        next_due: null,
+        data: [],
+        has_more: false,
+        cut_short: [],
+      },
+    ]);
   });
 });
 
@@ -373,6 +411,11 @@ describe.runIf(onPostgresServer)('backups on a PostgreSQL server', () => {
     expect([response.statusCode, response.json()]).toEqual([
       409,
       { detail: "This server keeps its data on a PostgreSQL server (DATABASE_URL): back that up with pg_dump or the server's own tools." },
+    ]);
+    const list = await app.inject({ method: 'GET', url: '/v1/admin/backups', headers: admin.headers });
+    expect([list.statusCode, list.json()]).toMatchObject([
+      200,
+      { unavailable: "This server keeps its data on a PostgreSQL server (DATABASE_URL): back that up with pg_dump or the server's own tools.", data: [] },
     ]);
   });
 });

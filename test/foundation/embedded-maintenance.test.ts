@@ -2,12 +2,12 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { sql, type Kysely } from 'kysely';
-import { afterEach, describe, expect, inject, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
-import { createPglite, pgliteDataPath, pgliteHandle, type Database, type DatabaseHandle } from '../../src/db/index.js';
+import type { Database, DatabaseHandle } from '../../src/db/index.js';
 import { compactDatabase, EmbeddedMaintenance, maintainTables, walSinceCheckpoint } from '../../src/db/maintenance.js';
 import { testConfig } from '../helpers/app.js';
-import { freshDatabase, onPostgresServer } from '../helpers/database.js';
+import { embeddedDatabaseIn, freshDatabase, onPostgresServer } from '../helpers/database.js';
 
 const handles: DatabaseHandle[] = [];
 const dataDirs: string[] = [];
@@ -24,13 +24,7 @@ function tempDataDir(): string {
 
 /** A fresh embedded database; in `dataDir` (from the run's template, or as left there) when given. */
 async function embedded(dataDir?: string): Promise<DatabaseHandle> {
-  let handle: DatabaseHandle;
-  if (dataDir === undefined) handle = await freshDatabase();
-  else {
-    const empty = !fs.existsSync(pgliteDataPath(dataDir));
-    const loadDataDir = empty ? new Blob([fs.readFileSync(inject('pgliteTemplate'))]) : undefined;
-    handle = pgliteHandle(await createPglite({ dataDir: pgliteDataPath(dataDir), loadDataDir }));
-  }
+  const handle = dataDir === undefined ? await freshDatabase() : await embeddedDatabaseIn(dataDir);
   handles.push(handle);
   return handle;
 }

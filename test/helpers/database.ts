@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import { sql, type Kysely } from 'kysely';
 import { inject } from 'vitest';
-import { createPglite, createPgPool, pgliteHandle, postgresHandle, type DatabaseHandle } from '../../src/db/index.js';
+import { createPglite, createPgPool, pgliteDataPath, pgliteHandle, postgresHandle, type DatabaseHandle } from '../../src/db/index.js';
 import { adminPool, databaseUrl, TEST_DATABASE_URL } from './postgres.js';
 
 export const onPostgresServer = Boolean(TEST_DATABASE_URL);
@@ -37,6 +37,15 @@ export async function freshDatabase(): Promise<DatabaseHandle> {
   }
   const dump = fs.readFileSync(inject('pgliteTemplate'));
   return pgliteHandle(await createPglite({ loadDataDir: new Blob([dump]) }));
+}
+
+/**
+ * The embedded database kept in files in `dataDir`, as a server keeps it (backups need its files): started
+ * from the run's template when the directory holds none yet, else opened as it is.
+ */
+export async function embeddedDatabaseIn(dataDir: string): Promise<DatabaseHandle> {
+  const loadDataDir = fs.existsSync(pgliteDataPath(dataDir)) ? undefined : new Blob([fs.readFileSync(inject('pgliteTemplate'))]);
+  return pgliteHandle(await createPglite({ dataDir: pgliteDataPath(dataDir), loadDataDir }), { dataDir });
 }
 
 /**

@@ -2,8 +2,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { expect } from 'vitest';
-import type { App } from '../../src/app.js';
-import { createTestApp } from '../helpers/app.js';
+import { buildApp, type App } from '../../src/app.js';
+import { createTestApp, testConfig } from '../helpers/app.js';
+import { embeddedDatabaseIn } from '../helpers/database.js';
 import { listen } from '../helpers/listen.js';
 
 /** The browser suite's harness: the app on a loopback port, Debian's Chromium, and a watch on every page. */
@@ -28,8 +29,9 @@ export interface UiServer {
   close(): Promise<void>;
 }
 
-export async function startUi(env: Record<string, string> = {}): Promise<UiServer> {
-  const app = await createTestApp(env);
+export async function startUi(env: Record<string, string> = {}, options: { dataDir?: string } = {}): Promise<UiServer> {
+  // In a data directory, the embedded database is kept in files as a server keeps it (backups need them).
+  const app = options.dataDir === undefined ? await createTestApp(env) : await appInDataDir(options.dataDir, env);
   const url = await listen(app);
   const browser = await chromium.launch({ executablePath: CHROMIUM_PATH, args: ARGS });
   return {
@@ -41,6 +43,12 @@ export async function startUi(env: Record<string, string> = {}): Promise<UiServe
       await app.close();
     },
   };
+}
+
+async function appInDataDir(dataDir: string, env: Record<string, string>): Promise<App> {
+  const app = await buildApp(testConfig({ DATA_DIR: dataDir, ...env }), { database: await embeddedDatabaseIn(dataDir) });
+  await app.ready();
+  return app;
 }
 
 export interface WatchedPage {

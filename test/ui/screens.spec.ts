@@ -507,6 +507,9 @@ describe('admin', () => {
     const checks = w.page.getByRole('table', { name: 'System check' });
     await checks.locator('tr').first().waitFor();
     expect(await checks.locator('td:first-child').allTextContents()).toEqual(expect.arrayContaining(['api', 'database']));
+    // This server's database is in memory: the backups section says why there are none.
+    await w.page.getByText("This server's embedded database is in memory: there are no files to back up.").waitFor();
+    expect(await w.page.getByRole('button', { name: 'Back up now' }).count()).toBe(0);
     await w.page.getByText(worker.workerId).waitFor();
     const residents = w.page.getByRole('list', { name: `Resident trainers of ${residentWorker.workerId}` });
     await residents.waitFor();

@@ -21,10 +21,26 @@ interface Key {
   last_used_at: string | null;
   revoked_at: string | null;
 }
+/** GET /v1/admin/backups */
+interface Backups {
+  unavailable: string | null;
+  backup_dir: string;
+  keep: number;
+  interval_hours: number;
+  next_due: string | null;
+  data: { path: string; created_at: string; bytes: number; adapters: number }[];
+  has_more: boolean;
+  cut_short: string[];
+}
 interface Check {
   success: boolean;
   duration_ms: number;
   error?: string;
+}
+
+/** Bytes as MB (or kB below one MB), as the backups table shows them. */
+function size(bytes: number): string {
+  return bytes >= 1_000_000 ? `${(bytes / 1_000_000).toFixed(1)} MB` : `${Math.ceil(bytes / 1_000)} kB`;
 }
 
 function field(form: HTMLFormElement, name: string): string {
@@ -55,6 +71,7 @@ function Admin() {
     }>('/v1/admin/workers'),
   );
   const keyOf = (id: string | null) => keys.data?.data.find((k) => k.id === id);
+  const backups = useLoad('backups', () => api<Backups>('/v1/admin/backups'));
   const checks = useLoad('checks', async () => {
     const response = await fetch('/v1/system-check', { credentials: 'same-origin' });
     return (await response.json()) as Record<string, Check>;
@@ -119,6 +136,63 @@ function Admin() {
           ))}
         </ul>
         {workers.data?.has_more && <p class="muted">The 100 most recently seen; more called in (GET /v1/admin/workers pages them).</p>}
+      </section>
+      <section>
+        <h2>Backups</h2>
+        <Problem error={backups.error} />
+        {backups.data?.unavailable && <p class="muted">{backups.data.unavailable}</p>}
+        {backups.data && !backups.data.unavailable && (
+          <>
+            <p class="muted" data-backup-settings>
+              In <code>{backups.data.backup_dir}</code>;{' '}
+              {backups.data.interval_hours > 0
+                ? `every ${backups.data.interval_hours} h, the next due ${when(backups.data.next_due)}`
+                : 'taken only when asked (BACKUP_INTERVAL_HOURS)'}
+              ; {backups.data.keep > 0 ? `the newest ${backups.data.keep} kept` : 'all kept (BACKUP_KEEP)'}. To restore one, stop the server
+              and run <code>npm run cli -- restore &lt;path&gt;</code>.
+            </p>
+            {backups.data.data.length === 0 && <p class="muted">No backup of this database yet.</p>}
+            {backups.data.data.length > 0 && (
+              <table aria-label="Backups">
+                <thead>
+                  <tr>
+                    <th>Taken</th>
+                    <th>Size</th>
+                    <th>Adapters</th>
+                    <th>Path</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {backups.data.data.map((b) => (
+                    <tr key={b.path}>
+                      <td>{when(b.created_at)}</td>
+                      <td>{size(b.bytes)}</td>
+                      <td>{b.adapters}</td>
+                      <td>
+                        <code>{b.path}</code>
+                      </td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            )}
+            {backups.data.has_more && <p class="muted">The 100 newest; GET /v1/admin/backups?limit= lists more.</p>}
+            {backups.data.cut_short.length > 0 && (
+              <p class="muted">{backups.data.cut_short.length} cut short (a process stopped during one); the next backup deletes them.</p>
+            )}
+            <button
+              type="button"
+              onClick={() =>
+                void run(async () => {
+                  await api('/v1/admin/backups', { method: 'POST' });
+                  backups.reload();
+                }, 'Backup taken.')
+              }
+            >
+              Back up now
+            </button>
+          </>
+        )}
       </section>
       <section>
         <h2>Users</h2>
