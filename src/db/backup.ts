@@ -100,8 +100,8 @@ function whyNoBackups(database: DatabaseHandle): string | undefined {
 /** DATA_DIR of an embedded database kept in files; a ConflictError (409) for any other. */
 function embeddedDataDir(database: DatabaseHandle): string {
   const why = whyNoBackups(database);
-  if (why !== undefined || database.dataDir === undefined) throw new ConflictError(why ?? '');
-  return database.dataDir;
+  if (why !== undefined) throw new ConflictError(why);
+  return database.dataDir as string;
 }
 
 /** The database's id (migration 0023), or null in a database not yet migrated that far. */

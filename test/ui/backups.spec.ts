@@ -34,6 +34,7 @@ describe('backups on the admin page', () => {
 
     await w.page.getByRole('button', { name: 'Back up now' }).click();
     await w.page.getByText('Backup taken.').waitFor();
+    expect(await w.page.getByRole('button', { name: 'Back up now' }).isEnabled()).toBe(true);
     const cells = w.page.getByRole('table', { name: 'Backups' }).locator('tbody tr td');
     await cells.first().waitFor();
     const listed = (await call(server.app, admin.headers, 'GET', '/v1/admin/backups')).body;

@@ -79,6 +79,8 @@ function Admin() {
   const [secret, setSecret] = useState<string | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
   const [done, setDone] = useState<string | undefined>(undefined);
+  // One click, one backup: the button waits for the one it asked for (the database is held meanwhile).
+  const [backingUp, setBackingUp] = useState(false);
 
   async function run(action: () => Promise<unknown>, message: string) {
     setError(undefined);
@@ -182,14 +184,16 @@ function Admin() {
             )}
             <button
               type="button"
-              onClick={() =>
+              disabled={backingUp}
+              onClick={() => {
+                setBackingUp(true);
                 void run(async () => {
                   await api('/v1/admin/backups', { method: 'POST' });
                   backups.reload();
-                }, 'Backup taken.')
-              }
+                }, 'Backup taken.').finally(() => setBackingUp(false));
+              }}
             >
-              Back up now
+              {backingUp ? 'Backing up…' : 'Back up now'}
             </button>
           </>
         )}
