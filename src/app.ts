@@ -85,7 +85,10 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   app.decorate('db', database.db);
   app.decorate('auth', new AuthService(database.db, config.authCacheTtlMs));
   app.decorate('systemChecks', new SystemChecks(5_000));
-  app.decorate('backups', new EmbeddedBackups(database, { backupsDir: config.backupDir, adaptersDir: config.adaptersDir, keep: config.backupKeep }));
+  app.decorate(
+    'backups',
+    new EmbeddedBackups(database, { backupsDir: config.backupDir, adaptersDir: config.adaptersDir, keep: config.backupKeep, intervalMs: config.backupIntervalMs }),
+  );
   app.systemChecks.holdDatabaseWith(() => app.backups.holdingSince);
   app.decorate('events', new DomainEvents());
   app.decorate('wandb', new WandbService(database.db, { maxFileBytes: config.bodyLimitBytes, adaptersDir: config.adaptersDir, archiveLimitBytes: config.adapterArchiveLimitBytes }));
@@ -95,9 +98,8 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
     app.backups.stopSchedule();
     await app.backups.settled();
   });
-  if (database.kind === 'pglite' && database.dataDir !== undefined && config.backupIntervalMs > 0) {
-    app.addHook('onReady', async () => app.backups.schedule(config.backupIntervalMs, app.log));
-  }
+  // Only with BACKUP_INTERVAL_HOURS, on an embedded database kept in files.
+  app.addHook('onReady', async () => app.backups.schedule(app.log));
   // PostgreSQL servers vacuum and analyze their tables themselves (autovacuum); PGlite does not.
   if (database.kind === 'pglite') {
     const maintenance = new EmbeddedMaintenance(database.db, app.log, config.embeddedAnalyzeIntervalMs);

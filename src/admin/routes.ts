@@ -112,12 +112,7 @@ export const adminRoutes: FastifyPluginAsyncZod = async (app) => {
         response: { 200: BackupList },
       },
     },
-    async (request) => ({
-      backup_dir: app.config.backupDir,
-      keep: app.config.backupKeep,
-      interval_hours: app.config.backupIntervalMs / 3_600_000,
-      ...(await app.backups.list(request.query.limit)),
-    }),
+    async (request) => app.backups.list(request.query.limit),
   );
 
   app.get('/users', { config, schema: { tags, summary: 'List users', response: { 200: z.object({ data: z.array(User) }) } } }, async () => ({

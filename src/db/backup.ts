@@ -31,7 +31,7 @@ export interface BackupOptions {
 }
 
 /** What a backup directory holds beside `pgdata` (`pgdata.partial` while it is copied), written first. */
-export interface BackupManifest {
+interface BackupManifest {
   /** The database's own id (its `trainyard_database` row), kept by every copy; null before that migration. */
   database_id: string | null;
   created_at: string;
@@ -40,7 +40,7 @@ export interface BackupManifest {
   adapters_dir: string | null;
 }
 
-export const BACKUP_MANIFEST = 'backup.json';
+const BACKUP_MANIFEST = 'backup.json';
 const BACKUP_PREFIX = 'trainyard-';
 const WAL_SEGMENT = /^[0-9A-F]{24}$/;
 
@@ -155,6 +155,11 @@ async function saveAdapters(connection: Kysely<Database>, adaptersDir: string, t
 export interface BackupList {
   /** Why this server takes no backups (PostgreSQL, or a database in memory); null when it does. */
   unavailable: string | null;
+  backup_dir: string;
+  /** BACKUP_KEEP. */
+  keep: number;
+  /** BACKUP_INTERVAL_HOURS. */
+  interval_hours: number;
   data: { path: string; created_at: string; bytes: number; adapters: number }[];
   has_more: boolean;
   cut_short: string[];
@@ -269,7 +274,7 @@ export async function linkOrCopy(source: string, target: string): Promise<boolea
 }
 
 /** The manifest of a backup directory, or undefined when it has none that parses (not one of ours, or older). */
-export async function readManifest(dir: string): Promise<BackupManifest | undefined> {
+async function readManifest(dir: string): Promise<BackupManifest | undefined> {
   try {
     const manifest = JSON.parse(await fs.readFile(path.join(dir, BACKUP_MANIFEST), 'utf8')) as Partial<BackupManifest>;
     return typeof manifest.created_at === 'string' ? { database_id: null, data_dir: '', adapters_dir: null, ...manifest } as BackupManifest : undefined;
@@ -360,15 +365,16 @@ async function directoryBytes(dir: string): Promise<number> {
 export class EmbeddedBackups {
   private queue: Promise<unknown> = Promise.resolve();
   private since: Date | undefined;
-  /** The schedule (BACKUP_INTERVAL_HOURS), once started and until stopped. */
-  private scheduled: { intervalMs: number; log: MaintenanceLog } | undefined;
+  /** The schedule's log, once the schedule started and until it stopped. */
+  private scheduled: MaintenanceLog | undefined;
   private timer: NodeJS.Timeout | undefined;
   private due: Date | undefined;
   private stopped = false;
 
   constructor(
     private readonly database: DatabaseHandle,
-    private readonly options: { backupsDir: string; adaptersDir: string; keep: number },
+    /** BACKUP_DIR, ADAPTERS_DIR, BACKUP_KEEP and BACKUP_INTERVAL_HOURS (0: no schedule). */
+    private readonly options: { backupsDir: string; adaptersDir: string; keep: number; intervalMs: number },
   ) {}
 
   /** One backup, after any under way. With a schedule, the next scheduled one is due an interval after it. */
@@ -384,7 +390,7 @@ export class EmbeddedBackups {
             await options.onHeld?.(since);
           },
         });
-        if (this.scheduled) this.planFor(new Date(Date.parse(backup.created_at) + this.scheduled.intervalMs));
+        if (this.scheduled) this.planFor(new Date(Date.parse(backup.created_at) + this.options.intervalMs));
         return backup;
       } finally {
         this.since = undefined;
@@ -399,8 +405,9 @@ export class EmbeddedBackups {
    * first, at most `limit`, and the copies cut short that the next backup deletes.
    */
   async list(limit: number): Promise<BackupList> {
+    const settings = { backup_dir: this.options.backupsDir, keep: this.options.keep, interval_hours: this.options.intervalMs / 3_600_000 };
     const unavailable = whyNoBackups(this.database);
-    if (unavailable !== undefined) return { unavailable, data: [], has_more: false, cut_short: [], next_due: null };
+    if (unavailable !== undefined) return { unavailable, ...settings, data: [], has_more: false, cut_short: [], next_due: null };
     const made = { database_id: await databaseId(this.database.db), data_dir: path.resolve(embeddedDataDir(this.database)) };
     const { whole, cutShort } = await ownBackups(this.options.backupsDir, made);
     const data = await Promise.all(
@@ -411,7 +418,7 @@ export class EmbeddedBackups {
         adapters: (await fs.readdir(path.join(dir, 'adapters')).catch(() => [])).length,
       })),
     );
-    return { unavailable: null, data, has_more: whole.length > limit, cut_short: cutShort.sort(), next_due: this.due?.toISOString() ?? null };
+    return { unavailable: null, ...settings, data, has_more: whole.length > limit, cut_short: cutShort.sort(), next_due: this.due?.toISOString() ?? null };
   }
 
   /** When the backup under way began to hold the database; undefined while none does. */
@@ -428,14 +435,16 @@ export class EmbeddedBackups {
    * Takes a backup every `intervalMs` (BACKUP_INTERVAL_HOURS), counted from the newest whole one this
    * database made from this data directory, so that restarts do not put it off: at once when that one is
    * older than the interval, or there is none. A backup asked for meanwhile counts too. Each is logged; a
-   * failed one too, and tried again after an hour (or the interval, when shorter).
+   * failed one too, and tried again after an hour (or the interval, when shorter). Does nothing with an
+   * interval of 0, or for a database not kept in files.
    */
-  async schedule(intervalMs: number, log: MaintenanceLog): Promise<void> {
-    if (this.scheduled || this.stopped) return;
-    this.scheduled = { intervalMs, log };
+  async schedule(log: MaintenanceLog): Promise<void> {
+    const { intervalMs } = this.options;
+    if (intervalMs === 0 || whyNoBackups(this.database) !== undefined || this.scheduled || this.stopped) return;
+    this.scheduled = log;
     let newest: string | undefined;
     try {
-      const made = { database_id: await databaseId(this.database.db), data_dir: path.resolve(this.database.dataDir ?? '') };
+      const made = { database_id: await databaseId(this.database.db), data_dir: path.resolve(embeddedDataDir(this.database)) };
       newest = (await ownBackups(this.options.backupsDir, made)).whole[0]?.createdAt;
     } catch (error) {
       // The backup due at once will meet the same problem and log it too; the server starts regardless.
@@ -461,7 +470,7 @@ export class EmbeddedBackups {
   /** Sets the one timer for the scheduled backup due at `due`, never more than an interval away (a clock set back). */
   private planFor(due: Date): void {
     if (!this.scheduled) return;
-    const { intervalMs } = this.scheduled;
+    const { intervalMs } = this.options;
     const at = new Date(Math.min(due.getTime(), Date.now() + intervalMs));
     clearTimeout(this.timer);
     this.due = at;
@@ -473,7 +482,8 @@ export class EmbeddedBackups {
   private async fire(due: Date): Promise<void> {
     if (!this.scheduled) return;
     if (Date.now() < due.getTime()) return this.planFor(due);
-    const { intervalMs, log } = this.scheduled;
+    const log = this.scheduled;
+    const { intervalMs } = this.options;
     try {
       log.info({ backup: await this.take() }, 'scheduled backup of the embedded database taken'); // take plans the next
     } catch (error) {
