@@ -1,5 +1,4 @@
 import { sql } from 'kysely';
-import { request as undiciRequest } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { buildApp } from '../../src/app.js';
@@ -9,12 +8,14 @@ import { freshDatabase } from '../helpers/database.js';
 import { listen } from '../helpers/listen.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
 import OpenAI from 'openai';
-import { backendEntry, chat, createGatewayApp, createTrainedModel, modelNotFoundBody, openaiClient, sseData, writeBackendsFile, usageRow } from './gateway-helpers.js';
+import { backendEntry, chat, createGatewayApp, createTrainedModel, modelNotFoundBody, openaiClient, sseData, undiciClient, writeBackendsFile, usageRow } from './gateway-helpers.js';
 import { deadUrl, waitFor } from './helpers.js';
 
 let healthy: FakeEngine;
 let slow: FakeEngine;
 let app: App;
+/** Requests that read a stream as it arrives, over a dispatcher closed before the app. */
+const undici = undiciClient();
 let url: string;
 let user: TestUser;
 
@@ -33,6 +34,7 @@ beforeAll(async () => {
   user = await createUserWithKey(app);
 });
 afterAll(async () => {
+  await undici.close();
   await app.close();
   await Promise.all([healthy.close(), slow.close()]);
 });
@@ -190,7 +192,7 @@ describe('mid-stream failures', () => {
   });
 
   it('sends chunks as the engine does, not at the end', async () => {
-    const response = await undiciRequest(`${url}/v1/chat/completions`, {
+    const response = await undici.request(`${url}/v1/chat/completions`, {
       method: 'POST',
       headers: { ...user.headers, 'content-type': 'application/json' },
       body: JSON.stringify(chat('fake/slow-model', { stream: true })),
@@ -244,7 +246,7 @@ describe('usage records', () => {
   it('records a client that left mid-stream, with the tokens relayed so far, and aborts the engine', async () => {
     const before = slow.disconnects.length;
     const controller = new AbortController();
-    const response = await undiciRequest(`${url}/v1/chat/completions`, {
+    const response = await undici.request(`${url}/v1/chat/completions`, {
       method: 'POST',
       headers: { ...user.headers, 'content-type': 'application/json', 'x-request-id': 'usage-gone-1' },
       body: JSON.stringify(chat('fake/slow-model', { stream: true })),
@@ -271,7 +273,7 @@ describe('usage records', () => {
     try {
       const before = slow.disconnects.length;
       const controller = new AbortController();
-      const pending = undiciRequest(`${url}/v1/chat/completions`, {
+      const pending = undici.request(`${url}/v1/chat/completions`, {
         method: 'POST',
         headers: { ...user.headers, 'content-type': 'application/json', 'x-request-id': 'usage-gone-2' },
         body: JSON.stringify(chat('fake/slow-model')),

@@ -1,17 +1,18 @@
 import OpenAI from 'openai';
-import { request as undiciRequest } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { createUserWithKey, type TestUser } from '../helpers/app.js';
 import { listen } from '../helpers/listen.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
-import { backendEntry, chat, checkpointAdapter, createGatewayApp, createTrainedModel, modelNotFoundBody, openaiClient, sseData, usageRow } from './gateway-helpers.js';
+import { backendEntry, chat, checkpointAdapter, createGatewayApp, createTrainedModel, modelNotFoundBody, openaiClient, sseData, undiciClient, usageRow } from './gateway-helpers.js';
 
 /** The gateway against vLLM's request models: what vLLM accepts is accepted, and reaches the engine unchanged. */
 
 let engine: FakeEngine;
 let slow: FakeEngine;
 let app: App;
+/** Requests that read a stream as it arrives, over a dispatcher closed before the app. */
+const undici = undiciClient();
 let url: string;
 let owner: TestUser;
 let other: TestUser;
@@ -30,6 +31,7 @@ beforeAll(async () => {
   await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'agent', steps: [1, 2] });
 });
 afterAll(async () => {
+  await undici.close();
   await app.close();
   await Promise.all([engine.close(), slow.close()]);
 });
@@ -175,7 +177,7 @@ describe('request ids', () => {
 
 describe('streams waiting for their first token', () => {
   it('send SSE keep-alive comments until the engine answers, which the openai SDK reads through', async () => {
-    const response = await undiciRequest(`${url}/v1/chat/completions`, {
+    const response = await undici.request(`${url}/v1/chat/completions`, {
       method: 'POST',
       headers: { ...owner.headers, 'content-type': 'application/json', 'x-request-id': 'keepalive-1' },
       body: JSON.stringify(chat('fake/slow-start', { stream: true })),
@@ -201,7 +203,7 @@ describe('streams waiting for their first token', () => {
 
   it('tell a failure after the keep-alives as an error event, metered once', async () => {
     slow.setBehaviour({ kind: 'status', status: 500, message: 'engine exploded' }, 1);
-    const response = await undiciRequest(`${url}/v1/chat/completions`, {
+    const response = await undici.request(`${url}/v1/chat/completions`, {
       method: 'POST',
       headers: { ...owner.headers, 'content-type': 'application/json', 'x-request-id': 'keepalive-fail-1' },
       body: JSON.stringify(chat('fake/slow-start', { stream: true })),

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import OpenAI from 'openai';
-import { Agent } from 'undici';
+import { Agent, request } from 'undici';
 import type { App } from '../../src/app.js';
 import { adapterName } from '../../src/inference/router.js';
 import { createTestApp } from '../helpers/app.js';
@@ -86,6 +86,14 @@ export function openaiClient(baseURL: string, apiKey: string, options: Construct
   const agent = new Agent();
   const client = new OpenAI({ apiKey, baseURL, maxRetries: 0, fetchOptions: { dispatcher: agent } as never, ...options });
   return { client, close: () => agent.close() };
+}
+
+/** undici's `request` over a dispatcher of its own, closed before the app for the reason openaiClient gives. */
+export function undiciClient(): { request: typeof request; close(): Promise<void> } {
+  const agent = new Agent();
+  const own = ((url: Parameters<typeof request>[0], options: Parameters<typeof request>[1] = {}) =>
+    request(url, { ...options, dispatcher: agent })) as typeof request;
+  return { request: own, close: () => agent.close() };
 }
 
 /** The engine-side adapter name of a stored checkpoint (its name, step and a hash of its id). */
