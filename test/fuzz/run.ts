@@ -8,8 +8,9 @@
  *   fresh database created on that PostgreSQL server and dropped afterwards.
  * - Checks: no 5xx, and every status code, content type and body conforms to the document.
  * - Bounded: FUZZ_MAX_EXAMPLES cases per operation and phase (default 10), a fixed FUZZ_SEED (default 1).
- *   Reports go to test/fuzz/report/ (JUnit), the server's log to test/fuzz/report/server.log.
- * Extra arguments are passed to `schemathesis run` (e.g. --include-path-regex '^/traces').
+ * - Two schemathesis processes at once, over the tracing API and over the rest (SHARDS).
+ *   Reports go to test/fuzz/report/<set>/ (JUnit), the server's log to test/fuzz/report/server.log.
+ * Extra arguments are passed to `schemathesis run` (e.g. --include-path-regex '^/traces'), which then runs once.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
@@ -144,46 +145,21 @@ async function main(): Promise<number> {
       body: JSON.stringify({ worker_id: 'fuzz-worker', wait_seconds: 0 }),
     });
     if (!claim.ok) throw new Error(`the fuzz worker's claim answered ${claim.status}: ${await claim.text()}`);
-    const args = [
-      '--config-file',
-      path.join(FUZZ, 'schemathesis.toml'),
-      'run',
-      fuzzDocument(),
-      '--url',
-      server.url,
-      '--checks',
-      CHECKS.join(','),
-      '--max-examples',
-      process.env.FUZZ_MAX_EXAMPLES ?? '10',
-      '--seed',
-      process.env.FUZZ_SEED ?? '1',
-      // One worker: hypothesis describes strategies with `ast` from several threads otherwise, which
-      // CPython 3.11 can fail on ("AST constructor recursion depth mismatch"), erroring the run.
-      '--workers',
-      '1',
-      '--request-timeout',
-      '30',
-      '--suppress-health-check',
-      'all',
-      '--report',
-      'junit',
-      '--report-dir',
-      REPORT,
-      ...process.argv.slice(2),
-    ];
-    // Run inside the report folder, where the tool keeps its cache (.schemathesis/).
-    const child = spawn(schemathesis, args, {
-      cwd: REPORT,
-      stdio: ['ignore', 'pipe', 'inherit'],
-      env: { ...process.env, FUZZ_ADMIN_KEY: server.key, FUZZ_WORKER_KEY: workerKey },
-    });
-    const summary = relaySummary(child.stdout!);
-    const code = await new Promise<number>((resolve) => child.on('exit', (exitCode) => resolve(exitCode ?? 1)));
-    const { passed, failed } = await summary;
+    const shards = process.argv.length > 2 ? [{ name: 'selected', filter: [] }] : SHARDS;
+    const document = fuzzDocument();
+    const runs = shards.map((shard) =>
+      runShard(schemathesis, shard, document, server!.url, { FUZZ_ADMIN_KEY: server!.key, FUZZ_WORKER_KEY: workerKey }),
+    );
+    let passed = 0;
+    let failed = 0;
+    for (const run of await Promise.all(runs)) {
+      passed += run.passed;
+      failed += run.failed + (run.code !== 0 && run.failed === 0 ? 1 : 0);
+    }
     // A closing line of our own: schemathesis ends on a pytest-style "== 2 warnings in 194s ==" banner,
     // which reads as a run of no tests to anything that parses pytest's closing line.
-    console.log(`fuzz: ${passed} passed, ${failed + (code !== 0 && failed === 0 ? 1 : 0)} failed`);
-    return code;
+    console.log(`fuzz: ${passed} passed, ${failed} failed`);
+    return failed === 0 ? 0 : 1;
   } finally {
     if (server) {
       server.child.kill('SIGTERM');
@@ -196,10 +172,79 @@ async function main(): Promise<number> {
 }
 
 /**
+ * The operations in two sets, each run by a schemathesis process of its own at the same time: generating
+ * cases takes most of a run's CPU, and one process (threads share Python's GIL) keeps only one core busy.
+ * The tracing API's query bodies take longer to generate than all the other operations together, so its
+ * cost routes go with the others to even the two out. Extra arguments on the command line select
+ * operations themselves, and run as one set.
+ */
+const SHARDS = [
+  { name: 'tracing', filter: ['--include-path-regex', '^/traces/(?!cost/)'] },
+  { name: 'others', filter: ['--exclude-path-regex', '^/traces/(?!cost/)'] },
+];
+
+interface ShardRun {
+  code: number;
+  passed: number;
+  failed: number;
+}
+
+/** One schemathesis process over a shard's operations; its output is relayed with the shard's name. */
+async function runShard(
+  schemathesis: string,
+  shard: { name: string; filter: string[] },
+  document: string,
+  url: string,
+  keys: Record<string, string>,
+): Promise<ShardRun> {
+  // Each in a folder of its own: the report, and the tool's caches (.schemathesis/, .hypothesis/).
+  const folder = path.join(REPORT, shard.name);
+  fs.mkdirSync(folder, { recursive: true });
+  const args = [
+    '--config-file',
+    path.join(FUZZ, 'schemathesis.toml'),
+    'run',
+    document,
+    '--url',
+    url,
+    '--checks',
+    CHECKS.join(','),
+    '--max-examples',
+    process.env.FUZZ_MAX_EXAMPLES ?? '10',
+    '--seed',
+    process.env.FUZZ_SEED ?? '1',
+    // One worker: hypothesis describes strategies with `ast` from several threads otherwise, which
+    // CPython 3.11 can fail on ("AST constructor recursion depth mismatch"), erroring the run.
+    '--workers',
+    '1',
+    '--request-timeout',
+    '30',
+    '--suppress-health-check',
+    'all',
+    '--report',
+    'junit',
+    '--report-dir',
+    folder,
+    ...shard.filter,
+    ...process.argv.slice(2),
+  ];
+  const child = spawn(schemathesis, args, { cwd: folder, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...keys } });
+  const stderr = relayLines(child.stderr!, `[${shard.name}] `, process.stderr);
+  const summary = relaySummary(child.stdout!, `[${shard.name}] `);
+  const code = await new Promise<number>((resolve) => child.on('exit', (exitCode) => resolve(exitCode ?? 1)));
+  await stderr;
+  return { code, ...(await summary) };
+}
+
+async function relayLines(stream: NodeJS.ReadableStream, prefix: string, to: NodeJS.WritableStream): Promise<void> {
+  for await (const line of readline.createInterface({ input: stream })) to.write(`${prefix}${line}\n`);
+}
+
+/**
  * Relays schemathesis's output line by line, reading its test-case counts ("N generated, N passed, N failed")
  * and turning its closing "=== ... in Ns ===" banner into a plain line.
  */
-async function relaySummary(stream: NodeJS.ReadableStream): Promise<{ passed: number; failed: number }> {
+async function relaySummary(stream: NodeJS.ReadableStream, prefix: string): Promise<{ passed: number; failed: number }> {
   let passed = 0;
   let failed = 0;
   for await (const line of readline.createInterface({ input: stream })) {
@@ -209,7 +254,7 @@ async function relaySummary(stream: NodeJS.ReadableStream): Promise<{ passed: nu
       failed = Number(/(\d+) failed/.exec(counts[1]!)?.[1] ?? 0) + Number(/(\d+) errored/.exec(counts[1]!)?.[1] ?? 0);
     }
     const banner = /^=+ (.* in [\d.]+s) =+$/.exec(line);
-    console.log(banner ? `schemathesis: ${banner[1]}` : line);
+    console.log(`${prefix}${banner ? `schemathesis: ${banner[1]}` : line}`);
   }
   return { passed, failed };
 }
