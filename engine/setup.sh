@@ -21,7 +21,7 @@ fi
 "$python" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "the engine venv needs Python 3.11 (set PYTHON)")'
 rm -rf "$venv"
 "$python" -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$here/requirements.lock"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile --no-deps -r "$here/requirements.lock"
 "$venv/bin/python" -c 'import vllm.entrypoints.openai.api_server' 2>/dev/null || { echo "engine/setup.sh: vLLM does not import from $venv" >&2; exit 1; }
 echo "$stamp" > "$venv/.lock-stamp"
 echo "engine installed: $venv (start it with engine/serve.sh MODEL_DIR)"

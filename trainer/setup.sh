@@ -10,10 +10,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 python=${PYTHON:-$(command -v python3.11 || command -v python3)}
 install() { # venv lock
   "$python" -m venv "$1"
-  "$1/bin/pip" install --quiet --disable-pip-version-check -r "$2"
+  "$1/bin/pip" install --quiet --disable-pip-version-check --no-compile -r "$2"
 }
 install "$here/.venv" "$here/requirements.lock"
-"$here/.venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e "$here"
+"$here/.venv/bin/pip" install --quiet --disable-pip-version-check --no-compile --no-deps --no-build-isolation -e "$here"
 echo "trainer installed: $here/.venv/bin/python -m trainyard_trainer"
 if [ "${1:-}" = "--art" ]; then
   install "$here/.venv-art" "$here/requirements-art.lock"

@@ -36,7 +36,7 @@ function ensureVenv(): string {
   console.log(`fuzz: creating ${path.relative(ROOT, VENV)} from ${path.relative(ROOT, LOCK)}`);
   fs.rmSync(VENV, { recursive: true, force: true });
   execFileSync(process.env.PYTHON ?? 'python3', ['-m', 'venv', VENV], { stdio: 'inherit' });
-  execFileSync(path.join(VENV, 'bin', 'pip'), ['install', '--quiet', '--no-deps', '--disable-pip-version-check', '-r', LOCK], {
+  execFileSync(path.join(VENV, 'bin', 'pip'), ['install', '--quiet', '--no-deps', '--no-compile', '--disable-pip-version-check', '-r', LOCK], {
     stdio: 'inherit',
   });
   fs.writeFileSync(stamp, digest);

@@ -20,6 +20,6 @@ fi
 "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed for the client tests (set PYTHON)")'
 rm -rf "$venv"
 "$python" -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$lock"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile --no-deps -r "$lock"
 "$venv/bin/python" -m pip check --disable-pip-version-check
 echo "$stamp" > "$venv/.lock-stamp"

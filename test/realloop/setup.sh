@@ -29,7 +29,7 @@ if ! { [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.lock-stamp" 2>/dev/null)" =
   python=$(find_python312)
   rm -rf "$venv"
   "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$here/requirements-art.lock"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile --no-deps -r "$here/requirements-art.lock"
   "$venv/bin/python" -m pip check --disable-pip-version-check
   echo "$stamp" > "$venv/.lock-stamp"
 fi

@@ -11,6 +11,6 @@ if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.lock-stamp" 2>/dev/null)" = "$s
 fi
 rm -rf "$venv"
 "$python" -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$here/requirements.lock"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile --no-deps -r "$here/requirements.lock"
 "$venv/bin/python" -m pip check --disable-pip-version-check
 echo "$stamp" > "$venv/.lock-stamp"
