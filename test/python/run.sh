@@ -7,7 +7,8 @@
 # the first pytest run only (e.g. `npm run test:clients -- -k weave`), so that a selection such as
 # `-k art` cannot leave the later runs with no test (exit 5).
 # Each pytest run starts a stack of its own (conftest.py), and the runs spend most of their time waiting
-# on the SDKs' flush intervals, so the other generations run beside the first; their output follows its.
+# on the SDKs' flush intervals, so the other generations run beside the first; their output is printed
+# after the first run's. Their exit status counts as the first run's does.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 generations="${WEAVE_GENERATIONS-weave-0.52 weave-0.53} ${OPENAI_GENERATIONS-openai-3}"
