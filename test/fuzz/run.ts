@@ -145,7 +145,7 @@ async function main(): Promise<number> {
       body: JSON.stringify({ worker_id: 'fuzz-worker', wait_seconds: 0 }),
     });
     if (!claim.ok) throw new Error(`the fuzz worker's claim answered ${claim.status}: ${await claim.text()}`);
-    const shards = process.argv.length > 2 ? [{ name: 'selected', filter: [] }] : SHARDS;
+    const shards: Shard[] = process.argv.length > 2 ? [{ name: 'selected', filter: [] }] : SHARDS;
     const document = fuzzDocument();
     const runs = shards.map((shard) =>
       runShard(schemathesis, shard, document, server!.url, { FUZZ_ADMIN_KEY: server!.key, FUZZ_WORKER_KEY: workerKey }),
@@ -178,25 +178,25 @@ async function main(): Promise<number> {
  * cost routes go with the others to even the two out. Extra arguments on the command line select
  * operations themselves, and run as one set.
  */
-const SHARDS = [
+const SHARDS: Shard[] = [
   { name: 'tracing', filter: ['--include-path-regex', '^/traces/(?!cost/)'] },
   { name: 'others', filter: ['--exclude-path-regex', '^/traces/(?!cost/)'] },
 ];
 
-interface ShardRun {
-  code: number;
-  passed: number;
-  failed: number;
+/** A set of operations: its name (and report folder) and the schemathesis arguments that select it. */
+interface Shard {
+  name: string;
+  filter: string[];
 }
 
 /** One schemathesis process over a shard's operations; its output is relayed with the shard's name. */
 async function runShard(
   schemathesis: string,
-  shard: { name: string; filter: string[] },
+  shard: Shard,
   document: string,
   url: string,
   keys: Record<string, string>,
-): Promise<ShardRun> {
+): Promise<{ code: number; passed: number; failed: number }> {
   // Each in a folder of its own: the report, and the tool's caches (.schemathesis/, .hypothesis/).
   const folder = path.join(REPORT, shard.name);
   fs.mkdirSync(folder, { recursive: true });
@@ -236,6 +236,7 @@ async function runShard(
   return { code, ...(await summary) };
 }
 
+/** Relays a stream line by line, each line after `prefix`. */
 async function relayLines(stream: NodeJS.ReadableStream, prefix: string, to: NodeJS.WritableStream): Promise<void> {
   for await (const line of readline.createInterface({ input: stream })) to.write(`${prefix}${line}\n`);
 }
