@@ -7,7 +7,7 @@ import { adminRoutes } from './admin/routes.js';
 import { registerAuth } from './auth/plugin.js';
 import { AuthService } from './auth/service.js';
 import type { Config } from './config.js';
-import { migrateOrClose, openDatabase, type Database, type DatabaseHandle } from './db/index.js';
+import { migrateOrClose, openDatabase, pgliteDataPath, type Database, type DatabaseHandle } from './db/index.js';
 import { EmbeddedBackups } from './db/backup.js';
 import { EmbeddedMaintenance } from './db/maintenance.js';
 import { DomainEvents } from './events.js';
@@ -80,6 +80,9 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   }).withTypeProvider<ZodTypeProvider>();
 
   database.embedded?.useLog(app.log);
+  if (database.restoreCompleted) {
+    app.log.warn({ pgdata: pgliteDataPath(config.dataDir), ...database.restoreCompleted }, 'completed a restore that was interrupted once its copy of the backup was whole');
+  }
   app.decorate('config', config);
   app.decorate('database', database);
   app.decorate('db', database.db);

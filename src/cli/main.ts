@@ -138,12 +138,22 @@ async function run(argv: string[], config: Config): Promise<unknown> {
   return withDatabase(config, (auth) => command(directClient(auth)), false);
 }
 
+/** The database, saying on stderr when opening it completed an interrupted restore (src/db/backup.ts). */
+async function open(config: Config): Promise<DatabaseHandle> {
+  const database = await openDatabase(config);
+  if (database.restoreCompleted) {
+    const previous = database.restoreCompleted.previous_pgdata;
+    process.stderr.write(`trainyard: completed a restore that was interrupted once its copy of the backup was whole${previous ? ` (the database it replaced: ${previous})` : ''}\n`);
+  }
+  return database;
+}
+
 /**
  * With no server running, on the directory as it is: not migrated first, so that a backup or compact
  * run by a newer build's CLI before an upgrade leaves the schema to the upgrade.
  */
 async function onDataDir(config: Config, work: (database: DatabaseHandle) => Promise<unknown>): Promise<unknown> {
-  const database = await openDatabase(config);
+  const database = await open(config);
   try {
     return await work(database);
   } finally {
@@ -152,7 +162,7 @@ async function onDataDir(config: Config, work: (database: DatabaseHandle) => Pro
 }
 
 async function withDatabase(config: Config, fn: (auth: AuthService) => Promise<unknown>, reportMigrations: boolean): Promise<unknown> {
-  const database = await openDatabase(config);
+  const database = await open(config);
   try {
     const results = await database.unbounded(migrateToLatest);
     const result = await fn(new AuthService(database.db, 0));

@@ -231,19 +231,43 @@ export async function restoreEmbedded(backupDir: string, options: { dataDir: str
     }
     // Copied beside it, so that the database in place is moved aside only once the copy is whole.
     const pgdata = pgliteDataPath(dataDir);
-    const incoming = `${pgdata}.restoring`;
-    await fs.rm(incoming, { recursive: true, force: true });
-    await fs.cp(saved, incoming, { recursive: true });
-    let previous: string | null = null;
-    if (await exists(pgdata)) {
-      previous = `${pgdata}.before-restore-${now.toISOString().replace(/[:.]/g, '-')}`;
-      await fs.rename(pgdata, previous);
-    }
-    await fs.rename(incoming, pgdata);
-    return { restored: backup, pgdata, previous_pgdata: previous, adapters_restored: restoredAdapters };
+    const { copying, whole } = restorePaths(dataDir);
+    await Promise.all([fs.rm(copying, { recursive: true, force: true }), fs.rm(whole, { recursive: true, force: true })]);
+    await fs.cp(saved, copying, { recursive: true });
+    await fs.rename(copying, whole);
+    const { previous_pgdata } = (await completeRestore(dataDir, now))!;
+    return { restored: backup, pgdata, previous_pgdata, adapters_restored: restoredAdapters };
   } finally {
     lock.release();
   }
+}
+
+/** Where a restore copies the backup's database (`copying`), renamed `whole` once the copy is complete. */
+function restorePaths(dataDir: string): { copying: string; whole: string } {
+  const pgdata = pgliteDataPath(dataDir);
+  return { copying: `${pgdata}.restoring`, whole: `${pgdata}.restored` };
+}
+
+/**
+ * A restore's last step, run by the restore and, with the data directory's lock held, by every start: a
+ * whole copy of a backup (`pgdata.restored`) takes the place of the database, which is moved aside to
+ * `pgdata.before-restore-<now>` (null when there was none). A restore killed after its copy was whole, even
+ * between the two renames, is thus completed by the next start instead of leaving the server without its
+ * database; a copy cut short is deleted (only a restore holding the lock writes one). Undefined when there is
+ * no whole copy: nothing to complete.
+ */
+export async function completeRestore(dataDir: string, now: Date): Promise<{ previous_pgdata: string | null } | undefined> {
+  const pgdata = pgliteDataPath(dataDir);
+  const { copying, whole } = restorePaths(dataDir);
+  await fs.rm(copying, { recursive: true, force: true });
+  if (!(await isDatabaseDirectory(whole))) return undefined;
+  let previous: string | null = null;
+  if (await exists(pgdata)) {
+    previous = `${pgdata}.before-restore-${now.toISOString().replace(/[:.]/g, '-')}`;
+    await fs.rename(pgdata, previous);
+  }
+  await fs.rename(whole, pgdata);
+  return { previous_pgdata: previous };
 }
 
 /**

@@ -5,6 +5,7 @@ import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import { migrations } from '../../migrations/index.js';
 import type { Config } from '../config.js';
+import { completeRestore } from './backup.js';
 import { DatabaseUnavailable } from './faults.js';
 import { GuardedQueryCompiler } from './limits.js';
 import { acquireDataDirLock, type DataDirLock } from './lock.js';
@@ -25,6 +26,8 @@ export interface DatabaseHandle {
   readonly dataDir: string | undefined;
   /** The embedded instance, on PGlite. */
   readonly embedded?: EmbeddedPglite;
+  /** Set when opening completed a restore that was killed once its copy was whole (src/db/backup.ts). */
+  readonly restoreCompleted?: { previous_pgdata: string | null };
   /** Runs a query and checks its answer (the system check); throws when the database is not serving. */
   check(): Promise<void>;
   /** Runs `work` on a connection without the statement timeouts (migrations may take long on big tables). */
@@ -93,7 +96,10 @@ export function createPglite(options: { dataDir?: string; loadDataDir?: Blob } =
 }
 
 /** Wraps an already open PGlite instance (tests start each one from a template dump). */
-export function pgliteHandle(pglite: PgliteWorker, extra: { dataDir?: string; lock?: DataDirLock } = {}): DatabaseHandle {
+export function pgliteHandle(
+  pglite: PgliteWorker,
+  extra: { dataDir?: string; lock?: DataDirLock; restoreCompleted?: DatabaseHandle['restoreCompleted'] } = {},
+): DatabaseHandle {
   const dataDir = extra.dataDir;
   const embedded = new EmbeddedPglite(pglite, dataDir === undefined ? undefined : () => createPglite({ dataDir: pgliteDataPath(dataDir) }));
   // The dialect needs only query() and close(), which EmbeddedPglite provides. The handle closes the
@@ -107,6 +113,7 @@ export function pgliteHandle(pglite: PgliteWorker, extra: { dataDir?: string; lo
     kind: 'pglite',
     dataDir,
     embedded,
+    restoreCompleted: extra.restoreCompleted,
     async check() {
       if (closed) throw new DatabaseUnavailable('The database is closed.');
       // Through kysely, so the probe waits its turn on the one connection like any query.
@@ -173,9 +180,10 @@ export async function openDatabase(config: Config, options: OpenOptions = { init
   }
   const lock = await acquireDataDirLock(config.dataDir);
   try {
+    const completed = await completeRestore(config.dataDir, new Date());
     const dataDir = pgliteDataPath(config.dataDir);
     const pglite = await createPglite({ dataDir, loadDataDir: initdbTemplateFor(dataDir, options.initdbTemplate) });
-    return pgliteHandle(pglite, { dataDir: config.dataDir, lock });
+    return pgliteHandle(pglite, { dataDir: config.dataDir, lock, restoreCompleted: completed });
   } catch (error) {
     lock.release();
     throw error;

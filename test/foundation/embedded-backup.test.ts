@@ -7,7 +7,7 @@ import { sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
 import { backupEmbedded, EmbeddedBackups, linkOrCopy, nextBackupDelay, restoreEmbedded } from '../../src/db/backup.js';
-import { createPglite, pgliteDataPath } from '../../src/db/index.js';
+import { createPglite, openDatabase, pgliteDataPath } from '../../src/db/index.js';
 import { createTestApp, createUserWithKey, testConfig, type TestUser } from '../helpers/app.js';
 import { embeddedDatabaseIn, onPostgresServer } from '../helpers/database.js';
 
@@ -208,6 +208,57 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     };
     expect(await ids(restored.pgdata)).toEqual([kept]);
     expect(await ids(restored.previous_pgdata!)).toEqual([]);
+  });
+
+  it('completes at the next start a restore killed once its copy was whole, and deletes a copy cut short', { timeout: 60_000 }, async () => {
+    const { app, dataDir } = await appOnDataDir();
+    const before = await createUserWithKey(app, { prefix: 'before' });
+    const backup = await backupEmbedded(app.database, path.join(dataDir, 'backups'));
+    const after = await createUserWithKey(app, { prefix: 'after' });
+    await app.close();
+    const pgdata = pgliteDataPath(dataDir);
+    const usernames = async (found: App) => (await found.db.selectFrom('users').select('username').orderBy('username').execute()).map((row) => row.username);
+    const start = async () => {
+      const lines: Record<string, unknown>[] = [];
+      const config = testConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'info' });
+      const started = await buildApp(config, { database: await openDatabase(config), logStream: { write: (line: string) => void lines.push(JSON.parse(line)) } });
+      return { app: started, warnings: () => lines.filter((line) => line.level === 40).map(({ msg, pgdata, previous_pgdata }) => ({ msg, pgdata, previous_pgdata })) };
+    };
+
+    // Killed while copying: the database in place serves on, the partial copy is deleted.
+    fs.mkdirSync(`${pgdata}.restoring`);
+    fs.writeFileSync(`${pgdata}.restoring/PG_VERSION`, '17\n');
+    const copying = await start();
+    expect(await usernames(copying.app)).toEqual([after.username, before.username]);
+    expect(copying.warnings()).toEqual([]);
+    await copying.app.close();
+    expect(fs.existsSync(`${pgdata}.restoring`)).toBe(false);
+
+    // Killed between its two renames: the database moved aside, the whole copy not yet in its place.
+    fs.cpSync(path.join(backup.path, 'pgdata'), `${pgdata}.restored`, { recursive: true });
+    const aside = `${pgdata}.before-restore-2026-11-30T00-00-00-000Z`;
+    fs.renameSync(pgdata, aside);
+    const completed = await start();
+    expect(await usernames(completed.app)).toEqual([before.username]);
+    expect(completed.warnings()).toEqual([{ msg: 'completed a restore that was interrupted once its copy of the backup was whole', pgdata, previous_pgdata: null }]);
+    await completed.app.close();
+    expect(fs.readdirSync(dataDir).filter((name) => name.startsWith('pgdata')).sort()).toEqual(['pgdata', path.basename(aside)]);
+
+    // Killed before it moved the database aside: the next start moves it aside and puts the copy in its place.
+    fs.rmSync(pgdata, { recursive: true });
+    fs.renameSync(aside, pgdata);
+    fs.cpSync(path.join(backup.path, 'pgdata'), `${pgdata}.restored`, { recursive: true });
+    const moved = await start();
+    expect(await usernames(moved.app)).toEqual([before.username]);
+    const [warning] = moved.warnings();
+    expect(warning.previous_pgdata).toMatch(new RegExp(`^${pgdata}\\.before-restore-\\d{4}-`));
+    await moved.app.close();
+    const db = await createPglite({ dataDir: warning.previous_pgdata as string });
+    try {
+      expect((await db.query<{ username: string }>('select username from users order by username')).rows.map((row) => row.username)).toEqual([after.username, before.username]);
+    } finally {
+      await db.close();
+    }
   });
 
   it('keeps BACKUP_KEEP of this database\'s backups and deletes its copies cut short, leaving anything else alone', { timeout: 60_000 }, async () => {

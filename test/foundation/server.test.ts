@@ -168,6 +168,18 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     const usernames = JSON.parse(restored.out()).data.map((user: { username: string }) => user.username);
     expect(usernames).toContain('carol');
     expect(usernames).not.toContain('dave');
+    expect(restored.err()).toBe('');
+
+    // A restore killed once its copy was whole, before it moved the database aside: the next command completes it.
+    const erin = start('src/cli/main.ts', ['users', 'create', 'erin']);
+    expect(await erin.exited).toBe(0);
+    fs.cpSync(path.join(backupDir, 'pgdata'), path.join(dataDir, 'pgdata.restored'), { recursive: true });
+    const completed = start('src/cli/main.ts', ['users', 'list']);
+    expect(await completed.exited).toBe(0);
+    expect(completed.err()).toMatch(
+      new RegExp(`^trainyard: completed a restore that was interrupted once its copy of the backup was whole \\(the database it replaced: ${dataDir}/pgdata\\.before-restore-\\d{4}-[^)]+\\)\n$`),
+    );
+    expect(JSON.parse(completed.out()).data.map((user: { username: string }) => user.username)).not.toContain('erin');
 
     const onServer = start('src/cli/main.ts', ['compact'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/trainyard' });
     expect(await onServer.exited).toBe(1);
