@@ -120,6 +120,12 @@ describe('objects', () => {
     expect(response.statusCode).toBe(404);
     expect(response.json()).toEqual({ reason: 'Obj nothing:latest not found' });
   });
+
+  it('refuse * as the version to read, as refs do', async () => {
+    await post(app, user, '/obj/create', { obj: { project_id: project, object_id: 'starred', val: { n: 1 } } });
+    const response = await post(app, user, '/obj/read', { project_id: project, object_id: 'starred', digest: '*' });
+    expect([response.statusCode, response.json()]).toEqual([400, { reason: 'Obj starred:* must name a version (a digest, latest, v<N> or an alias), not *.' }]);
+  });
 });
 
 describe('tables', () => {

@@ -124,6 +124,9 @@ export async function readObject(
   deps: TracingDeps,
   args: { projectId: string; objectId: string; digest: string; metadataOnly?: boolean; includeTagsAndAliases?: boolean },
 ): Promise<Record<string, unknown>> {
+  if (args.digest === '*') {
+    throw new InvalidRequestError(`Obj ${args.objectId}:* must name a version (a digest, latest, v<N> or an alias), not *.`, { code: 'invalid_digest' });
+  }
   const row = await repo.readVersion(deps.db, { ...args, selector: parseVersionSelector(args.digest) });
   if (!row) throw new NotFoundError('object', undefined, { message: `Obj ${args.objectId}:${args.digest} not found` });
   if (row.deleted_at) throw deletedError(row);
