@@ -47,7 +47,7 @@ interface ErrorShape {
 }
 
 /** OpenAI's `type` vocabulary, by status. */
-function openAiType(status: number): string {
+export function openAiType(status: number): string {
   if (status === 429) return 'rate_limit_exceeded';
   if (status >= 500) return 'server_error';
   return 'invalid_request_error';

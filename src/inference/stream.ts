@@ -1,5 +1,6 @@
 import { Readable, type Writable } from 'node:stream';
 import { AppError } from '../errors.js';
+import { openAiType } from '../http/error-handler.js';
 import type { CancelSignal } from './proxy/cancel.js';
 import { ENGINE_CODES, RequestAbortedError } from './proxy/errors.js';
 import { topLevelModelValue } from './rewrite.js';
@@ -389,7 +390,7 @@ export function errorEvent(error: unknown): string {
   const code = error instanceof AppError ? error.code : 'upstream_error';
   const message = error instanceof Error ? error.message : String(error);
   const param = error instanceof AppError ? error.param : null;
-  return `data: ${JSON.stringify({ error: { message, type: status < 500 ? 'invalid_request_error' : 'server_error', param, code } })}\n\n`;
+  return `data: ${JSON.stringify({ error: { message, type: openAiType(status), param, code } })}\n\n`;
 }
 
 /**
@@ -405,7 +406,7 @@ function engineErrorEvent(parsed: unknown): { text: string; status: number; code
   const message =
     typeof inner.message === 'string' ? inner.message : typeof error === 'string' ? error : 'The engine failed while generating the response.';
   const envelope = {
-    error: { message, type: status < 500 ? 'invalid_request_error' : 'server_error', param: typeof inner.param === 'string' ? inner.param : null, code },
+    error: { message, type: openAiType(status), param: typeof inner.param === 'string' ? inner.param : null, code },
   };
   return { text: `data: ${JSON.stringify(envelope)}\n\n`, status, code };
 }

@@ -142,6 +142,13 @@ export class TrainingService {
   async createModel(principal: Principal, body: ModelCreate): Promise<Model> {
     const entity = body.entity ?? principal.entity;
     const entityId = await this.reachableEntity(principal, entity, 'entity');
+    const args = { entityId, project: body.project, name: body.name, baseModel: body.base_model };
+    if (body.return_existing) {
+      // Before the rules on new models: one registered under a name an older release allowed, or on a base model
+      // before TRAINABLE_BASE_MODELS left it out, is still answered (ART asks at every start).
+      const existing = await repo.findModelByName(this.db, { ...(await this.scope(principal)), ...args });
+      if (existing) return modelJson(existing);
+    }
     const allowed = this.deps.config.trainableBaseModels;
     if (allowed.length > 0 && !allowed.includes(body.base_model)) {
       throw new UnprocessableError(
@@ -149,12 +156,6 @@ export class TrainingService {
         ['body', 'base_model'],
         { input: body.base_model, ctx: { allowed: [...allowed] } },
       );
-    }
-    const args = { entityId, project: body.project, name: body.name, baseModel: body.base_model };
-    if (body.return_existing) {
-      // Before the name rule: a model an older release registered under a name it now refuses is still answered.
-      const existing = await repo.findModelByName(this.db, { ...(await this.scope(principal)), ...args });
-      if (existing) return modelJson(existing);
     }
     const misnamed = (['project', 'name'] as const).filter((field) => !NAME_SEGMENT.test(body[field]));
     if (misnamed.length > 0) throw new RequestValidationError(misnamed.map((field) => patternMismatch(['body', field], body[field], NAME_SEGMENT.source)));

@@ -138,6 +138,11 @@ describe('relayStream', () => {
       role + 'data: {"error":{"message":"bad grammar","type":"invalid_request_error","param":"structured_outputs","code":"invalid_request"}}\n\n' + done,
     );
     expect(second.outcome.error).toEqual({ status: 400, code: 'invalid_request' });
+
+    // The type a JSON 429 answer has, too.
+    const limited = 'data: {"error":{"message":"Too many requests","type":"RateLimitError","param":null,"code":429}}\n\n';
+    const third = await relay([role, limited, done]);
+    expect(third.text).toBe(role + 'data: {"error":{"message":"Too many requests","type":"rate_limit_exceeded","param":null,"code":"rate_limit_exceeded"}}\n\n' + done);
   });
 });
 

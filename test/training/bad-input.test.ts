@@ -136,6 +136,15 @@ describe('rules checked after the schema', () => {
     expect(await databaseFingerprint(app)).toEqual(before);
   });
 
+  it('a model registered on a base model TRAINABLE_BASE_MODELS has since left out is still answered with return_existing', async () => {
+    const entityId = (await findEntityIds(app.db, { names: [user.entity] })).get(user.entity)!;
+    const earlier = await createModel(app.db, { entityId, project: 'p', name: 'on-gpt2', baseModel: 'gpt2' });
+    const again = await call(app, user.headers, 'POST', '/v1/preview/models', { project: 'p', name: 'on-gpt2', base_model: 'gpt2', return_existing: true });
+    expect([again.status, again.body]).toMatchObject([200, { id: earlier!.id, base_model: 'gpt2' }]);
+    const without = await call(app, user.headers, 'POST', '/v1/preview/models', { project: 'p', name: 'on-gpt2', base_model: 'gpt2' });
+    expect([without.status, without.body.detail[0].msg]).toEqual([422, `Value error, gpt2 is not a trainable base model on this server; use one of: ${TRAINABLE}, Qwen/Qwen3-30B-A3B-Instruct-2507`]);
+  });
+
   it('a body over the limit is a 413 and nothing is stored', async () => {
     const before = await databaseFingerprint(app);
     const big = { model_id: model.id, trajectory_groups: [{ trajectories: [{ messages_and_choices: [{ role: 'user', content: 'x'.repeat(1_100_000) }] }] }] };
