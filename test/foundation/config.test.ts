@@ -87,4 +87,23 @@ describe('configuration', () => {
     const documented = [...section.matchAll(/^\| `([A-Z_]+)` \|/gm)].map((m) => m[1]);
     expect(documented.sort()).toEqual([...CONFIG_VARIABLES].sort());
   });
+
+  it('takes exactly the numeric range the README table gives each variable', () => {
+    const readme = fs.readFileSync('README.md', 'utf8');
+    const rows = [...readme.matchAll(/^\| `([A-Z_]+)` \| [^|]+ \| ([\d,]+)–([\d,]+) \|/gm)];
+    expect(rows.length).toBe(21);
+    for (const [, name, low, high] of rows) {
+      const [min, max] = [low, high].map((bound) => Number(bound.replaceAll(',', '')));
+      const problems = (value: number) => {
+        try {
+          loadConfig({ [name]: String(value) });
+          return [];
+        } catch (error) {
+          return (error as ConfigError).problems;
+        }
+      };
+      expect([problems(min), problems(max)], name).toEqual([[], []]);
+      expect([problems(min - 1), problems(max + 1)], name).toEqual([[`${name}="${min - 1}": must be at least ${min}`], [`${name}="${max + 1}": must be at most ${max}`]]);
+    }
+  });
 });
