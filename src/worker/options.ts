@@ -64,6 +64,15 @@ export class WorkerUsageError extends Error {
   override name = 'WorkerUsageError';
 }
 
+/** `--command`'s words; a line that does not split (an unterminated quote) is a usage error. */
+function commandWords(line: string): string[] {
+  try {
+    return splitCommandLine(line);
+  } catch (error) {
+    throw new WorkerUsageError(`--command: ${(error as Error).message}`);
+  }
+}
+
 /**
  * Variables the trainer must not inherit: it has no business calling the worker protocol, and the residency
  * offer is the worker's to make (--resident), not something left over in its environment.
@@ -160,7 +169,7 @@ export function loadWorkerOptions(
   if (values.command !== undefined && positionals.length > 0) {
     throw new WorkerUsageError('give the trainer command either with --command or after --, not both');
   }
-  const command = values.command !== undefined ? splitCommandLine(values.command) : positionals;
+  const command = values.command !== undefined ? commandWords(values.command) : positionals;
   if (command.length === 0) throw new WorkerUsageError('--command (or a command after --) is required');
 
   const workDir = path.resolve(f['work-dir']);

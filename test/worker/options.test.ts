@@ -88,6 +88,7 @@ describe('loadWorkerOptions', () => {
     [['--server', 'http://x', '--key', 'k', '--command', 'x', '--concurrency', 'two'], /--concurrency must be a number/],
     [['--server', 'http://x', '--key', 'k', '--command', 'x', '--poll-seconds', '31'], /--poll-seconds must be at most 30/],
     [['--server', 'http://x', '--key', 'k', '--command', 'x', '--bogus'], /Unknown option '--bogus'/],
+    [['--server', 'http://x', '--key', 'k', '--command', "python 'train.py"], /^--command: unterminated ' quote in the command line$/],
     [['--server', 'http://x', '--key', 'k', '--command', 'x', '--resident', 'yes'], /--resident must be on or off/],
     [['--server', 'http://x', '--key', 'k', '--command', 'x', '--release-seconds=-1'], /--release-seconds must be at least 0/],
   ])('refuses %j', (argv, message) => {
