@@ -35,4 +35,4 @@ if ! { [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.lock-stamp" 2>/dev/null)" =
 fi
 [ "${1:-}" = art ] && exit 0
 sh "$root/engine/setup.sh"
-[ -x "$root/trainer/.venv/bin/python" ] || sh "$root/trainer/setup.sh"
+sh "$root/trainer/setup.sh"
