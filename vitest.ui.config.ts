@@ -1,6 +1,6 @@
 import { defineConfig } from 'vitest/config';
 
-/** The browser suite (npm run test:ui): headless Chromium against the built UI. Not part of `npm test`. */
+/** The browser suite (npm run test:ui, one of npm test's suites): headless Chromium against the built UI. */
 export default defineConfig({
   test: {
     include: ['test/ui/**/*.spec.ts'],

@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createModel, findEntityIds } from '../../src/training/repository.js';
 import { createUserWithKey, type TestUser } from '../helpers/app.js';
-import { call, type ScriptedWorker } from '../training/fixtures.js';
+import { call, groupGenerationA, type ScriptedWorker } from '../training/fixtures.js';
 import { openPage, signInContext, startUi, type UiServer, type WatchedPage } from './harness.js';
 import { queueJob, seedTrainedModel, upsertCalls } from './seed.js';
 
@@ -250,6 +250,19 @@ describe('rollouts', () => {
     await w.page.getByRole('alert').getByText('"abc" is not a step: a step is a whole number from 0.').waitFor();
     expect(await w.page.locator('h1').textContent()).toBe('Rollouts, split train');
     expect(asked).toBe(0);
+    w.expectClean();
+    await w.context.close();
+  });
+
+  it('shows the first 500 groups of a step that logged more, and says more were logged', { timeout: 120_000 }, async () => {
+    const many = (await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'agent-many', base_model: 'base-many' })).body;
+    const groups = Array.from({ length: 501 }, (_, i) => groupGenerationA([i / 501]));
+    const logged = await call(server.app, user.headers, 'POST', `/v1/preview/models/${many.id}/log`, { split: 'train', trajectory_groups: groups });
+    expect(logged.status, logged.text).toBe(200);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${many.id}/rollouts?split=train&step=0`);
+    await w.page.getByText('The first 500 groups logged at this step and split (more were logged), 500 trajectories.').waitFor();
+    expect(await w.page.locator('section.group').count()).toBe(500);
     w.expectClean();
     await w.context.close();
   });

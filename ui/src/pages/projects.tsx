@@ -26,6 +26,7 @@ from art.serverless.backend import ServerlessBackend
 
 backend = ServerlessBackend(api_key="ty_…", base_url="${window.location.origin}/v1")
 model = art.TrainableModel(name="agent-001", project="my-project", base_model="Qwen/Qwen3-14B-Instruct")
+# ART 0.5.20 and later also need run_name="agent-001"
 await model.register(backend)`}</pre>
         </div>
       )}

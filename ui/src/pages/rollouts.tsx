@@ -44,17 +44,22 @@ export function parseStep(text: string): number | undefined {
   return step <= MAX_STEP ? step : undefined;
 }
 
+/** The most groups the page reads and shows of one (split, step); one log call may hold 10,000. */
+const MAX_GROUPS = 500;
+
 /** The trajectory groups logged at one (split, step): which groups can teach the model, and what they said. */
 export function RolloutsPage(props: { modelId: string }) {
   const query = location.value.query;
   const split = query.get('split') ?? 'train';
   const stepText = query.get('step') ?? '0';
   const step = parseStep(stepText);
-  const { data, error } = useLoad(`${props.modelId}:${split}:${step}`, () =>
+  const { data: read, error } = useLoad(`${props.modelId}:${split}:${step}`, () =>
     step === undefined
       ? Promise.resolve(undefined)
-      : allPages<StoredGroup>(`${appPath`/v1/preview/models/${props.modelId}/trajectories`}?split=${encodeURIComponent(split)}&step=${step}`, 500),
+      : allPages<StoredGroup>(`${appPath`/v1/preview/models/${props.modelId}/trajectories`}?split=${encodeURIComponent(split)}&step=${step}`, MAX_GROUPS + 1),
   );
+  const data = useMemo(() => read?.slice(0, MAX_GROUPS), [read]);
+  const more = (read?.length ?? 0) > MAX_GROUPS;
   const rewards = useMemo(() => (data ?? []).flatMap((g) => (g.group.trajectories ?? []).map((t) => t.reward ?? 0)), [data]);
   const bins = useMemo(() => histogram(rewards), [rewards]);
   const tallest = Math.max(1, ...bins.map((b) => b.count));
@@ -80,7 +85,8 @@ export function RolloutsPage(props: { modelId: string }) {
       {data && data.length > 0 && (
         <>
           <p>
-            {data.length} groups, {rewards.length} trajectories.
+            {more ? `The first ${MAX_GROUPS} groups logged at this step and split (more were logged), ` : `${data.length} groups, `}
+            {rewards.length} trajectories.
           </p>
           <figure class="histogram" aria-label="Reward histogram">
             <figcaption>Rewards</figcaption>
