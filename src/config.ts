@@ -131,8 +131,13 @@ export interface Config {
   readonly traceFileLimitBytes: number;
   /** The environment, for the backends file's `api_key_env` references. */
   readonly env: Readonly<Record<string, string | undefined>>;
-  /** CLI only: the running server to manage when it holds the embedded database. */
+  /**
+   * CLI only: the running server to manage when it holds the embedded database: TRAINYARD_URL, else the address
+   * that server recorded in DATA_DIR (src/server.ts), else http://HOST:PORT.
+   */
   readonly cliServerUrl: string;
+  /** Whether TRAINYARD_URL set cliServerUrl (else the server's recorded address comes first). */
+  readonly cliServerUrlSet: boolean;
   /** CLI only: the admin key for that server; DATA_DIR/admin-api-key when unset. */
   readonly cliAdminKey: string | undefined;
 }
@@ -203,12 +208,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     traceFileLimitBytes: e.TRACE_FILE_LIMIT_MB,
     env: Object.freeze({ ...env }),
     cliServerUrl: (e.TRAINYARD_URL ?? `http://${localAddress(e.HOST)}:${e.PORT}`).replace(/\/+$/, ''),
+    cliServerUrlSet: e.TRAINYARD_URL !== undefined,
     cliAdminKey: e.TRAINYARD_ADMIN_KEY,
   });
 }
 
 /** Where a local client reaches a server bound to `host` (a wildcard bind is reached on loopback). */
-function localAddress(host: string): string {
+export function localAddress(host: string): string {
   if (host === '0.0.0.0' || host === '::') return '127.0.0.1';
   return host.includes(':') ? `[${host}]` : host;
 }

@@ -1,5 +1,6 @@
 import { buildApp, type App, type AppDeps } from './app.js';
-import type { Config } from './config.js';
+import { localAddress, type Config } from './config.js';
+import { forgetServerUrl, recordServerUrl } from './server-address.js';
 
 export interface RunningServer {
   app: App;
@@ -14,8 +15,14 @@ export interface RunningServer {
 /** Builds the app, creates the first admin on an empty database, and listens. */
 export async function startServer(config: Config, deps: AppDeps = {}): Promise<RunningServer> {
   const app = await buildApp(config, deps);
+  // The embedded database's holder records where it listens, for the CLI (src/server-address.ts).
+  const embedded = app.database.kind === 'pglite' && app.database.dataDir !== undefined;
   let adminKey: RunningServer['adminKey'];
   try {
+    if (embedded) {
+      forgetServerUrl(config.dataDir);
+      app.addHook('onClose', async () => forgetServerUrl(config.dataDir));
+    }
     if (config.bootstrapAdmin) adminKey = await app.auth.bootstrapAdmin(config.dataDir);
     await app.listen({ port: config.port, host: config.host });
   } catch (error) {
@@ -25,6 +32,7 @@ export async function startServer(config: Config, deps: AppDeps = {}): Promise<R
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;
   const host = config.host.includes(':') ? `[${config.host}]` : config.host;
+  if (embedded) recordServerUrl(config.dataDir, `http://${localAddress(config.host)}:${port}`);
   let closing: Promise<void> | undefined;
   return {
     app,

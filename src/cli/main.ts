@@ -8,6 +8,7 @@ import { migrateToLatest, openDatabase, type DatabaseHandle } from '../db/index.
 import { DataDirLockedError, lockHolder } from '../db/lock.js';
 import { compactDatabase } from '../db/maintenance.js';
 import { AppError } from '../errors.js';
+import { recordedServerUrl } from '../server-address.js';
 import { directClient, HttpAdminError, httpBackup, httpClient, type AdminClient } from './admin-client.js';
 
 const USAGE = `Usage: npm run cli -- <command>
@@ -32,8 +33,9 @@ const USAGE = `Usage: npm run cli -- <command>
   keys revoke <key-id>
 
 With DATABASE_URL set the CLI uses that server. Otherwise it opens the embedded database in DATA_DIR,
-or, when a running trainyard holds it, calls that server's admin API (TRAINYARD_URL, default
-http://HOST:PORT, with TRAINYARD_ADMIN_KEY or the key in DATA_DIR/admin-api-key).`;
+or, when a running trainyard holds it, calls that server's admin API (TRAINYARD_URL, by default the
+address that server recorded in DATA_DIR/server-url, else http://HOST:PORT; with TRAINYARD_ADMIN_KEY or
+the key in DATA_DIR/admin-api-key).`;
 
 class UsageError extends Error {}
 /** A command that cannot run in this state (exit 1). */
@@ -82,7 +84,7 @@ async function run(argv: string[], config: Config): Promise<unknown> {
   if (group === 'backup') {
     if (action !== undefined) throw new UsageError(USAGE);
     if (config.databaseUrl) throw new RefusedError("backup copies the embedded database in DATA_DIR; back up a PostgreSQL server with pg_dump or the server's own tools.");
-    if (holder !== undefined) return httpBackup(config.cliServerUrl, adminKey(config));
+    if (holder !== undefined) return httpBackup(serverUrl(config), adminKey(config));
     return onDataDir(config, (database) => backupEmbedded(database, config.backupDir, { adaptersDir: config.adaptersDir, keep: config.backupKeep }));
   }
 
@@ -134,8 +136,13 @@ async function run(argv: string[], config: Config): Promise<unknown> {
         throw new UsageError(USAGE);
     }
   };
-  if (holder !== undefined) return command(httpClient(config.cliServerUrl, adminKey(config)));
+  if (holder !== undefined) return command(httpClient(serverUrl(config), adminKey(config)));
   return withDatabase(config, (auth) => command(directClient(auth)), false);
+}
+
+/** The server holding DATA_DIR: TRAINYARD_URL, else the address it recorded there, else http://HOST:PORT. */
+function serverUrl(config: Config): string {
+  return (config.cliServerUrlSet ? undefined : recordedServerUrl(config.dataDir)) ?? config.cliServerUrl;
 }
 
 /** The database, saying on stderr when opening it completed an interrupted restore (src/db/backup.ts). */

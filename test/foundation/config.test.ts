@@ -16,6 +16,7 @@ describe('configuration', () => {
       shutdownGraceMs: 10_000,
       bootstrapAdmin: true,
       cliServerUrl: 'http://127.0.0.1:8000',
+      cliServerUrlSet: false,
     });
     expect(Object.isFrozen(config)).toBe(true);
   });

@@ -102,8 +102,10 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     expect(await second.exited).toBe(1);
     expect(second.err()).toContain(`trainyard: The data directory ${dataDir} is in use by another trainyard process`);
 
-    // The CLI cannot open the held directory, so it goes through the server's admin API.
-    const cli = start('src/cli/main.ts', ['users', 'create', 'carol'], { TRAINYARD_URL: url });
+    // The CLI cannot open the held directory, so it goes through the server's admin API, at the address the
+    // server recorded there (it took a free port: the CLI's own PORT=0 names none).
+    expect(fs.readFileSync(path.join(dataDir, 'server-url'), 'utf8')).toBe(`${url}\n`);
+    const cli = start('src/cli/main.ts', ['users', 'create', 'carol']);
     expect(await cli.exited).toBe(0);
     expect(JSON.parse(cli.out())).toMatchObject({ username: 'carol', entity: 'carol', is_admin: false });
     const keyCli = start('src/cli/main.ts', ['keys', 'create', 'carol', '--kind', 'worker'], { TRAINYARD_URL: url });
@@ -139,6 +141,7 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     server.child.kill('SIGTERM');
     expect(await server.exited).toBe(0);
     expect(fs.existsSync(path.join(dataDir, 'trainyard.lock'))).toBe(false);
+    expect(fs.existsSync(path.join(dataDir, 'server-url'))).toBe(false);
 
     // Restarted on the same directory: no new admin key, the data is still there.
     const again = start('src/main.ts');
