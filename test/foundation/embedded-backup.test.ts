@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
 import { backupEmbedded, EmbeddedBackups, linkOrCopy, nextBackupDelay, restoreEmbedded } from '../../src/db/backup.js';
 import { createPglite, openDatabase, pgliteDataPath } from '../../src/db/index.js';
@@ -381,6 +381,32 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     const retry = backups.nextDue!.getTime();
     expect(retry).toBeGreaterThanOrEqual(before + 3_600_000);
     expect(retry).toBeLessThanOrEqual(after + 3_600_000);
+  });
+
+  it('waits past the 24.8 days a timer can hold in parts, taking no backup early', { timeout: 60_000 }, async () => {
+    const { app, dataDir } = await appOnDataDir();
+    const year = 8_760 * 3_600_000;
+    const backupsDir = path.join(dataDir, 'backups');
+    const backups = new EmbeddedBackups(app.database, { backupsDir, adaptersDir: path.join(dataDir, 'adapters'), keep: 0, intervalMs: year });
+    cleanups.push(() => backups.stopSchedule());
+    const taken = await backups.take();
+    const longest = 2 ** 31 - 1; // setTimeout fires at once for more
+    const timers = vi.spyOn(globalThis, 'setTimeout');
+    try {
+      await backups.schedule({ info: () => undefined, error: () => undefined });
+      const due = Date.parse(taken.created_at) + year;
+      expect(backups.nextDue?.getTime()).toBe(due);
+      const planned = () => timers.mock.calls.filter(([, delay]) => delay === longest);
+      expect(planned()).toHaveLength(1);
+      // The part ends: the timer's callback finds the backup not yet due and waits another part.
+      (planned()[0][0] as () => void)();
+      await until(() => planned().length === 2);
+      expect(backups.nextDue?.getTime()).toBe(due);
+      await backups.settled();
+      expect(fs.readdirSync(backupsDir)).toEqual([path.basename(taken.path)]);
+    } finally {
+      timers.mockRestore();
+    }
   });
 
   it('schedules the next backup an interval after the newest, at once when that is older or there is none', () => {
