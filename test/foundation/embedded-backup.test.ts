@@ -458,6 +458,15 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     // Refused, it changed nothing.
     expect(fs.readdirSync(dataDir)).toEqual(['pgdata']);
     expect(fs.readdirSync(path.join(dataDir, 'pgdata'))).toEqual(['PG_VERSION']);
+
+    // The adapters go back first: when that fails (ADAPTERS_DIR is a file here), the database stays in place.
+    fs.mkdirSync(path.join(whole, 'adapters', 'some-checkpoint'), { recursive: true });
+    fs.writeFileSync(path.join(whole, 'adapters', 'some-checkpoint', 'adapter_config.json'), '{}');
+    const notADirectory = path.join(backups, 'adapters-file');
+    fs.writeFileSync(notADirectory, '');
+    await expect(restoreEmbedded(whole, { dataDir, adaptersDir: notADirectory })).rejects.toMatchObject({ code: 'ENOTDIR' });
+    expect(fs.readdirSync(dataDir)).toEqual(['pgdata']);
+    expect(fs.readdirSync(path.join(dataDir, 'pgdata'))).toEqual(['PG_VERSION']);
   });
 
   it('answers 409 for a database in memory, which has no files', async () => {
