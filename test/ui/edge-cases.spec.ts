@@ -166,6 +166,23 @@ describe('model page', () => {
     await w.context.close();
   });
 
+  it('lists the newest 200 of a model\'s jobs and says older ones are not listed', { timeout: 120_000 }, async () => {
+    const busy = (await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'agent-busy', base_model: 'base-busy' })).body;
+    for (let i = 0; i < 201; i++) {
+      const job = await call(server.app, user.headers, 'POST', '/v1/preview/training-jobs', { model_id: busy.id, trajectory_groups: [groupGenerationA()] });
+      expect(job.status, job.text).toBe(200);
+    }
+    const newest = await call(server.app, user.headers, 'GET', `/v1/preview/training-jobs?model_id=${busy.id}&limit=1`);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${busy.id}`);
+    await w.page.getByText('The newest 200 jobs; older ones are not listed here.').waitFor();
+    const rows = w.page.getByRole('table', { name: 'Jobs' }).locator('tbody tr');
+    expect(await rows.count()).toBe(200);
+    expect(await rows.first().locator('a').getAttribute('href')).toBe(`/ui/jobs/${newest.body.data[0].id}`);
+    w.expectClean();
+    await w.context.close();
+  });
+
   it('draws an all-zero exception rate on a 0 to 1 axis', async () => {
     const metrics = await call(server.app, user.headers, 'GET', `/v1/preview/models/${model.id}/metrics`);
     expect(metrics.body.data.every((r: any) => r.metrics[`${r.split}/exception_rate`] === 0)).toBe(true);

@@ -61,6 +61,8 @@ function rewardSeries(bySplit: Map<string, MetricRecord[]>): Series[] {
 /** Metric records per request (the route's largest page), and the most the page reads (the newest). */
 const METRIC_PAGE = 10_000;
 const MAX_METRIC_RECORDS = 100_000;
+/** The newest jobs the jobs table lists. */
+const MAX_JOBS = 200;
 
 export function ModelPage(props: { id: string }) {
   const id = props.id;
@@ -71,7 +73,8 @@ export function ModelPage(props: { id: string }) {
   );
   const checkpoints = useCheckpointPages(id);
   const retention = useLoad(`retention:${id}`, () => api<RetentionPolicy>(appPath`/v1/preview/models/${id}/retention`));
-  const jobs = useLoad(`jobs:${id}`, () => allPages<Job>(`/v1/preview/training-jobs?model_id=${encodeURIComponent(id)}`, 200));
+  // One more than shown: whether there are older jobs.
+  const jobs = useLoad(`jobs:${id}`, () => allPages<Job>(`/v1/preview/training-jobs?model_id=${encodeURIComponent(id)}`, MAX_JOBS + 1));
   const [smoothing, setSmoothing] = useState(0);
   const [log, setLog] = useState(false);
 
@@ -181,7 +184,7 @@ export function ModelPage(props: { id: string }) {
             </thead>
             <tbody>
               {/* The API lists a model's jobs newest first. */}
-              {jobs.data.map((j) => (
+              {jobs.data.slice(0, MAX_JOBS).map((j) => (
                 <tr key={j.id}>
                   <td>
                     <Link to={appPath`/jobs/${j.id}`}>{j.id.slice(0, 8)}</Link>
@@ -198,6 +201,9 @@ export function ModelPage(props: { id: string }) {
               ))}
             </tbody>
           </table>
+        )}
+        {jobs.data && jobs.data.length > MAX_JOBS && (
+          <p class="muted">The newest {MAX_JOBS} jobs; older ones are not listed here.</p>
         )}
       </section>
     </main>
