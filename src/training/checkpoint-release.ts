@@ -1,18 +1,24 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import type { FastifyBaseLogger } from 'fastify';
+import { sql } from 'kysely';
 import type { DomainEvents } from '../events.js';
+import { localAdapterPath } from './adapter-files.js';
 import type { DeletedCheckpoint, StoredModel } from './repository.js';
+import type { TrainingDb } from './repository/db.js';
 
 /**
  * What follows a committed checkpoint delete, whoever deleted (a user, the retention policy, the TTL, a
  * model delete): the inference router hears of it and unloads the adapters from its engines, and the
- * files of imported checkpoints, which trainyard stored under its adapters directory, are removed.
- * Trained checkpoints' storage belongs to the workers' side and was recorded in `checkpoint_releases`
- * in the deleting transaction.
+ * files of imported checkpoints, which trainyard stored under its adapters directory, are removed unless
+ * a remaining checkpoint names them (a trainer that took no step may register its base checkpoint's
+ * directory as the new step). Trained checkpoints' storage belongs to the workers' side and was recorded in
+ * `checkpoint_releases` in the deleting transaction.
  */
 export class CheckpointReleaser {
   constructor(
+    private readonly db: TrainingDb,
     private readonly events: DomainEvents,
     /** Where imported adapters live; only paths inside it are ever removed. */
     readonly adaptersDir: string,
@@ -28,9 +34,11 @@ export class CheckpointReleaser {
       steps: deleted.map((c) => c.step),
       uris: deleted.map((c) => c.uri),
     });
+    const stillNamed = await this.stillNamed(deleted.filter((c) => c.source === 'imported').map((c) => path.resolve(c.uri)));
     for (const checkpoint of deleted) {
       if (checkpoint.source !== 'imported') continue;
       const dir = path.resolve(checkpoint.uri);
+      if (stillNamed.has(dir)) continue;
       if (path.dirname(dir) !== this.adaptersDir) {
         this.log.warn({ uri: checkpoint.uri }, 'an imported checkpoint outside the adapters directory was not removed');
         continue;
@@ -39,5 +47,13 @@ export class CheckpointReleaser {
         this.log.warn({ err: error, uri: checkpoint.uri }, 'could not remove an imported checkpoint\'s files');
       });
     }
+  }
+
+  /** Of these directories, the ones a checkpoint still names, as a path or a file:// URI. */
+  private async stillNamed(dirs: readonly string[]): Promise<Set<string>> {
+    if (dirs.length === 0) return new Set();
+    const uris = [...new Set(dirs.flatMap((dir) => [dir, pathToFileURL(dir).href]))];
+    const rows = await this.db.selectFrom('checkpoints').select('uri').where(sql<boolean>`uri = any(${uris}::text[])`).execute();
+    return new Set(rows.map((row) => path.resolve(localAdapterPath(row.uri) ?? row.uri)));
   }
 }

@@ -31,7 +31,7 @@ export const trainingPlugin: FastifyPluginAsyncZod = async (app) => {
     allowHttpUrls: app.config.sftAllowHttpUrls,
     maxHttpBytes: app.config.bodyLimitBytes,
   });
-  const releaser = new CheckpointReleaser(app.events, path.resolve(app.config.adaptersDir), app.log);
+  const releaser = new CheckpointReleaser(db, app.events, path.resolve(app.config.adaptersDir), app.log);
   const service = new TrainingService({ db, config: app.config, releaser, signal, sftData });
   const lifecycle = new LifecycleService({ db, training: service, releaser });
   const workers = new WorkerService({

@@ -30,7 +30,12 @@ let adaptersDir: string;
 beforeAll(async () => {
   engine = await startFakeEngine({ models: [BASE] });
   adaptersDir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-adapters-'));
-  app = await createGatewayApp([backendEntry('main', [engine.url], { models: [BASE] })], { ADAPTERS_DIR: adaptersDir, ADAPTER_ARCHIVE_LIMIT_MB: '1' });
+  app = await createGatewayApp([backendEntry('main', [engine.url], { models: [BASE] })], {
+    ADAPTERS_DIR: adaptersDir,
+    ADAPTER_ARCHIVE_LIMIT_MB: '1',
+    // Workers may register adapters in ADAPTERS_DIR too, as in docker-compose.yml (one /adapters volume).
+    CHECKPOINT_URI_PREFIXES: `s3://,${adaptersDir}/`,
+  });
   ({ owner, other } = await createTenants(app));
 });
 afterAll(async () => {
@@ -182,6 +187,27 @@ describe('importing an adapter', () => {
     const next = await worker.claim(5);
     expect(next!.job.base_checkpoint).toEqual({ id: imported.json().id, step: 2, uri: path.join(adaptersDir, imported.json().id) });
     expect((await worker.complete(next!)).status).toBe(200);
+  });
+});
+
+describe('an imported checkpoint whose directory a later step names', () => {
+  it('keeps its files when it is deleted, for the step that still names them', async () => {
+    const model = await newModel();
+    const imported = await upload(owner, model.base, tarGz(adapterDir()));
+    expect(imported.statusCode, imported.body).toBe(200);
+    const dir = path.join(adaptersDir, imported.json().id);
+    // A trainer that took no step registers its base checkpoint's directory again as the next step.
+    const worker = await ScriptedWorker.create(app, owner, [BASE]);
+    await call(app, owner.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()] });
+    const claimed = (await worker.claim(5))!;
+    expect(claimed.job.base_checkpoint!.uri).toBe(dir);
+    expect((await worker.complete(claimed, {}, dir)).status).toBe(200);
+
+    const deleted = await call(app, owner.headers, 'DELETE', `${model.base}/checkpoints`, { steps: [1] });
+    expect(deleted.body).toMatchObject({ deleted_count: 1 });
+    const exported = await app.inject({ method: 'GET', url: `${model.base}/checkpoints/2/archive`, headers: owner.headers });
+    expect(exported.statusCode, exported.body).toBe(200);
+    expect(fs.readdirSync(dir).sort()).toEqual(['adapter_config.json', 'adapter_model.safetensors']);
   });
 });
 

@@ -270,7 +270,7 @@ describe('paging while checkpoints are deleted', () => {
     const sweep = new LifecycleService({
       db: app.db,
       training: {} as TrainingService,
-      releaser: new CheckpointReleaser(app.events, path.resolve(app.config.adaptersDir), app.log),
+      releaser: new CheckpointReleaser(app.db, app.events, path.resolve(app.config.adaptersDir), app.log),
     });
     await sweep.expireCheckpoints();
     expect(await page(t, `after=${first.id}`)).toEqual(refused(first.id));
@@ -334,7 +334,7 @@ describe('time to live', () => {
     const sweep = new LifecycleService({
       db: app.db,
       training: {} as TrainingService,
-      releaser: new CheckpointReleaser(app.events, path.resolve(app.config.adaptersDir), app.log),
+      releaser: new CheckpointReleaser(app.db, app.events, path.resolve(app.config.adaptersDir), app.log),
       ttlSweepPageSize: 2,
     });
     expect(await sweep.expireCheckpoints()).toBeGreaterThanOrEqual(3);
