@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import type { WorkerEvent } from './schemas.js';
 
 /**
@@ -30,7 +31,23 @@ export function checkpointUriProblem(uri: string, prefixes: readonly string[]): 
   if (!prefixes.some((prefix) => uri.startsWith(prefix))) {
     return `it must start with one of ${prefixes.join(', ')} (CHECKPOINT_URI_PREFIXES)`;
   }
+  if (uri.startsWith('file:') && fileUriPath(uri) === undefined) {
+    return 'a file: URI must name a local path, percent-encoded as pathToFileURL writes it (% as %25, # as %23), with no query or fragment';
+  }
   const segments = uri.replace(/%2e/gi, '.').split(/[/\\]|%2f|%5c/i);
   if (segments.some((segment) => segment === '.' || segment === '..')) return 'it must not contain "." or ".." path segments';
   return null;
+}
+
+/**
+ * The local path a `file:` URI names, or undefined when it names none for sure: another host, a broken
+ * escape, or a `?` or `#`, which would make the rest a query or fragment and name another directory.
+ */
+export function fileUriPath(uri: string): string | undefined {
+  if (uri.includes('?') || uri.includes('#')) return undefined;
+  try {
+    return fileURLToPath(uri);
+  } catch {
+    return undefined;
+  }
 }

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
+import { fileUriPath } from '../../src/training/protocol.js';
 import { createTestApp, createUserWithKey, createWorkerKey, uniqueName, type TestUser } from '../helpers/app.js';
 import { createTenants, databaseFingerprint, expectOtherTenantRefused, jsonRequest as json } from '../helpers/tenants.js';
 import { call, groupGenerationA, ScriptedWorker, staleBody, userWithModel } from './fixtures.js';
@@ -178,6 +179,30 @@ describe('checkpoint URIs', () => {
       expect(reply.body).toEqual(refusal(uri, 'it must not contain "." or ".." path segments'));
     }
     expect(await jobStatus(jobId)).toBe('RUNNING');
+  });
+
+  it('refuses a file: URI that names no local path for sure (a broken escape, a query or fragment, another host)', async () => {
+    const configured = await createTestApp({ CHECKPOINT_URI_PREFIXES: 'file:///adapters/' });
+    try {
+      const user = await createUserWithKey(configured);
+      const { model } = await userWithModel(configured, user);
+      await call(configured, user.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()] });
+      const worker = await ScriptedWorker.create(configured, user, [model.base_model]);
+      const claimed = (await worker.claim())!;
+      const complete = (uri: string) =>
+        worker.call('POST', `/v1/workers/jobs/${claimed.job.id}/complete`, { lease_token: claimed.lease.token, checkpoint: { uri, metrics: {} } });
+      const why = 'a file: URI must name a local path, percent-encoded as pathToFileURL writes it (% as %25, # as %23), with no query or fragment';
+      for (const uri of ['file:///adapters/run-100%/step-1', 'file:///adapters/run#2/step-1', 'file:///adapters/m?v=1', 'file:///adapters/a%2Fb']) {
+        const reply = await complete(uri);
+        expect([reply.status, reply.body], uri).toEqual([422, refusal(uri, why)]);
+      }
+      // As pathToFileURL writes /adapters/run-100%/step#2: registered, and exports read that path.
+      const encoded = 'file:///adapters/run-100%25/step%232';
+      expect(fileUriPath(encoded)).toBe('/adapters/run-100%/step#2');
+      expect((await complete(encoded)).body).toMatchObject({ checkpoint: { uri: encoded } });
+    } finally {
+      await configured.close();
+    }
   });
 
   it('allows the prefixes the operator configures, and only those', async () => {
