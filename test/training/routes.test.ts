@@ -74,6 +74,13 @@ describe('models', () => {
       expect(items.map((m) => m.id)).toEqual(ids);
     }
     expect((await get('/v1/preview/models?project=listed', owner)).body.data).toHaveLength(5);
+    // A model deleted between two pages: the listing goes on after it.
+    const firstPage = (await get('/v1/preview/models?project=listed&limit=2', owner)).body;
+    expect((await call(app, owner.headers, 'DELETE', `/v1/preview/models/${firstPage.last_id}`)).status).toBe(200);
+    const next = await get(`/v1/preview/models?project=listed&limit=2&after=${firstPage.last_id}`, owner);
+    expect([next.status, next.body.data.map((m: { id: string }) => m.id)]).toEqual([200, ids.slice(2, 4)]);
+    // Another tenant's model, deleted or not, is no cursor.
+    expect((await get(`/v1/preview/models?after=${firstPage.last_id}`)).status).toBe(422);
     const unknown = crypto.randomUUID();
     expect(await get(`/v1/preview/models?after=${unknown}`, owner)).toMatchObject({
       status: 422,

@@ -89,8 +89,9 @@ export async function findModelByName(
 }
 
 /**
- * Models in creation order. `after` is a model id from an earlier page; undefined is returned when it is
- * not one the caller can see, for the service to answer 422.
+ * Models in creation order. `after` is a model id from an earlier page, deleted since or not (a listing goes
+ * on past a model deleted meanwhile); undefined is returned when it is no model of the caller's entities, for
+ * the service to answer 422.
  */
 export async function listModels(
   db: TrainingDb,
@@ -99,7 +100,9 @@ export async function listModels(
   if (args.entityIds.length === 0) return args.after === undefined ? toPage([], args.limit) : undefined;
   let query = liveModels(db, args);
   if (args.after !== undefined) {
-    const cursor = await findModel(db, { entityIds: args.entityIds, modelId: args.after });
+    const cursor =
+      isUuid(args.after) &&
+      (await db.selectFrom('models').select('id').where('id', '=', args.after).where('entity_id', 'in', [...args.entityIds]).executeTakeFirst());
     if (!cursor) return undefined;
     // Compared in SQL: timestamptz keeps microseconds that a JS Date would drop.
     query = query.where(sql<boolean>`(m.created_at, m.id) > (select created_at, id from models where id = ${cursor.id})`);
