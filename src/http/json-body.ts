@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import secureJson from 'secure-json-parse';
-import { NUL_DETAIL, RequestValidationError } from './validation.js';
+import { UNSTORABLE_CHARACTER } from '../db/refusals.js';
+import { LONE_SURROGATE_DETAIL, NUL_DETAIL, RequestValidationError } from './validation.js';
 
 /** `\u005x`, `\u006x`, `\u007x`: the escapes secure-json-parse looks for in `__proto__` and `constructor` keys. */
 const ESCAPED_KEY_LETTER = /\\u00[5-7]/;
@@ -41,31 +42,43 @@ export function parseJsonBody(text: string, options: { rejectNul?: boolean; plai
       { type: 'json_invalid', loc: ['body', position], msg: 'JSON decode error', input: {}, ctx: { error: message } },
     ]);
   }
-  // PostgreSQL text and JSONB cannot hold U+0000. The raw-text test is a native scan; only a body that
-  // has the escape somewhere is walked to find the string (it may be an escaped backslash instead).
+  // PostgreSQL text and JSONB cannot hold U+0000, nor a UTF-16 surrogate without its pair (the driver would
+  // store U+FFFD in its place, or jsonb refuse it). Both reach a string only as a `\u` escape: the raw-text
+  // tests are native scans, and only a body that has such an escape is walked to find the string (the escape
+  // may be an escaped backslash's instead).
   if (options.rejectNul && text.includes('\\u0000')) {
-    const loc = nulPath(value, ['body']);
+    const loc = pathOf(value, ['body'], (s) => s.includes('\u0000'));
     if (loc) {
       throw new RequestValidationError([{ type: NUL_DETAIL.type, loc, msg: NUL_DETAIL.msg, input: null, ctx: NUL_DETAIL.ctx }]);
+    }
+  }
+  if (options.rejectNul && SURROGATE_ESCAPE.test(text)) {
+    const loc = pathOf(value, ['body'], (s) => UNSTORABLE_CHARACTER.test(s));
+    if (loc) {
+      const detail = LONE_SURROGATE_DETAIL;
+      throw new RequestValidationError([{ type: detail.type, loc, msg: detail.msg, input: null, ctx: detail.ctx }]);
     }
   }
   return value;
 }
 
-/** The location of the first string (or key) holding U+0000, or undefined. */
-function nulPath(value: unknown, path: (string | number)[]): (string | number)[] | undefined {
-  if (typeof value === 'string') return value.includes('\u0000') ? path : undefined;
+/** A `\uD800`-`\uDFFF` escape, in either case. */
+const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/;
+
+/** The location of the first string (or key) that `bad` holds true of, or undefined. */
+function pathOf(value: unknown, path: (string | number)[], bad: (text: string) => boolean): (string | number)[] | undefined {
+  if (typeof value === 'string') return bad(value) ? path : undefined;
   if (value === null || typeof value !== 'object') return undefined;
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) {
-      const found = nulPath(value[i], [...path, i]);
+      const found = pathOf(value[i], [...path, i], bad);
       if (found) return found;
     }
     return undefined;
   }
   for (const [key, item] of Object.entries(value)) {
-    if (key.includes('\u0000')) return [...path, key];
-    const found = nulPath(item, [...path, key]);
+    if (bad(key)) return [...path, key];
+    const found = pathOf(item, [...path, key], bad);
     if (found) return found;
   }
   return undefined;
@@ -73,7 +86,8 @@ function nulPath(value: unknown, path: (string | number)[]): (string | number)[]
 
 /**
  * Replaces Fastify's JSON parser in this plugin scope (and its children). `rejectNul` answers strings
- * holding U+0000 with a 422 naming the field, for routes that store what they are sent.
+ * holding U+0000 or a lone UTF-16 surrogate with a 422 naming the field, for routes that store what they
+ * are sent.
  */
 export function registerJsonBodyParser(app: FastifyInstance, options: { rejectNul?: boolean } = {}): void {
   if (app.hasContentTypeParser('application/json')) app.removeContentTypeParser('application/json');

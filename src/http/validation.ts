@@ -24,6 +24,13 @@ export const NUL_DETAIL = {
   ctx: { error: 'PostgreSQL cannot store U+0000 in text' },
 } as const;
 
+/** pydantic's detail for text that is not Unicode: here a UTF-16 surrogate without its pair, sent as a `\u` escape. */
+export const LONE_SURROGATE_DETAIL = {
+  type: 'string_unicode',
+  msg: 'Input should be a valid string, unable to parse raw data as a unicode string',
+  ctx: { error: 'a UTF-16 surrogate escape without its pair is not Unicode text, and PostgreSQL cannot store it' },
+} as const;
+
 /** A string without U+0000, reported as `string_nul` like a NUL found in a JSON body. */
 export function textWithoutNul() {
   return z

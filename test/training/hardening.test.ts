@@ -75,6 +75,30 @@ describe('NUL characters', () => {
     expect(await databaseFingerprint(app)).toEqual(before);
   });
 
+  it('and lone UTF-16 surrogates in a body are a 422 naming the field, where they were stored as U+FFFD or refused unnamed', async () => {
+    const { model } = await userWithModel(app, user);
+    const before = await databaseFingerprint(app);
+    const unicode = (loc: (string | number)[]) => ({
+      detail: [
+        {
+          type: 'string_unicode',
+          loc,
+          msg: 'Input should be a valid string, unable to parse raw data as a unicode string',
+          input: null,
+          ctx: { error: 'a UTF-16 surrogate escape without its pair is not Unicode text, and PostgreSQL cannot store it' },
+        },
+      ],
+    });
+    expect((await post('/v1/preview/models', { project: 'p', name: 'sur', base_model: 'Qwen\ud800' })).body).toEqual(unicode(['body', 'base_model']));
+    expect((await post(`/v1/preview/models/${model.id}/log`, { split: 'v\udc00', trajectory_groups: [] })).body).toEqual(unicode(['body', 'split']));
+    const keyed = await post('/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [{ metadata: { 'k\ud83d': 1 } }] });
+    expect([keyed.status, keyed.body]).toEqual([422, unicode(['body', 'trajectory_groups', 0, 'metadata', 'k\ud83d'])]);
+    expect(await databaseFingerprint(app)).toEqual(before);
+    // A pair is Unicode text: stored as sent.
+    const paired = await post('/v1/preview/models', { project: 'p', name: 'pair', base_model: 'Qwen \ud83d\ude00' });
+    expect([paired.status, paired.body.base_model]).toEqual([200, 'Qwen \ud83d\ude00']);
+  });
+
   it('in a query string are a 422 naming the field', async () => {
     const { model } = await userWithModel(app, user);
     expect(await get('/v1/preview/models?project=p%00')).toEqual({ status: 422, body: nulInQuery('project', 'p\u0000'), text: expect.any(String) });
