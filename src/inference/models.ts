@@ -39,7 +39,8 @@ function card(id: string, created: number, ownedBy: string, root: string, parent
  */
 export async function listModels(db: Kysely<Database>, registry: BackendRegistry, principal: Principal): Promise<ModelList> {
   const [served, checkpoints] = await Promise.all([registry.list(), listCheckpoints(db, { entities: [...principal.entities] })]);
-  const data: Model[] = served.map((m) => card(m.id, m.created, m.backend.backend.name, m.root, null, m.maxModelLen));
+  // `owned_by` is vLLM's own value for base models: the backend's name is the operator's, not the tenant's.
+  const data: Model[] = served.map((m) => card(m.id, m.created, 'vllm', m.root, null, m.maxModelLen));
   const contextOf = new Map(served.map((m) => [m.id, m.maxModelLen]));
   let previous = '';
   for (const row of checkpoints) {

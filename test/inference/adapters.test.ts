@@ -124,7 +124,7 @@ describe('adapter load failures', () => {
     expect(error).toMatchObject({
       statusCode: 502,
       code: 'adapter_load_failed',
-      message: `The engine failed while loading the weights of checkpoint ${adapter.name}: other side closed`,
+      message: `The engine failed while loading the weights of checkpoint ${adapter.name}: UND_ERR_SOCKET`,
       detail: `replica ${e.url} of backend test-backend failed while loading adapter ${adapter.name} from ${adapter.path}: other side closed`,
     });
     // Forgotten: the next request loads it.

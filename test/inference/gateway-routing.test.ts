@@ -201,6 +201,21 @@ describe('trained checkpoints', () => {
   });
 });
 
+describe('an engine that answers 404 for a checkpoint even after the reload', () => {
+  it('says so with the checkpoint\'s name, not the engine\'s name for its adapter', async () => {
+    const name = `${owner.entity}/proj/agent:step1`;
+    const adapter = await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'agent', step: 1 });
+    expect(adapter).toMatch(/@[0-9a-f]{12}$/);
+    // vLLM's wording names the model it was sent: the first answer and the one after the reload.
+    engine.setBehaviour({ kind: 'status', status: 404, message: `The model \`${adapter}\` does not exist.` }, 2);
+    const response = await post(owner, chat(name));
+    expect([response.statusCode, response.json()]).toEqual([
+      404,
+      { error: { message: `The model \`${name}\` does not exist.`, type: 'invalid_request_error', param: null, code: 'model_not_found' } },
+    ]);
+  });
+});
+
 describe('the model list', () => {
   it('holds the served base models (with the engine\'s max_model_len) and the caller\'s trained models and checkpoints, parented by their base', async () => {
     const response = await app.inject({ method: 'GET', url: '/v1/models', headers: owner.headers });

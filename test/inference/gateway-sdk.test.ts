@@ -74,7 +74,7 @@ describe('the openai SDK against the gateway', () => {
       id: 'fake/base-model',
       object: 'model',
       created: expect.any(Number),
-      owned_by: 'local',
+      owned_by: 'vllm',
       root: 'fake/base-model',
       parent: null,
       max_model_len: 4096,

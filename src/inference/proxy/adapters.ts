@@ -1,5 +1,5 @@
 import type { CancelSignal } from './cancel.js';
-import { engineErrorDetails, EngineFault, RequestAbortedError, upstreamUnauthorized } from './errors.js';
+import { engineErrorDetails, EngineFault, failureCode, RequestAbortedError, upstreamUnauthorized } from './errors.js';
 import { isConnectError, isTimeoutError, type Replica } from './replica.js';
 
 export interface AdapterSpec {
@@ -157,7 +157,7 @@ export class AdapterLoader {
       throw new EngineFault(
         502,
         'adapter_load_failed',
-        `The engine failed while loading the weights of checkpoint ${checkpoint}: ${reason}`,
+        `The engine failed while loading the weights of checkpoint ${checkpoint}: ${failureCode(error)}`,
         `${what} failed while loading adapter ${adapter.name} from ${adapter.path}: ${reason}`,
       );
     }

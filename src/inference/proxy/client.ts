@@ -10,6 +10,7 @@ import {
   engineErrorDetails,
   EngineFault,
   RequestAbortedError,
+  failureCode,
   StreamInterruptedError,
   UNREACHABLE_RETRY_AFTER_MS,
   upstreamUnauthorized,
@@ -206,13 +207,17 @@ export class BackendClient {
     try {
       return await this.exchange(replica, request, deadline);
     } catch (error) {
-      if (!(error instanceof EngineError && error.statusCode === 404)) throw error;
+      if (!(error instanceof EngineError && error.statusCode === 404)) throw withCheckpointName(error, adapter.name);
       // The engine no longer has the adapter (it restarted, or another process unloaded it): load it
       // again on this replica and send once more. Only the load this request waited on is forgotten, so
       // the requests that met the same restart share one reload instead of each dropping the last one.
       this.adapters.forget(replica, adapter.name, load);
       await this.waitForLoad(replica, this.adapters.ensureLoaded(replica, adapter), request.signal);
-      return this.exchange(replica, request, deadline);
+      try {
+        return await this.exchange(replica, request, deadline);
+      } catch (again) {
+        throw withCheckpointName(again, adapter.name);
+      }
     }
   }
 
@@ -268,7 +273,7 @@ export class BackendClient {
     if (clientLeft) return new RequestAbortedError();
     if (isConnectError(error)) return new RetryableFailure(this.unreachable(replica, error));
     const reason = (error as Error).message;
-    return new EngineFault(502, 'upstream_error', `The engine failed before answering: ${reason}`, `replica ${replica.url} of backend ${this.backend.name} failed: ${reason}`, { cause: error });
+    return new EngineFault(502, 'upstream_error', `The engine failed before answering: ${failureCode(error)}`, `replica ${replica.url} of backend ${this.backend.name} failed: ${reason}`, { cause: error });
   }
 
   /** @internal A failure after the first byte, as the body's reader is told it. */
@@ -283,7 +288,7 @@ export class BackendClient {
     if (clientLeft) return new RequestAbortedError();
     const reason = (error as Error).message;
     return new StreamInterruptedError(
-      `The engine broke off mid-response: ${reason}`,
+      `The engine broke off mid-response: ${failureCode(error)}`,
       `replica ${replica.url} of backend ${this.backend.name} broke off mid-response: ${reason}`,
       { timeout: false, cause: error },
     );
@@ -629,4 +634,15 @@ class Exchange implements BodySource, UpstreamResponse {
     this.target.outstanding--;
     if (!this.judged) this.target.breaker.onAbandon();
   }
+}
+
+/**
+ * An engine's 4xx message names the model it was sent, which for a checkpoint is the adapter's engine name
+ * (`entity/project/name:stepN@<hash>`): the client reads the checkpoint's own name in its place.
+ */
+function withCheckpointName(error: unknown, adapterName: string): unknown {
+  if (error instanceof EngineError && error.message.includes(adapterName)) {
+    error.message = error.message.split(adapterName).join(adapterName.replace(/@[0-9a-f]+$/, ''));
+  }
+  return error;
 }
