@@ -22,8 +22,22 @@ import {
 /** The server no longer honours this lease (swept after a missed heartbeat, or the job was reclaimed). */
 export class LeaseLostError extends Error {
   override name = 'LeaseLostError';
-  constructor(readonly jobId: string) {
-    super(`the lease on job ${jobId} is no longer valid (409)`);
+  constructor(
+    readonly jobId: string,
+    /** The server ended the job CANCELED: no attempt of it runs again (complete answers so after a cancel). */
+    readonly canceled = false,
+  ) {
+    super(canceled ? `job ${jobId} was canceled; no checkpoint was registered (409)` : `the lease on job ${jobId} is no longer valid (409)`);
+  }
+}
+
+/** Whether a 409's body is the server's answer to a complete after a cancel (src/training/worker-service.ts). */
+function canceledAnswer(text: string): boolean {
+  try {
+    const detail = (JSON.parse(text) as { detail?: unknown }).detail;
+    return typeof detail === 'string' && detail.endsWith(' was canceled; no checkpoint was registered.');
+  } catch {
+    return false;
   }
 }
 
@@ -266,7 +280,7 @@ export class WorkerClient {
     const status = response.statusCode;
     if (status >= 200 && status < 300) return;
     const text = await response.body.text().catch(() => '');
-    if (status === 409 && jobId !== undefined) throw new LeaseLostError(jobId);
+    if (status === 409 && jobId !== undefined) throw new LeaseLostError(jobId, canceledAnswer(text));
     if (status === 408 || status === 429 || status >= 500) {
       throw new TransientError(`HTTP ${status}: ${text.slice(0, 500)}`, retryAfterMs(response.headers['retry-after']));
     }

@@ -186,6 +186,8 @@ export class JobRun {
       return parsed?.kind === 'job_end' && parsed.specPath === specPath ? parsed : undefined;
     };
 
+    // Whether the trainer has printed an event or a checkpoint for this job.
+    let spoke = false;
     const handlers: TrainerHandlers = {
       onStdoutLine: (line) => {
         const parsed = parseTrainerLine(line);
@@ -206,6 +208,7 @@ export class JobRun {
           else trainerLog.info({ stream: 'stdout' }, line);
           return;
         }
+        spoke = true;
         if (parsed.dropped.length) trainerLog.warn({ dropped: parsed.dropped }, 'values the server would refuse (not finite numbers, or past its bounds) were dropped');
         if (parsed.kind === 'checkpoint') {
           checkpoint = parsed.checkpoint;
@@ -225,13 +228,8 @@ export class JobRun {
       },
       onLongLine: warnLongLine(trainerLog),
     };
-    let trainer = this.resident?.take();
-    if (trainer) {
-      trainer.attach(handlers);
-      trainer.startJob(specPath);
-      this.log.info({ pid: trainer.pid }, 'job handed to the resident trainer');
-    } else {
-      trainer = new TrainerProcess({
+    const startProcess = () => {
+      const started = new TrainerProcess({
         command: this.settings.command,
         specPath,
         env: this.settings.trainerEnv,
@@ -239,7 +237,17 @@ export class JobRun {
         groupGraceMs: this.settings.cancelGraceMs,
         ...handlers,
       });
-      this.log.info({ pid: trainer.pid, command: this.settings.command }, 'trainer started');
+      this.log.info({ pid: started.pid, command: this.settings.command }, 'trainer started');
+      return started;
+    };
+    let trainer = this.resident?.take();
+    const handed = trainer !== undefined;
+    if (trainer) {
+      trainer.attach(handlers);
+      trainer.startJob(specPath);
+      this.log.info({ pid: trainer.pid }, 'job handed to the resident trainer');
+    } else {
+      trainer = startProcess();
     }
 
     const stopped = new Promise<'stopped'>((resolve) => {
@@ -248,6 +256,13 @@ export class JobRun {
     });
     const ended = jobEnded.then((exit) => ({ ...exit, resident: true }));
     let exit: (TrainerExit & { resident?: boolean }) | 'stopped' = await Promise.race([trainer.exited, ended, stopped]);
+    if (handed && exit !== 'stopped' && !exit.resident && !spoke) {
+      // The resident process was on its way out (it exited between jobs, just after this one was handed to
+      // it): it never took the job, so the job runs in a process of its own, as if none had been resident.
+      this.log.warn({ code: exit.code, signal: exit.signal }, 'the resident trainer exited before it took the job; starting a new one');
+      trainer = startProcess();
+      exit = await Promise.race([trainer.exited, ended, stopped]);
+    }
     clearTimeout(stderrWait);
     if (exit === 'stopped') {
       // A resident trainer is stopped like any other: its next job starts a new process.
@@ -305,6 +320,12 @@ export class JobRun {
       // A refused checkpoint (a URI outside the server's CHECKPOINT_URI_PREFIXES, say) is refused again on
       // every attempt: fail the job for good rather than let the lease lapse into a retry.
       if (!sent.ok && sent.refused) return this.reportFailure(`the server refused the checkpoint ${checkpoint.uri}: ${sent.reason}`, false);
+      // Canceled while the trainer was finishing: the server ended the job without a checkpoint, and no
+      // attempt of it runs again, so what the trainer wrote is no one's (run() removes it).
+      if (!sent.ok && sent.canceled) {
+        this.log.info('job canceled while its trainer was finishing; the checkpoint was not registered');
+        return { status: 'canceled' };
+      }
       if (!sent.ok) return unreported(sent.reason);
       const registered = sent.value.checkpoint;
       this.log.info({ checkpoint_id: registered.id, step: registered.step, uri: checkpoint.uri }, 'job completed');
@@ -340,11 +361,11 @@ export class JobRun {
 
   /**
    * A report call. Not ok when it could not be made: the lease is gone (409; a job canceled while its
-   * trainer was finishing answers complete this way too), or the server stayed away past the retries, in
-   * which case the server's lease sweep ends the attempt as a retryable failure. `refused`: the server
-   * answered a 4xx that retrying cannot change.
+   * trainer was finishing answers complete this way too, and `canceled` says so), or the server stayed away
+   * past the retries, in which case the server's lease sweep ends the attempt as a retryable failure.
+   * `refused`: the server answered a 4xx that retrying cannot change.
    */
-  private async send<T>(call: () => Promise<T>): Promise<{ ok: true; value: T } | { ok: false; reason: string; refused: boolean }> {
+  private async send<T>(call: () => Promise<T>): Promise<{ ok: true; value: T } | { ok: false; reason: string; refused: boolean; canceled: boolean }> {
     try {
       return { ok: true, value: await call() };
     } catch (error) {
@@ -358,7 +379,7 @@ export class JobRun {
       } else {
         this.log.error({ err: reason }, 'could not report the job; its lease will lapse');
       }
-      return { ok: false, reason, refused };
+      return { ok: false, reason, refused, canceled: error instanceof LeaseLostError && error.canceled };
     }
   }
 

@@ -212,7 +212,8 @@ export class Worker {
         continue;
       }
       const job = new JobRun(claim, this.client, this.settings, this.logger, resident);
-      for (const directory of job.checkpointDirectories) this.inUse.add(directory);
+      // Only a storage sweep reads (and clears) the set: without sweeps it would only grow.
+      if (this.settings.releaseMs > 0) for (const directory of job.checkpointDirectories) this.inUse.add(directory);
       // A claim answered just as draining began: start it only to hand it back at once.
       if (this.draining) job.interrupt();
       this.running.add(job);

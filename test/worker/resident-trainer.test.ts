@@ -106,6 +106,25 @@ describe('a resident trainer', () => {
     }
   });
 
+  it('that exits between jobs, just after the next was handed to it, has that job run in a new process', async () => {
+    const tenant = await createTenant(app);
+    const jobs = [await createJob(app, tenant), await createJob(app, tenant)];
+    const { worker, outcomes, done } = startWorker(baseUrl, tenant, {
+      trainerEnv: { PATH: process.env.PATH, TRAINER_FIXTURE_LOG: tenant.fixtureLog, TRAINER_FIXTURE_RESIDENT: '1', TRAINER_FIXTURE_EXIT_AFTER_JOB_MS: '1500' },
+    });
+    try {
+      for (const { jobId } of jobs) expect(await completed(tenant, jobId)).toMatchObject({ status: 'COMPLETED', attempt: 1 });
+      const runs = fixtureRuns(tenant);
+      expect(runs.map((run) => run.jobId)).toEqual(jobs.map((job) => job.jobId));
+      expect(runs[0].pid).not.toBe(runs[1].pid);
+      await waitFor(() => jobs.every(({ jobId }) => outcomes.has(jobId)));
+      expect(outcomes.get(jobs[1].jobId)).toMatchObject({ status: 'completed', step: 1 });
+    } finally {
+      worker.drain();
+      await done;
+    }
+  });
+
   it('is stopped when its job is canceled, and the next job starts a new process', async () => {
     const tenant = await createTenant(app);
     const { worker, outcomes, done } = startResidentWorker(tenant, { heartbeatMs: 200 });

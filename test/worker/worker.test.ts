@@ -165,6 +165,25 @@ describe('the worker runtime against the server', () => {
     }
   });
 
+  it('removes the output of a trainer that finished after a cancel its heartbeats had not yet seen', async () => {
+    const tenant = await createTenant(app);
+    const { modelId, jobId } = await createJob(app, tenant, { fixture_step_ms: 300 });
+    // No heartbeat before the trainer ends: the cancel reaches the worker as complete's 409.
+    const { worker, outcomes, done, settings } = startWorker(baseUrl, tenant, { heartbeatMs: 4_000 });
+    try {
+      await waitFor(async () => (await listEvents(app, tenant, jobId)).some((e) => e.type === 'training_started'));
+      expect(await cancelJob(app, tenant, jobId)).toMatchObject({ status: 'RUNNING', cancel_requested: true });
+      await waitFor(() => outcomes.has(jobId));
+      expect(outcomes.get(jobId)).toEqual({ status: 'canceled' });
+      expect((await waitForStatus(app, tenant, jobId, ['CANCELED', 'FAILED', 'COMPLETED'])).status).toBe('CANCELED');
+      expect(await listCheckpoints(app, tenant, modelId)).toEqual([]);
+      expect(fs.existsSync(path.join(settings.outputDir, modelId))).toBe(false);
+    } finally {
+      worker.drain();
+      await done;
+    }
+  });
+
   it('kills a trainer that ignores SIGTERM after the cancel grace period', async () => {
     const tenant = await createTenant(app);
     const { jobId } = await createJob(app, tenant, { fixture_mode: 'stubborn' });
