@@ -78,6 +78,8 @@ export class JobRun {
   private readonly log: Logger;
   private stopReason: StopReason | undefined;
   private leaseLost = false;
+  /** The stopping of a trainer let go after a job_end with another exit code (run() waits for it). */
+  private releasing: Promise<TrainerExit> | undefined;
   private readonly stopping = new AbortController();
   private leaseExpiresAt: string;
 
@@ -104,6 +106,11 @@ export class JobRun {
 
   async run(): Promise<JobOutcome> {
     const outcome = await this.attempt(this.paths);
+    // A trainer let go after its job_end holds its devices until it is gone: the slot's next job waits for it.
+    if (this.releasing) {
+      const exit = await this.releasing;
+      this.log.info({ code: exit.code, signal: exit.signal }, 'the trainer let go after the job is gone');
+    }
     // The server ended the attempt without a checkpoint: what the trainer wrote is no adapter of anyone's
     // (a later attempt starts its directory afresh anyway). Unreported attempts keep theirs: the server may
     // have registered it.
@@ -276,8 +283,9 @@ export class JobRun {
       this.resident.keep(trainer, { base_model: model.base_model, model_id: exit.code === 0 ? model.id : null });
     } else if (exit.resident) {
       // A job_end with another code, or one this worker cannot keep: the process is not trusted with another job.
+      // The job is reported at once; run() waits for the process to be gone before the slot claims its next.
       this.log.info({ code: exit.code }, 'trainer finished the job; stopping it');
-      void trainer.release(this.settings.cancelGraceMs);
+      this.releasing = trainer.release(this.settings.cancelGraceMs);
     } else {
       this.log.info({ code: exit.code, signal: exit.signal }, 'trainer exited');
     }

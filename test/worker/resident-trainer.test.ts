@@ -125,6 +125,26 @@ describe('a resident trainer', () => {
     }
   });
 
+  it('ending a job with another exit code is gone before the slot\'s next job starts', async () => {
+    const tenant = await createTenant(app);
+    const { jobId } = await createJob(app, tenant);
+    const { worker, done } = startWorker(baseUrl, tenant, {
+      cancelGraceMs: 500,
+      trainerEnv: { PATH: process.env.PATH, TRAINER_FIXTURE_LOG: tenant.fixtureLog, TRAINER_FIXTURE_RESIDENT: '1', TRAINER_FIXTURE_JOB_END_CODE: '1', TRAINER_FIXTURE_LINGER: '1' },
+    });
+    try {
+      // Attempt 1 ends with job_end 1 (retryable), and the process lingers until SIGKILL; attempt 2 runs next.
+      await waitFor(() => fixtureRuns(tenant).length === 2, 20_000);
+      const [first, second] = fixtureRuns(tenant);
+      expect([first.attempt, second.attempt]).toEqual([1, 2]);
+      expect(isAlive(first.pid)).toBe(false);
+      expect((await completed(tenant, jobId)).status).toBe('FAILED');
+    } finally {
+      worker.drain();
+      await done;
+    }
+  });
+
   it('is stopped when its job is canceled, and the next job starts a new process', async () => {
     const tenant = await createTenant(app);
     const { worker, outcomes, done } = startResidentWorker(tenant, { heartbeatMs: 200 });
