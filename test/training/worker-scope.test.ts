@@ -4,7 +4,7 @@ import { loadConfig } from '../../src/config.js';
 import { fileUriPath } from '../../src/training/protocol.js';
 import { createTestApp, createUserWithKey, createWorkerKey, uniqueName, type TestUser } from '../helpers/app.js';
 import { createTenants, databaseFingerprint, expectOtherTenantRefused, jsonRequest as json } from '../helpers/tenants.js';
-import { call, groupGenerationA, ScriptedWorker, staleBody, userWithModel } from './fixtures.js';
+import { call, groupGenerationA, ScriptedWorker, staleBody, userWithModel, type Reply } from './fixtures.js';
 
 /** Worker keys reach only the jobs of their user's entities; an admin's worker key is the operator pool. */
 
@@ -181,16 +181,20 @@ describe('checkpoint URIs', () => {
     expect(await jobStatus(jobId)).toBe('RUNNING');
   });
 
+  /** A job of a new user's model claimed on `configured`, and a function that completes it with a checkpoint URI. */
+  async function completeOfClaimedJob(configured: App): Promise<(uri: string) => Promise<Reply>> {
+    const user = await createUserWithKey(configured);
+    const { model } = await userWithModel(configured, user);
+    await call(configured, user.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()] });
+    const worker = await ScriptedWorker.create(configured, user, [model.base_model]);
+    const claimed = (await worker.claim())!;
+    return (uri) => worker.call('POST', `/v1/workers/jobs/${claimed.job.id}/complete`, { lease_token: claimed.lease.token, checkpoint: { uri, metrics: {} } });
+  }
+
   it('refuses a file: URI that names no local path for sure (a broken escape, a query or fragment, another host)', async () => {
     const configured = await createTestApp({ CHECKPOINT_URI_PREFIXES: 'file:///adapters/' });
     try {
-      const user = await createUserWithKey(configured);
-      const { model } = await userWithModel(configured, user);
-      await call(configured, user.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()] });
-      const worker = await ScriptedWorker.create(configured, user, [model.base_model]);
-      const claimed = (await worker.claim())!;
-      const complete = (uri: string) =>
-        worker.call('POST', `/v1/workers/jobs/${claimed.job.id}/complete`, { lease_token: claimed.lease.token, checkpoint: { uri, metrics: {} } });
+      const complete = await completeOfClaimedJob(configured);
       const why = 'a file: URI must name a local path, percent-encoded as pathToFileURL writes it (% as %25, # as %23), with no query or fragment';
       for (const uri of ['file:///adapters/run-100%/step-1', 'file:///adapters/run#2/step-1', 'file:///adapters/m?v=1', 'file:///adapters/a%2Fb']) {
         const reply = await complete(uri);
@@ -208,13 +212,7 @@ describe('checkpoint URIs', () => {
   it('allows the prefixes the operator configures, and only those', async () => {
     const configured = await createTestApp({ CHECKPOINT_URI_PREFIXES: '/mnt/adapters/, gs://team-ckpts/' });
     try {
-      const user = await createUserWithKey(configured);
-      const { model } = await userWithModel(configured, user);
-      await call(configured, user.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()] });
-      const worker = await ScriptedWorker.create(configured, user, [model.base_model]);
-      const claimed = (await worker.claim())!;
-      const complete = (uri: string) =>
-        worker.call('POST', `/v1/workers/jobs/${claimed.job.id}/complete`, { lease_token: claimed.lease.token, checkpoint: { uri, metrics: {} } });
+      const complete = await completeOfClaimedJob(configured);
       expect((await complete('s3://checkpoints/x')).body).toEqual(
         refusal('s3://checkpoints/x', 'it must start with one of /mnt/adapters/, gs://team-ckpts/ (CHECKPOINT_URI_PREFIXES)'),
       );
