@@ -103,10 +103,6 @@ export class RequestAbortedError extends Error {
 }
 
 /**
- * The message and param of an engine error body. vLLM ≥0.10.1 nests `{"error":{message,param}}`,
- * older builds are flat `{"object":"error","message"}`, `--api-key` auth sends `{"error":"Unauthorized"}`.
- */
-/**
  * How a connection failed, in words the client may read: the error's code (`ECONNRESET`,
  * `UND_ERR_SOCKET`, `ERR_TLS_CERT_ALTNAME_INVALID`, ...), never its message, which may name the replica's
  * host, address or certificate names. The message goes to the log with the error's detail.
@@ -116,6 +112,10 @@ export function failureCode(error: unknown): string {
   return typeof code === 'string' && /^[A-Z0-9_]{1,64}$/.test(code) ? code : 'connection error';
 }
 
+/**
+ * The message and param of an engine error body. vLLM ≥0.10.1 nests `{"error":{message,param}}`,
+ * older builds are flat `{"object":"error","message"}`, `--api-key` auth sends `{"error":"Unauthorized"}`.
+ */
 export function engineErrorDetails(text: string, status: number): { message: string; param: string | null } {
   let body: unknown;
   try {
