@@ -6,7 +6,8 @@ import { EventEmitter } from 'node:events';
  */
 export interface DomainEventMap {
   /** Checkpoints removed (by step, or all of a deleted model). `uris` are the checkpoints' adapter URIs. */
-  'checkpoints-deleted': [{ entity: string; project: string; model: string; steps: number[]; uris: string[] }];
+  /** `ids`, when given, are the deleted checkpoints' ids in the order of `steps`. */
+  'checkpoints-deleted': [{ entity: string; project: string; model: string; steps: number[]; uris: string[]; ids?: string[] }];
 }
 
 export class DomainEvents extends EventEmitter<DomainEventMap> {}

@@ -113,6 +113,10 @@ export class ModelRouter {
     this.cache.clear();
     const prefixes = new Set(event.steps.map((step) => checkpointPrefix(event, step)));
     const deleted = (name: string) => isAdapterOf(name, prefixes);
+    // The deleted checkpoints' own adapters are refused from now on: a request routed before the delete
+    // (waiting for a retry) would otherwise load one back after its unload.
+    const retired = (event.ids ?? []).map((id, i) => adapterName(event, event.steps[i], id));
+    for (const client of this.registry.clients) client.adapters.retire(retired);
     const work = Promise.all(
       this.registry.clients
         .filter((client) => client.backend.runtimeLora)

@@ -33,6 +33,7 @@ export class CheckpointReleaser {
       model: model.name,
       steps: deleted.map((c) => c.step),
       uris: deleted.map((c) => c.uri),
+      ids: deleted.map((c) => c.id),
     });
     const stillNamed = await this.stillNamed(deleted.filter((c) => c.source === 'imported').map((c) => path.resolve(c.uri)));
     for (const checkpoint of deleted) {

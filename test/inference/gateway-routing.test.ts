@@ -179,6 +179,27 @@ describe('trained checkpoints', () => {
     expect((await post(owner, chat(`${owner.entity}/proj/doomed`))).statusCode).toBe(200);
     expect(lastBody().model).toBe('fake/base-model');
   });
+  it('answers 404 to a request routed before its checkpoint was deleted, and does not load the adapter back', async () => {
+    const late = await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'late', steps: [1] });
+    const name = `${owner.entity}/proj/late:step1`;
+    const adapter = await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'late', step: 1 });
+    const id = (await app.db.selectFrom('checkpoints').select('id').where('model_id', '=', late.id).executeTakeFirstOrThrow()).id;
+    // The first answer asks for a retry a second later: the request waits with its route (and adapter) read.
+    engine.setBehaviour({ kind: 'status', status: 503, retryAfter: '1' }, 1);
+    const pending = post(owner, chat(name));
+    await waitFor(() => engine.adapters.has(adapter));
+    await sql`delete from checkpoints where model_id = ${late.id}`.execute(app.db);
+    app.events.emit('checkpoints-deleted', { entity: owner.entity, project: 'proj', model: 'late', steps: [1], uris: [late.uri(1)], ids: [id] });
+    await waitFor(() => engine.unloads.get(adapter) === 1);
+    const response = await pending;
+    expect([response.statusCode, response.json()]).toEqual([
+      404,
+      { error: { message: `The model \`${name}\` does not exist or you do not have access to it.`, type: 'invalid_request_error', param: 'model', code: 'model_not_found' } },
+    ]);
+    expect(engine.adapters.has(adapter)).toBe(false);
+    expect(engine.loads.get(adapter)).toBe(1);
+  });
+
   it('unloads the adapters of deleted checkpoints that another server process loaded into a shared engine', async () => {
     const shared = await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'shared', steps: [1, 2, 3] });
     const adapters = await Promise.all([1, 2, 3].map((step) => checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'shared', step })));

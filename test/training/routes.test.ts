@@ -90,16 +90,20 @@ describe('models', () => {
 
   it('deleting a model removes its checkpoints and logs, cancels its queued jobs and tells the inference router', async () => {
     const { model } = await userWithModel(app, user);
-    await addCheckpoints(model.id, [1, 2]);
+    const ids = await addCheckpoints(model.id, [1, 2]);
     await post(`/v1/preview/models/${model.id}/log`, { split: 'val', trajectory_groups: [groupGenerationA()] });
     const job = await post('/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()] });
-    const heard: unknown[] = [];
-    const listener = (event: unknown) => heard.push(event);
+    const heard: { steps: number[]; ids?: string[] }[] = [];
+    const listener = (event: { steps: number[]; ids?: string[] }) => heard.push(event);
     app.events.on('checkpoints-deleted', listener);
     const reply = await call(app, user.headers, 'DELETE', `/v1/preview/models/${model.id}`);
     app.events.off('checkpoints-deleted', listener);
     expect(reply.body).toEqual({ model_id: model.id, deleted_checkpoints: 2, deleted_run: true });
-    expect(heard).toEqual([{ entity: user.entity, project: 'proj', model: model.name, steps: expect.arrayContaining([1, 2]), uris: expect.arrayContaining(['s3://c/1', 's3://c/2']) }]);
+    expect(heard).toEqual([
+      { entity: user.entity, project: 'proj', model: model.name, steps: expect.arrayContaining([1, 2]), uris: expect.arrayContaining(['s3://c/1', 's3://c/2']), ids: expect.any(Array) },
+    ]);
+    // Each id is its step's checkpoint's: the router refuses those adapters from then on.
+    expect(heard[0].ids).toEqual(heard[0].steps.map((step) => ids.get(step)));
     expect(await get(`/v1/preview/models/${model.id}`)).toMatchObject({ status: 404, body: { detail: `model ${model.id} not found` } });
     // the job stays readable, canceled, with the event that stops a polling client
     expect((await get(`/v1/preview/training-jobs/${job.body.id}`)).body).toMatchObject({ status: 'CANCELED' });

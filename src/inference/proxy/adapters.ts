@@ -1,6 +1,9 @@
 import type { CancelSignal } from './cancel.js';
-import { engineErrorDetails, EngineFault, failureCode, RequestAbortedError, upstreamUnauthorized } from './errors.js';
+import { EngineError, engineErrorDetails, EngineFault, failureCode, RequestAbortedError, upstreamUnauthorized } from './errors.js';
 import { isConnectError, isTimeoutError, type Replica } from './replica.js';
+
+/** Deleted checkpoints' adapter names kept refused; a request that waited past this many deletions is rare. */
+const RETIRED_KEPT = 100_000;
 
 export interface AdapterSpec {
   /** The name the engine serves it under (the `model` of requests that use it). */
@@ -33,6 +36,8 @@ export class AdapterLoader {
   private readonly loads = new Map<string, Promise<void>>();
   /** Replica and adapter pairs loaded successfully at least once and not unloaded since: a new load of one is a reload. */
   private readonly loadedBefore = new Set<string>();
+  /** Adapters of deleted checkpoints, the newest RETIRED_KEPT: no request loads one again. */
+  private readonly retired = new Set<string>();
 
   private readonly backendName: string;
 
@@ -51,6 +56,12 @@ export class AdapterLoader {
    * abort stops only its own wait), which `forget` compares against.
    */
   ensureLoaded(replica: Replica, adapter: AdapterSpec): Promise<void> {
+    if (this.retired.has(adapter.name)) {
+      // A request whose route was read before its checkpoint was deleted (waiting to retry, say): the
+      // checkpoint is gone, and loading its adapter now would put it back on the engine after the unload.
+      const checkpoint = adapter.checkpoint ?? adapter.name;
+      return Promise.reject(new EngineError(404, `The model \`${checkpoint}\` does not exist or you do not have access to it.`, { param: 'model' }));
+    }
     const key = keyOf(replica, adapter.name);
     let load = this.loads.get(key);
     if (!load) {
@@ -88,6 +99,18 @@ export class AdapterLoader {
   forget(replica: Replica, name: string, load?: Promise<void>): void {
     const key = keyOf(replica, name);
     if (load === undefined || this.loads.get(key) === load) this.loads.delete(key);
+  }
+
+  /** The adapters of deleted checkpoints: refused from now on (`ensureLoaded`), before they are unloaded. */
+  retire(names: readonly string[]): void {
+    for (const name of names) {
+      this.retired.delete(name);
+      this.retired.add(name);
+    }
+    for (const name of this.retired) {
+      if (this.retired.size <= RETIRED_KEPT) break;
+      this.retired.delete(name);
+    }
   }
 
   /**

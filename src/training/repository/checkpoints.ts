@@ -95,7 +95,7 @@ export async function deleteCheckpoints(
     .returning(['id', 'step', 'uri', 'source'])
     .execute();
   await rememberDeletedCheckpoints(db, { model: args.model, checkpoints: deletedRows });
-  const deleted = deletedRows.map(({ step, uri, source }) => ({ step, uri, source }));
+  const deleted = deletedRows.map(({ id, step, uri, source }) => ({ id, step, uri, source }));
   const spared = await db
     .selectFrom('checkpoints')
     .select(['step', 'pinned', inUse.as('in_use')])

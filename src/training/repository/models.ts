@@ -139,7 +139,7 @@ export async function deleteModel(
 ): Promise<{ deleted_checkpoints: number; deleted: DeletedCheckpoint[] }> {
   await db.updateTable('models').set({ deleted_at: new Date() }).where('id', '=', model.id).execute();
   await cancelModelJobs(db, { modelId: model.id });
-  const deleted = await db.deleteFrom('checkpoints').where('model_id', '=', model.id).returning(['step', 'uri', 'source']).execute();
+  const deleted = await db.deleteFrom('checkpoints').where('model_id', '=', model.id).returning(['id', 'step', 'uri', 'source']).execute();
   await recordReleases(db, { model, checkpoints: deleted, reason: 'deleted' });
   await forgetModelDeletedCheckpoints(db, { model });
   await db.deleteFrom('trajectory_logs').where('model_id', '=', model.id).execute();

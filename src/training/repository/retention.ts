@@ -178,7 +178,7 @@ export async function applyRetention(
   const { policy } = args;
   if (policy.keep_latest === null && policy.ttl_seconds === null) return { deleted: [], expired: [] };
   await lockClaims(db);
-  const { rows } = await sql<DeletedCheckpoint & { id: string; expired: boolean }>`
+  const { rows } = await sql<DeletedCheckpoint & { expired: boolean }>`
     with doomed as (
       select s.id, not s.kept as dropped from (${states(args.model, policy)}) s
       where not s.kept or s.expires_at <= now()
@@ -187,8 +187,8 @@ export async function applyRetention(
     where c.id = d.id and not c.pinned
     returning c.id, c.step, c.uri, c.source, not d.dropped as expired`.execute(db);
   await rememberDeletedCheckpoints(db, { model: args.model, checkpoints: rows });
-  const deleted = rows.filter((row) => !row.expired).map(({ step, uri, source }) => ({ step, uri, source }));
-  const expired = rows.filter((row) => row.expired).map(({ step, uri, source }) => ({ step, uri, source }));
+  const deleted = rows.filter((row) => !row.expired).map(({ id, step, uri, source }) => ({ id, step, uri, source }));
+  const expired = rows.filter((row) => row.expired).map(({ id, step, uri, source }) => ({ id, step, uri, source }));
   await recordReleases(db, { model: args.model, checkpoints: deleted, reason: 'retention' });
   await recordReleases(db, { model: args.model, checkpoints: expired, reason: 'expired' });
   return { deleted, expired };

@@ -51,6 +51,7 @@ export function toCheckpoint(row: Selectable<CheckpointTable>): StoredCheckpoint
 
 /** A deleted checkpoint: what the inference router unloads and whose storage is released. */
 export interface DeletedCheckpoint {
+  id: string;
   step: number;
   uri: string;
   source: CheckpointSource;
