@@ -424,7 +424,7 @@ describe.skipIf(!onPostgresServer)('deleting a model while it is written to (Pos
     } finally {
       app.events.off('checkpoints-deleted', listener);
     }
-    expect(heard).toEqual([{ entity: user.entity, project: 'proj', model: model.name, steps: [1], uris: ['s3://late/1'] }]);
+    expect(heard).toEqual([{ entity: user.entity, project: 'proj', model: model.name, steps: [1], uris: ['s3://late/1'], ids: [expect.stringMatching(/^[0-9a-f-]{36}$/)] }]);
     const left = await sql<{ n: number }>`select count(*)::int as n from checkpoints where model_id = ${model.id}`.execute(app.db);
     expect(left.rows[0].n).toBe(0);
   });
