@@ -1,13 +1,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { ALLOWED_FILES, type AdapterFile } from './adapter-archive.js';
-import { fileUriPath } from './protocol.js';
-
-/** A local directory path from a checkpoint URI, or undefined when the URI names other storage (or no path for sure). */
-export function localAdapterPath(uri: string): string | undefined {
-  if (uri.startsWith('file:')) return fileUriPath(uri);
-  return path.isAbsolute(uri) ? uri : undefined;
-}
+import { localAdapterPath } from './protocol.js';
 
 export interface AdapterFileStat {
   name: string;

@@ -4,7 +4,7 @@ import { pathToFileURL } from 'node:url';
 import type { FastifyBaseLogger } from 'fastify';
 import { sql } from 'kysely';
 import type { DomainEvents } from '../events.js';
-import { localAdapterPath } from './adapter-files.js';
+import { localAdapterPath } from './protocol.js';
 import type { DeletedCheckpoint, StoredModel } from './repository.js';
 import type { TrainingDb } from './repository/db.js';
 

@@ -1,3 +1,4 @@
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { WorkerEvent } from './schemas.js';
 
@@ -37,6 +38,12 @@ export function checkpointUriProblem(uri: string, prefixes: readonly string[]): 
   const segments = uri.replace(/%2e/gi, '.').split(/[/\\]|%2f|%5c/i);
   if (segments.some((segment) => segment === '.' || segment === '..')) return 'it must not contain "." or ".." path segments';
   return null;
+}
+
+/** A local directory path from a checkpoint URI, or undefined when the URI names other storage (or no path for sure). */
+export function localAdapterPath(uri: string): string | undefined {
+  if (uri.startsWith('file:')) return fileUriPath(uri);
+  return path.isAbsolute(uri) ? uri : undefined;
 }
 
 /**

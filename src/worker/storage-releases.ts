@@ -1,8 +1,8 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
 import { RELEASES_PER_CALL } from '../training/lifecycle-schemas.js';
+import { localAdapterPath } from '../training/protocol.js';
 import type { WorkerClient } from './client.js';
 
 /**
@@ -127,18 +127,8 @@ const STEP = /^step-(0|[1-9][0-9]*)$/;
  * as src/worker/job-files.ts makes them), as an absolute path; undefined for anything else.
  */
 export function checkpointDirectory(uri: string, outputDir: string): string | undefined {
-  let file: string;
-  if (uri.startsWith('file:')) {
-    try {
-      file = fileURLToPath(uri);
-    } catch {
-      return undefined;
-    }
-  } else if (path.isAbsolute(uri)) {
-    file = uri;
-  } else {
-    return undefined;
-  }
+  const file = localAdapterPath(uri);
+  if (file === undefined) return undefined;
   const parts = path.relative(path.resolve(outputDir), path.resolve(file)).split(path.sep);
   if (parts.length !== 2 || !MODEL_ID.test(parts[0]) || !STEP.test(parts[1])) return undefined;
   return path.join(path.resolve(outputDir), parts[0], parts[1]);

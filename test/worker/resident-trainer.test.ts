@@ -21,9 +21,9 @@ import {
 } from './harness.js';
 
 /** The fixture trainer taking the worker's residency offer: it stays up between jobs and reads the next on stdin. */
-function startResidentWorker(tenant: Tenant, overrides: Partial<WorkerSettings> = {}) {
+function startResidentWorker(tenant: Tenant, overrides: Partial<WorkerSettings> = {}, fixtureEnv: Record<string, string> = {}) {
   return startWorker(baseUrl, tenant, {
-    trainerEnv: { PATH: process.env.PATH, TRAINER_FIXTURE_LOG: tenant.fixtureLog, TRAINER_FIXTURE_RESIDENT: '1' },
+    trainerEnv: { PATH: process.env.PATH, TRAINER_FIXTURE_LOG: tenant.fixtureLog, TRAINER_FIXTURE_RESIDENT: '1', ...fixtureEnv },
     ...overrides,
   });
 }
@@ -109,9 +109,7 @@ describe('a resident trainer', () => {
   it('that exits between jobs, just after the next was handed to it, has that job run in a new process', async () => {
     const tenant = await createTenant(app);
     const jobs = [await createJob(app, tenant), await createJob(app, tenant)];
-    const { worker, outcomes, done } = startWorker(baseUrl, tenant, {
-      trainerEnv: { PATH: process.env.PATH, TRAINER_FIXTURE_LOG: tenant.fixtureLog, TRAINER_FIXTURE_RESIDENT: '1', TRAINER_FIXTURE_EXIT_AFTER_JOB_MS: '1500' },
-    });
+    const { worker, outcomes, done } = startResidentWorker(tenant, {}, { TRAINER_FIXTURE_EXIT_AFTER_JOB_MS: '1500' });
     try {
       for (const { jobId } of jobs) expect(await completed(tenant, jobId)).toMatchObject({ status: 'COMPLETED', attempt: 1 });
       const runs = fixtureRuns(tenant);
@@ -128,10 +126,7 @@ describe('a resident trainer', () => {
   it('ending a job with another exit code is gone before the slot\'s next job starts', async () => {
     const tenant = await createTenant(app);
     const { jobId } = await createJob(app, tenant);
-    const { worker, done } = startWorker(baseUrl, tenant, {
-      cancelGraceMs: 500,
-      trainerEnv: { PATH: process.env.PATH, TRAINER_FIXTURE_LOG: tenant.fixtureLog, TRAINER_FIXTURE_RESIDENT: '1', TRAINER_FIXTURE_JOB_END_CODE: '1', TRAINER_FIXTURE_LINGER: '1' },
-    });
+    const { worker, done } = startResidentWorker(tenant, { cancelGraceMs: 500 }, { TRAINER_FIXTURE_JOB_END_CODE: '1', TRAINER_FIXTURE_LINGER: '1' });
     try {
       // Attempt 1 ends with job_end 1 (retryable), and the process lingers until SIGKILL; attempt 2 runs next.
       await waitFor(() => fixtureRuns(tenant).length === 2, 20_000);
@@ -229,9 +224,7 @@ describe('a resident trainer', () => {
   it('that prints job_end on stdout only still has its jobs completed, after the worker waited for the stderr copy', async () => {
     const tenant = await createTenant(app);
     const jobs = [await createJob(app, tenant), await createJob(app, tenant)];
-    const { worker, done } = startResidentWorker(tenant, {
-      trainerEnv: { PATH: process.env.PATH, TRAINER_FIXTURE_LOG: tenant.fixtureLog, TRAINER_FIXTURE_RESIDENT: '1', TRAINER_FIXTURE_STDOUT_JOB_END: '1' },
-    });
+    const { worker, done } = startResidentWorker(tenant, {}, { TRAINER_FIXTURE_STDOUT_JOB_END: '1' });
     try {
       for (const { jobId } of jobs) expect(await completed(tenant, jobId)).toMatchObject({ status: 'COMPLETED', attempt: 1 });
       const [one, two] = fixtureRuns(tenant);
