@@ -408,6 +408,13 @@ export class JobRun {
       try {
         const interval = this.heartbeatInterval();
         await sleep(interval, undefined, { signal });
+        if (Date.now() >= Date.parse(this.leaseExpiresAt)) {
+          // No heartbeat got through while the lease lasted (the server unreachable, say): the server sweeps
+          // the job into a retry, which may write the same output directory. Ours stops training for nobody.
+          this.log.error({ lease_expired_at: this.leaseExpiresAt }, 'the lease lapsed without renewal; stopping the trainer');
+          this.stop('lease_lost');
+          return;
+        }
         const limits = { timeoutMs: Math.max(interval, MIN_HEARTBEAT_TIMEOUT_MS), until: Date.parse(this.leaseExpiresAt) };
         const beat = await this.client.heartbeat(this.jobId, this.leaseToken, limits, signal);
         this.leaseExpiresAt = beat.expires_at;

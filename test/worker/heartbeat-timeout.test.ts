@@ -7,12 +7,13 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WorkerClient } from '../../src/worker/client.js';
 import type { JobOutcome } from '../../src/worker/job-run.js';
-import { Worker } from '../../src/worker/worker.js';
+import { Worker, type WorkerSettings } from '../../src/worker/worker.js';
 import { TRAINER_COMMAND, waitFor } from './harness.js';
 
 /**
  * A heartbeat that never gets an answer (lost on the way, a server process gone without closing its
- * connections) must not hold the lease's renewal back until the lease has expired.
+ * connections) must not hold the lease's renewal back until the lease has expired; and a worker whose
+ * heartbeats get no answer while the whole lease lasts stops its trainer, since the job is swept into a retry.
  */
 
 const LEASE_MS = 6_000;
@@ -26,6 +27,7 @@ function fakeServer(options: { hangAll?: boolean } = {}) {
   let claimed = false;
   let leaseExpires = 0;
   const heartbeats: { status: number | 'no answer'; late: boolean }[] = [];
+  const reports: string[] = [];
   const server = http.createServer((request, response) => {
     request.resume();
     request.on('end', () => {
@@ -62,10 +64,33 @@ function fakeServer(options: { hangAll?: boolean } = {}) {
         leaseExpires = Date.now() + LEASE_MS;
         return send(200, { expires_at: new Date(leaseExpires).toISOString(), cancel_requested: false });
       }
+      if (url.endsWith('/complete') || url.endsWith('/fail')) reports.push(url);
       return send(200, {});
     });
   });
-  return { server, heartbeats };
+  return { server, heartbeats, reports };
+}
+
+function workerSettings(serverUrl: string, dir: string, trainerEnv: Record<string, string>): WorkerSettings {
+  return {
+    serverUrl,
+    key: 'ty_test',
+    command: TRAINER_COMMAND,
+    kinds: undefined,
+    baseModels: undefined,
+    concurrency: 1,
+    workDir: path.join(dir, 'work'),
+    outputDir: path.join(dir, 'adapters'),
+    releaseMs: 0,
+    workerId: 'heartbeat-test',
+    cancelGraceMs: 2_000,
+    drainMs: 1_000,
+    heartbeatMs: undefined,
+    eventWindowMs: 50,
+    pollSeconds: 1,
+    trainerEnv: { PATH: process.env.PATH, TRAINER_FIXTURE_MODE: 'hang', ...trainerEnv },
+    resident: false,
+  };
 }
 
 let fake: ReturnType<typeof fakeServer>;
@@ -86,25 +111,7 @@ describe('a heartbeat that gets no answer', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'worker-heartbeat-'));
     const outcomes = new Map<string, JobOutcome>();
     const worker = new Worker(
-      {
-        serverUrl: baseUrl,
-        key: 'ty_test',
-        command: TRAINER_COMMAND,
-        kinds: undefined,
-        baseModels: undefined,
-        concurrency: 1,
-        workDir: path.join(dir, 'work'),
-        outputDir: path.join(dir, 'adapters'),
-        releaseMs: 0,
-        workerId: 'heartbeat-test',
-        cancelGraceMs: 2_000,
-        drainMs: 1_000,
-        heartbeatMs: undefined,
-        eventWindowMs: 50,
-        pollSeconds: 1,
-        trainerEnv: { PATH: process.env.PATH, TRAINER_FIXTURE_MODE: 'hang' },
-        resident: false,
-      },
+      workerSettings(baseUrl, dir, {}),
       pino({ level: 'silent' }),
       (jobId, outcome) => outcomes.set(jobId, outcome),
     );
@@ -122,6 +129,34 @@ describe('a heartbeat that gets no answer', () => {
     }
     // Still the worker's job when it stopped: handed back as interrupted, not lost.
     expect([...outcomes.values()]).toEqual([{ status: 'interrupted' }]);
+  }, 30_000);
+
+  it('stops the trainer once the lease lapses without renewal, and reports nothing', async () => {
+    const unreachable = fakeServer({ hangAll: true });
+    await new Promise<void>((resolve) => unreachable.server.listen(0, '127.0.0.1', resolve));
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'worker-lapse-'));
+    const runs = path.join(dir, 'runs.log');
+    const outcomes: JobOutcome[] = [];
+    const worker = new Worker(
+      workerSettings(`http://127.0.0.1:${(unreachable.server.address() as { port: number }).port}`, dir, { TRAINER_FIXTURE_LOG: runs }),
+      pino({ level: 'silent' }),
+      (_jobId, outcome) => outcomes.push(outcome),
+    );
+    const done = worker.run();
+    try {
+      await waitFor(() => outcomes.length > 0, 3 * LEASE_MS, () => `heartbeats: ${JSON.stringify(unreachable.heartbeats)}`);
+      expect(outcomes).toEqual([{ status: 'unreported', reason: 'lease lost' }]);
+      // The hanging trainer got its SIGTERM: the retry the server sweeps the job into trains alone.
+      const pid = Number(fs.readFileSync(runs, 'utf8').trim().split(' ')[2]);
+      expect(() => process.kill(pid, 0)).toThrow(expect.objectContaining({ code: 'ESRCH' }));
+      expect(unreachable.heartbeats.every((beat) => beat.status === 'no answer')).toBe(true);
+      expect(unreachable.reports).toEqual([]);
+    } finally {
+      worker.stopNow();
+      await done;
+      unreachable.server.closeAllConnections();
+      unreachable.server.close();
+    }
   }, 30_000);
 
   it('is retried no longer than the lease lasts', async () => {
