@@ -164,7 +164,7 @@ export class ChatGateway {
       const first = await raceTimer(sending, this.keepAliveMs);
       if (first === TIMED_OUT) {
         // The engine has not sent its first token yet: answer 200 now and keep the connection alive.
-        return { kind: 'stream', requestId, payload: Readable.from(this.afterKeepAlive(sending, { meter: meter!, modelId, clientWantsUsage, signal: call.signal })) };
+        return { kind: 'stream', requestId, payload: Readable.from(this.afterKeepAlive(sending, { meter: meter!, modelId, adapterName: route.adapter?.name, clientWantsUsage, signal: call.signal })) };
       }
     }
     let response: UpstreamResponse;
@@ -177,7 +177,7 @@ export class ChatGateway {
     if (meter) meter.firstByteAt = Date.now();
 
     if (streaming) {
-      const stream = relayStream(response.body, this.relayOptions(meter!, modelId, clientWantsUsage, call.signal));
+      const stream = relayStream(response.body, this.relayOptions(meter!, modelId, route.adapter?.name, clientWantsUsage, call.signal));
       return { kind: 'stream', requestId, payload: stream };
     }
 
@@ -215,9 +215,10 @@ export class ChatGateway {
     return meter;
   }
 
-  private relayOptions(meter: Meter, modelId: string, clientWantsUsage: boolean, signal: CancelSignal) {
+  private relayOptions(meter: Meter, modelId: string, adapterName: string | undefined, clientWantsUsage: boolean, signal: CancelSignal) {
     return {
       model: modelId,
+      adapterName,
       clientWantsUsage,
       signal,
       onEnd: (outcome: RelayOutcome) => meter.streamEnded(outcome),
@@ -228,7 +229,7 @@ export class ChatGateway {
   /** SSE comments until the engine answers, then its stream; a failure meanwhile is told as an error event. */
   private async *afterKeepAlive(
     sending: Promise<UpstreamResponse>,
-    args: { meter: Meter; modelId: string; clientWantsUsage: boolean; signal: CancelSignal },
+    args: { meter: Meter; modelId: string; adapterName: string | undefined; clientWantsUsage: boolean; signal: CancelSignal },
   ): AsyncGenerator<Buffer | string> {
     let relayed = false;
     try {
@@ -253,7 +254,7 @@ export class ChatGateway {
       }
       args.meter.firstByteAt = Date.now();
       relayed = true;
-      yield* relayEvents(response.body, this.relayOptions(args.meter, args.modelId, args.clientWantsUsage, args.signal));
+      yield* relayEvents(response.body, this.relayOptions(args.meter, args.modelId, args.adapterName, args.clientWantsUsage, args.signal));
     } finally {
       if (!relayed) {
         // The client left while waiting: nothing will read the answer.

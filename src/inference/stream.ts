@@ -1,6 +1,7 @@
 import { Readable, type Writable } from 'node:stream';
 import { AppError } from '../errors.js';
 import { openAiType } from '../http/error-handler.js';
+import { withCheckpointName } from './proxy/adapters.js';
 import type { CancelSignal } from './proxy/cancel.js';
 import { ENGINE_CODES, RequestAbortedError } from './proxy/errors.js';
 import { topLevelModelValue } from './rewrite.js';
@@ -17,6 +18,8 @@ import type { Usage } from './schemas.js';
 export interface RelayOptions {
   /** The id the client sent, written as every chunk's `model` whatever the engine wrote there. */
   model?: string;
+  /** The engine's name of the checkpoint's adapter, replaced by the checkpoint's own in error messages. */
+  adapterName?: string;
   /** The client's own `stream_options.include_usage`. */
   clientWantsUsage: boolean;
   signal: CancelSignal;
@@ -300,7 +303,7 @@ class EventFilter {
       return event;
     }
     if (event.startsWith('data: {"error"')) {
-      const { text, status, code } = engineErrorEvent(parseData(event));
+      const { text, status, code } = engineErrorEvent(parseData(event), this.options.adapterName);
       this.outcome.error = { status, code };
       return Buffer.from(text).toString('latin1');
     }
@@ -397,14 +400,14 @@ export function errorEvent(error: unknown): string {
  * An engine's in-stream error event in the OpenAI envelope with a string code, as the gateway's own
  * are: vLLM writes its exception name as `type` and the HTTP status as an integer `code`.
  */
-function engineErrorEvent(parsed: unknown): { text: string; status: number; code: string } {
+function engineErrorEvent(parsed: unknown, adapterName: string | undefined): { text: string; status: number; code: string } {
   const error = (parsed as { error?: unknown } | undefined)?.error;
   const inner = typeof error === 'object' && error !== null ? (error as Record<string, unknown>) : {};
   const numeric = typeof inner.code === 'number' ? inner.code : Number.NaN;
   const status = numeric >= 400 && numeric < 500 ? numeric : 502;
   const code = typeof inner.code === 'string' ? inner.code : status < 500 ? (ENGINE_CODES[status] ?? 'invalid_request') : 'upstream_error';
-  const message =
-    typeof inner.message === 'string' ? inner.message : typeof error === 'string' ? error : 'The engine failed while generating the response.';
+  const said = typeof inner.message === 'string' ? inner.message : typeof error === 'string' ? error : 'The engine failed while generating the response.';
+  const message = adapterName === undefined ? said : withCheckpointName(said, adapterName);
   const envelope = {
     error: { message, type: openAiType(status), param: typeof inner.param === 'string' ? inner.param : null, code },
   };

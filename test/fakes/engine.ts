@@ -19,8 +19,8 @@ export type FakeBehaviour =
   | { kind: 'stall-after'; chunks: number }
   /** Stream this many content chunks, then destroy the connection. */
   | { kind: 'drop-after'; chunks: number }
-  /** Stream this many content chunks, then a vLLM in-stream error event and [DONE]. */
-  | { kind: 'error-event-after'; chunks: number };
+  /** Stream this many content chunks, then a vLLM in-stream error event (500, this message) and [DONE]. */
+  | { kind: 'error-event-after'; chunks: number; message?: string };
 
 export interface FakeEngineOptions {
   /** Served base model names; the first is the parent of loaded adapters. */
@@ -278,7 +278,8 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
         if (current.kind === 'stall-after') return;
         // Destroy only once what was written has left, so the client sees a stream broken mid-way.
         if (current.kind === 'drop-after') return void res.write('', () => res.destroy());
-        send({ error: { message: 'Internal server error', type: 'InternalServerError', param: null, code: 500 } });
+        const message = current.kind === 'error-event-after' ? (current.message ?? 'Internal server error') : '';
+        send({ error: { message, type: 'InternalServerError', param: null, code: 500 } });
         return void res.end('data: [DONE]\n\n');
       }
       if (settings.chunkDelayMs > 0) await delay(settings.chunkDelayMs);

@@ -237,6 +237,19 @@ describe('an engine that answers 404 for a checkpoint even after the reload', ()
   });
 });
 
+describe('an engine error event in a checkpoint\'s stream', () => {
+  it('names the checkpoint, not the engine\'s name for its adapter', async () => {
+    const name = `${owner.entity}/proj/agent:step1`;
+    const adapter = await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'agent', step: 1 });
+    engine.setBehaviour({ kind: 'error-event-after', chunks: 1, message: `LoRA ${adapter} failed: out of slots` }, 1);
+    const response = await post(owner, chat(name, { stream: true }));
+    expect(sseData(response.body).slice(-2)).toEqual([
+      JSON.stringify({ error: { message: `LoRA ${name} failed: out of slots`, type: 'server_error', param: null, code: 'upstream_error' } }),
+      '[DONE]',
+    ]);
+  });
+});
+
 describe('the model list', () => {
   it('holds the served base models (with the engine\'s max_model_len) and the caller\'s trained models and checkpoints, parented by their base', async () => {
     const response = await app.inject({ method: 'GET', url: '/v1/models', headers: owner.headers });

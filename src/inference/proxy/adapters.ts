@@ -221,3 +221,11 @@ export function raceAbort<T>(promise: Promise<T>, signal: CancelSignal): Promise
     );
   });
 }
+
+/**
+ * An engine's message names the model it was sent, which for a checkpoint is the adapter's engine name
+ * (`entity/project/name:stepN@<hash>`): the client reads the checkpoint's own name in its place.
+ */
+export function withCheckpointName(message: string, adapterName: string): string {
+  return message.includes(adapterName) ? message.split(adapterName).join(adapterName.replace(/@[0-9a-f]+$/, '')) : message;
+}

@@ -2,7 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { util } from 'undici';
 import type { BackendConfig } from '../backends/config.js';
 import type { BodyFlow, BodySink, BodySource } from '../stream.js';
-import { AdapterLoader, raceAbort, type AdapterLoadRecord, type AdapterSpec } from './adapters.js';
+import { AdapterLoader, raceAbort, withCheckpointName, type AdapterLoadRecord, type AdapterSpec } from './adapters.js';
 import { sleep, type CancelSignal } from './cancel.js';
 import { DEFAULT_BREAKER, type BreakerOptions } from './breaker.js';
 import {
@@ -207,7 +207,7 @@ export class BackendClient {
     try {
       return await this.exchange(replica, request, deadline);
     } catch (error) {
-      if (!(error instanceof EngineError && error.statusCode === 404)) throw withCheckpointName(error, adapter.name);
+      if (!(error instanceof EngineError && error.statusCode === 404)) throw namingCheckpoint(error, adapter.name);
       // The engine no longer has the adapter (it restarted, or another process unloaded it): load it
       // again on this replica and send once more. Only the load this request waited on is forgotten, so
       // the requests that met the same restart share one reload instead of each dropping the last one.
@@ -216,7 +216,7 @@ export class BackendClient {
       try {
         return await this.exchange(replica, request, deadline);
       } catch (again) {
-        throw withCheckpointName(again, adapter.name);
+        throw namingCheckpoint(again, adapter.name);
       }
     }
   }
@@ -636,13 +636,8 @@ class Exchange implements BodySource, UpstreamResponse {
   }
 }
 
-/**
- * An engine's 4xx message names the model it was sent, which for a checkpoint is the adapter's engine name
- * (`entity/project/name:stepN@<hash>`): the client reads the checkpoint's own name in its place.
- */
-function withCheckpointName(error: unknown, adapterName: string): unknown {
-  if (error instanceof EngineError && error.message.includes(adapterName)) {
-    error.message = error.message.split(adapterName).join(adapterName.replace(/@[0-9a-f]+$/, ''));
-  }
+/** An engine error with the checkpoint's name where the engine wrote the adapter's. */
+function namingCheckpoint(error: unknown, adapterName: string): unknown {
+  if (error instanceof EngineError) error.message = withCheckpointName(error.message, adapterName);
   return error;
 }
