@@ -37,6 +37,8 @@ export interface ExactParseOptions {
    * (a payload stored with one), where the first parse would be wasted.
    */
   scanFirst?: boolean;
+  /** Refuse strings that PostgreSQL cannot store, as `parseJsonBody` does (not with `scanFirst`). */
+  rejectNul?: boolean;
 }
 
 const TWO_TO_53 = 2 ** 53;
@@ -68,20 +70,27 @@ function numbersIn(value: unknown): 0 | 1 | 2 {
  * to `make` with the text to keep: an integer's digits, or a whole float as `<digits>.0` (`1e+16` is
  * `10000000000000000.0`, a form JSONB keeps); `exact` says whether there was one. An integer literal
  * beyond 2^53 parses to a double at least that large, and a whole float to a whole double, so a text
- * whose parsed numbers have neither is done after the native parse.
+ * whose parsed numbers have neither is done after the native parse. `large`: a number at or beyond 2^53
+ * may have been read as a double (the infinities too); false when the native parse found none.
  */
-export function parseWithExactNumbers(text: string, make: (literal: string) => unknown, options: ExactParseOptions = {}): { value: unknown; exact: boolean } {
-  const { plain = isPlainJson(text), wholeFloats = false, scanFirst = false } = options;
+export function parseWithExactNumbers(
+  text: string,
+  make: (literal: string) => unknown,
+  options: ExactParseOptions = {},
+): { value: unknown; exact: boolean; large: boolean } {
+  const { plain = isPlainJson(text), wholeFloats = false, scanFirst = false, rejectNul = false } = options;
   let value: unknown;
+  let large = true;
   if (!scanFirst) {
-    value = parseJsonBody(text, { plain });
+    value = parseJsonBody(text, { plain, rejectNul });
     const found = numbersIn(value);
-    if (found === 0 || (found === 1 && (!wholeFloats || !WHOLE_FLOAT_HINT.test(text)))) return { value, exact: false };
+    large = found === 2;
+    if (found === 0 || (found === 1 && (!wholeFloats || !WHOLE_FLOAT_HINT.test(text)))) return { value, exact: false, large };
   }
   const marked = markExactNumbers(text, wholeFloats);
-  if (marked === text) return { value: scanFirst ? parseJsonBody(text, { plain }) : value, exact: false };
+  if (marked === text) return { value: scanFirst ? parseJsonBody(text, { plain }) : value, exact: false, large };
   // The marks add quoted `\u0000num-<hex>:` strings, which neither make nor hide a prototype key.
-  return { value: revive(parseJsonBody(marked, { plain }), make), exact: true };
+  return { value: revive(parseJsonBody(marked, { plain }), make), exact: true, large };
 }
 
 /**

@@ -18,7 +18,8 @@ export { restoreHeld } from '../http/exact-numbers.js';
  */
 export function parseExactJson(text: string): { value: unknown; exact: boolean; plain: boolean } {
   const plain = isPlainJson(text);
-  return { ...parseWithExactNumbers(text, BigInt, { plain }), plain };
+  const { value, exact } = parseWithExactNumbers(text, BigInt, { plain });
+  return { value, exact, plain };
 }
 
 /** JSON text of a body that may hold BigInts, each written as its exact digits. */

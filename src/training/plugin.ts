@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { registerJsonBodyParser } from '../http/json-body.js';
 import { resolveTrainingRows } from '../tracing/datasets.js';
+import { registerTrainingJsonParser } from './exact-bodies.js';
 import { JobSignal } from './job-signal.js';
 import { previewRoutes } from './routes.js';
 import { TrainingService } from './service.js';
@@ -21,8 +21,9 @@ import { WorkerService } from './worker-service.js';
  */
 export const trainingPlugin: FastifyPluginAsyncZod = async (app) => {
   // Everything these routes are sent is stored in text or JSONB, which cannot hold U+0000: a 422 naming
-  // the field instead of a database error. This plugin is encapsulated, so other APIs keep their parser.
-  registerJsonBodyParser(app, { rejectNul: true });
+  // the field instead of a database error; and integers beyond 2^53 are stored as sent (exact-bodies.ts).
+  // This plugin is encapsulated, so other APIs keep their parser.
+  registerTrainingJsonParser(app);
   const db = app.db;
   const signal = new JobSignal();
   const sftData = new SftDataResolver({

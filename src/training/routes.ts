@@ -29,6 +29,7 @@ import {
   TrajectoryListQuery,
   StoredTrajectoryGroup,
 } from './schemas.js';
+import { unmarkResponse } from './exact-bodies.js';
 import type { TrainingService } from './service.js';
 
 /**
@@ -129,6 +130,7 @@ export const previewRoutes: FastifyPluginAsyncZod<{ service: TrainingService }> 
         querystring: TrajectoryListQuery,
         response: { 200: Page(StoredTrajectoryGroup) },
       },
+      onSend: unmarkResponse,
     },
     async (request) => service.trajectories(principalOf(request), request.params.model_id, request.query),
   );
@@ -161,7 +163,7 @@ export const previewRoutes: FastifyPluginAsyncZod<{ service: TrainingService }> 
         response: { 200: LogResponse },
       },
     },
-    async (request) => service.log(principalOf(request), request.params.model_id, request.body),
+    async (request) => service.log(principalOf(request), request.params.model_id, request.body, request.heldIntegers),
   );
 
   app.get(
@@ -190,7 +192,7 @@ export const previewRoutes: FastifyPluginAsyncZod<{ service: TrainingService }> 
         response: { 200: TrainingJobCreated },
       },
     },
-    async (request) => service.createRlJob(principalOf(request), request.body),
+    async (request) => service.createRlJob(principalOf(request), request.body, request.heldIntegers),
   );
 
   app.post(

@@ -1,9 +1,11 @@
 import type { Principal } from '../auth/principal.js';
 import type { Config } from '../config.js';
 import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../errors.js';
+import type { HeldValue } from '../http/exact-numbers.js';
 import { patternMismatch, RequestValidationError } from '../http/validation.js';
 import { NAME_SEGMENT } from '../inference/model-name.js';
 import type { CheckpointReleaser } from './checkpoint-release.js';
+import { exactJsonTexts } from './exact-bodies.js';
 import type { JobSignal } from './job-signal.js';
 import { computeLogMetrics } from './metrics.js';
 import * as repo from './repository.js';
@@ -236,13 +238,14 @@ export class TrainingService {
    * Stores every group and records ART's metrics (reference §7) at the model's current step, merged into
    * that step's checkpoint. One transaction: a failed call stores nothing.
    */
-  async log(principal: Principal, modelId: string, body: LogRequest): Promise<LogResponse> {
+  async log(principal: Principal, modelId: string, body: LogRequest, held?: readonly HeldValue<bigint>[]): Promise<LogResponse> {
     const metrics = computeLogMetrics(body.split, body.trajectory_groups);
+    const groupsJson = exactJsonTexts(body.trajectory_groups, 'trajectory_groups', held);
     const scope = await this.scope(principal);
     return this.db.transaction().execute(async (trx) => {
       const model = await this.model(scope, modelId, trx, 'share');
       const step = await repo.currentStep(trx, { model });
-      await repo.insertTrajectoryGroups(trx, { model, split: body.split, step, groups: body.trajectory_groups });
+      await repo.insertTrajectoryGroups(trx, { model, split: body.split, step, groupsJson });
       await repo.recordMetrics(trx, { model, split: body.split, step, metrics });
       return { step, metrics };
     });
@@ -267,12 +270,12 @@ export class TrainingService {
   // Jobs
 
   /** An RL job: the inline groups become the job's inputs, one per group. */
-  async createRlJob(principal: Principal, body: CreateTrainingJob): Promise<{ id: string }> {
+  async createRlJob(principal: Principal, body: CreateTrainingJob, held?: readonly HeldValue<bigint>[]): Promise<{ id: string }> {
     return this.createJob(principal, {
       modelId: body.model_id,
       kind: 'rl',
       config: { experimental_config: body.experimental_config ?? {} },
-      inputs: body.trajectory_groups,
+      inputsJson: exactJsonTexts(body.trajectory_groups, 'trajectory_groups', held),
     });
   }
 
@@ -292,20 +295,20 @@ export class TrainingService {
         sft_config: body.config ?? {},
         experimental_config: body.experimental_config ?? {},
       },
-      inputs: rows,
+      inputsJson: rows.map((row) => JSON.stringify(row)),
     });
   }
 
   private async createJob(
     principal: Principal,
-    args: { modelId: string; kind: 'rl' | 'sft'; config: Record<string, unknown>; inputs: readonly unknown[] },
+    args: { modelId: string; kind: 'rl' | 'sft'; config: Record<string, unknown>; inputsJson: readonly string[] },
   ): Promise<{ id: string }> {
     const scope = await this.scope(principal);
     const job = await this.db.transaction().execute(async (trx) => {
       // Shared lock: a delete of the model waits until this job is queued (and then cancels it), or this
       // waits for the delete and finds no model: never a queued job on a deleted model.
       const model = await this.model(scope, args.modelId, trx, 'share');
-      return repo.createJob(trx, { model, kind: args.kind, config: args.config, inputs: args.inputs, maxAttempts: this.deps.config.jobMaxAttempts });
+      return repo.createJob(trx, { model, kind: args.kind, config: args.config, inputsJson: args.inputsJson, maxAttempts: this.deps.config.jobMaxAttempts });
     });
     this.deps.signal.notify();
     return { id: job.id };

@@ -9,8 +9,18 @@ describe('integer literals a double would change', () => {
     for (const text of ['9007199254740993', '[-9007199254740993]', '{"a": 12345678901234567890}', '{"a":{"b":[1,[9007199254740992]]}}']) {
       expect(parseWithExactNumbers(text, digits).exact, text).toBe(true);
     }
-    for (const text of ['"1234567890123456"', '0.30000000000000004', '{"a": 1.2345678901234567e+300}', '[900719925474099, 1e-5]', '{"t": 1.7320508075688772}', '{"a":1e16}']) {
-      expect(parseWithExactNumbers(text, digits), text).toEqual({ value: JSON.parse(text), exact: false });
+    // `large`: a number at or beyond 2^53 was read as a double (a float's, here).
+    const plain: [string, boolean][] = [
+      ['"1234567890123456"', false],
+      ['0.30000000000000004', false],
+      ['{"a": 1.2345678901234567e+300}', true],
+      ['[900719925474099, 1e-5]', false],
+      ['{"t": 1.7320508075688772}', false],
+      ['{"a":1e16}', true],
+      ['{"a":[1,-1e400]}', true],
+    ];
+    for (const [text, large] of plain) {
+      expect(parseWithExactNumbers(text, digits), text).toEqual({ value: JSON.parse(text), exact: false, large });
     }
   });
 
@@ -37,7 +47,7 @@ describe('integer literals a double would change', () => {
 
   it('leave whole floats to the double unless asked to keep them apart from integers', () => {
     const text = '{"a":[1.0,-2.50,1e+16,1.5e3,0.5,7]}';
-    expect(parseWithExactNumbers(text, digits)).toEqual({ value: { a: [1, -2.5, 1e16, 1500, 0.5, 7] }, exact: false });
+    expect(parseWithExactNumbers(text, digits)).toEqual({ value: { a: [1, -2.5, 1e16, 1500, 0.5, 7] }, exact: false, large: true });
   });
 });
 
@@ -52,7 +62,7 @@ describe('whole-valued float literals', () => {
 
   it('leave other floats, integers, strings and negative exponents as JSON.parse reads them', () => {
     for (const text of ['{"a":1.05}', '{"a":[0.5, 2.25, 7, -1]}', '{"ref":"weave:///e/p/object/o:3e5f01"}', '{"v":"x:1.0", "n": 2}', '[1e-7, 10e-1, 1.0e-0]']) {
-      expect(parseWithExactNumbers(text, digits, keep), text).toEqual({ value: JSON.parse(text), exact: false });
+      expect(parseWithExactNumbers(text, digits, keep), text).toEqual({ value: JSON.parse(text), exact: false, large: false });
     }
   });
 

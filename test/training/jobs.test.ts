@@ -52,7 +52,7 @@ function newJob(model: StoredModel, overrides: Partial<{ kind: 'rl' | 'sft'; inp
       model,
       kind: overrides.kind ?? 'rl',
       config: { learning_rate: 5e-6 },
-      inputs: overrides.inputs ?? [{ trajectories: [{ reward: 1 }] }],
+      inputsJson: (overrides.inputs ?? [{ trajectories: [{ reward: 1 }] }]).map((input) => JSON.stringify(input)),
       maxAttempts: overrides.maxAttempts ?? 3,
     }),
   );

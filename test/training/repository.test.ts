@@ -84,7 +84,7 @@ describe('models', () => {
   it('deletes a model with its checkpoints, logs and metrics', async () => {
     const model = await newModel();
     await addCheckpoints(model, [1, 2]);
-    await insertTrajectoryGroups(db, { model, split: 'val', step: 2, groups: [TrajectoryGroup.parse({})] });
+    await insertTrajectoryGroups(db, { model, split: 'val', step: 2, groupsJson: [JSON.stringify(TrajectoryGroup.parse({}))] });
     await recordMetrics(db, { model, split: 'val', step: 2, metrics: { 'val/reward': 1 } });
     const result = await db.transaction().execute((trx) => deleteModel(trx, { model }));
     expect(result).toEqual({ deleted_checkpoints: 2, deleted: expect.arrayContaining([expect.objectContaining({ step: 1 }), expect.objectContaining({ step: 2 })]) });
@@ -197,7 +197,7 @@ describe('trajectory logs and metrics', () => {
   it('stores every group of a log call in order, as sent', async () => {
     const model = await newModel();
     const groups = Array.from({ length: 2500 }, (_, i) => TrajectoryGroup.parse({ trajectories: [{ reward: i, messages_and_choices: [{ role: 'user', content: [1, 2] }] }] }));
-    await db.transaction().execute((trx) => insertTrajectoryGroups(trx, { model, split: 'train', step: 0, groups }));
+    await db.transaction().execute((trx) => insertTrajectoryGroups(trx, { model, split: 'train', step: 0, groupsJson: groups.map((group) => JSON.stringify(group)) }));
     const stored = await listTrajectoryGroups(db, { model, split: 'train', step: 0 });
     expect(stored).toHaveLength(2500);
     expect(stored[1234]).toEqual(groups[1234]);

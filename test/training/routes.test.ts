@@ -215,6 +215,42 @@ describe('log', () => {
     expect((await get(`/v1/preview/models/${model.id}/metrics?split=train`)).body.data.map((r: any) => r.step)).toEqual([1]);
   });
 
+  it('stores integers beyond 2^53 digit for digit and answers them so on the rollouts page', async () => {
+    const { model } = await userWithModel(app, user);
+    // A 64-bit hash in the metadata and a bound in a tool's schema, as Python's json writes them.
+    const text =
+      '{"split":"train","trajectory_groups":[{"metadata":{"seed":18446744073709551615},"trajectories":[{"reward":1,' +
+      '"messages_and_choices":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f",' +
+      '"parameters":{"type":"integer","maximum":9007199254740993}}}],"metadata":{"ids":[-9223372036854775808,1]}}]}]}';
+    const logged = await app.inject({ method: 'POST', url: `/v1/preview/models/${model.id}/log`, headers: { ...user.headers, 'content-type': 'application/json' }, payload: text });
+    expect(logged.statusCode, logged.body).toBe(200);
+    expect(logged.json().metrics).toMatchObject({ 'train/reward': 1 });
+
+    const page = await app.inject({ method: 'GET', url: `/v1/preview/models/${model.id}/trajectories?split=train&step=0`, headers: user.headers });
+    expect(page.statusCode).toBe(200);
+    expect(page.body).toContain('"metadata":{"seed":18446744073709551615}');
+    expect(page.body).toContain('"maximum":9007199254740993');
+    expect(page.body).toContain('"ids":[-9223372036854775808,1]');
+    expect(page.body).not.toContain('\\u0000');
+  });
+
+  it('refuses a number no double holds, naming where it is, and stores nothing', async () => {
+    const { model } = await userWithModel(app, user);
+    const text = '{"split":"train","trajectory_groups":[{"trajectories":[{"reward":1,"metadata":{"big":1e400,"ok":2e10}}],"metrics":{"m":-1E+999}}]}';
+    const before = await databaseFingerprint(app);
+    const refused = await app.inject({ method: 'POST', url: `/v1/preview/models/${model.id}/log`, headers: { ...user.headers, 'content-type': 'application/json' }, payload: text });
+    expect([refused.statusCode, refused.json()]).toEqual([
+      422,
+      {
+        detail: [
+          { type: 'finite_number', loc: ['body', 'trajectory_groups', 0, 'trajectories', 0, 'metadata', 'big'], msg: 'Input should be a finite number', input: 'Infinity' },
+          { type: 'finite_number', loc: ['body', 'trajectory_groups', 0, 'metrics', 'm'], msg: 'Input should be a finite number', input: '-Infinity' },
+        ],
+      },
+    ]);
+    expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
   it('pages the metric history by step, then log order, with after = the last record\'s id', async () => {
     const { model } = await userWithModel(app, user);
     const url = `/v1/preview/models/${model.id}/log`;

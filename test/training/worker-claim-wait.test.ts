@@ -60,7 +60,7 @@ describe('waiting claims', () => {
     await pause(300);
     // Written straight to the database, as another trainyard process would: nothing notifies this one.
     const job = await app.db.transaction().execute((trx) =>
-      createJob(trx, { model: { id: model.id } as StoredModel, kind: 'rl', config: { experimental_config: {} }, inputs: [groupGenerationA()], maxAttempts: 2 }),
+      createJob(trx, { model: { id: model.id } as StoredModel, kind: 'rl', config: { experimental_config: {} }, inputsJson: [JSON.stringify(groupGenerationA())], maxAttempts: 2 }),
     );
     expect((await waiting)?.job.id).toBe(job.id);
   });

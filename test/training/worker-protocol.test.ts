@@ -192,6 +192,16 @@ describe('inputs', () => {
     expect(lines.map((line) => JSON.parse(line))).toEqual(groups);
   });
 
+  it('hands the trainer integers beyond 2^53 as the client wrote them', async () => {
+    const { user, model, worker } = await setup();
+    const text = `{"model_id":"${model.id}","trajectory_groups":[{"trajectories":[{"reward":0.5,"metadata":{"id":12345678901234567890}}]}]}`;
+    const created = await app.inject({ method: 'POST', url: '/v1/preview/training-jobs', headers: { ...user.headers, 'content-type': 'application/json' }, payload: text });
+    expect(created.statusCode, created.body).toBe(200);
+    const claimed = (await worker.claim())!;
+    const response = await app.inject({ method: 'GET', url: claimed.job.inputs_url, headers: worker.headers });
+    expect(response.body).toBe('{"trajectories": [{"reward": 0.5, "metadata": {"id": 12345678901234567890}}]}\n');
+  });
+
   it('answers 404 for an unknown job', async () => {
     const { worker } = await setup();
     const id = crypto.randomUUID();

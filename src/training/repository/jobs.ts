@@ -18,12 +18,12 @@ export const CANCELED_MESSAGE = 'training job was canceled';
 // Users' side
 
 /**
- * Queues a job with its inputs (one row per trajectory group or SFT row, multi-row inserts). Several
+ * Queues a job with its inputs' JSON texts (one row per trajectory group or SFT row, multi-row inserts). Several
  * statements: run it in a transaction.
  */
 export async function createJob(
   db: TrainingDb,
-  args: { model: StoredModel; kind: JobKind; config: Record<string, unknown>; inputs: readonly unknown[]; maxAttempts: number },
+  args: { model: StoredModel; kind: JobKind; config: Record<string, unknown>; inputsJson: readonly string[]; maxAttempts: number },
 ): Promise<StoredJob> {
   const row = await db
     .insertInto('training_jobs')
@@ -36,7 +36,7 @@ export async function createJob(
       base_step: null,
       target_step: null,
       config: jsonb(args.config),
-      num_inputs: args.inputs.length,
+      num_inputs: args.inputsJson.length,
       training_start: null,
       training_end: null,
       error_message: null,
@@ -48,7 +48,7 @@ export async function createJob(
     })
     .returningAll()
     .executeTakeFirstOrThrow();
-  const inputs = args.inputs.map((input, seq) => ({ seq, json: JSON.stringify(input) }));
+  const inputs = args.inputsJson.map((json, seq) => ({ seq, json }));
   for (const chunk of chunkBySize(inputs, (input) => input.json.length)) {
     await db
       .insertInto('job_inputs')

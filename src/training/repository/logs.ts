@@ -1,18 +1,19 @@
 import { sql } from 'kysely';
 import type { MetricRecord, PageOf, TrajectoryGroup } from '../schemas.js';
+import { parseStoredJson } from '../exact-bodies.js';
 import { chunkBySize, iso, jsonb, jsonbText, toPage, type TrainingDb } from './db.js';
 import type { StoredModel } from './rows.js';
 
 /**
- * Stores one log call's groups, one row per group, in multi-row inserts. Several statements for a large
+ * Stores one log call's groups (their JSON texts), one row per group, in multi-row inserts. Several statements for a large
  * call: run it in a transaction so that a failed call stores nothing.
  */
 export async function insertTrajectoryGroups(
   db: TrainingDb,
-  args: { model: StoredModel; split: string; step: number; groups: readonly TrajectoryGroup[] },
+  args: { model: StoredModel; split: string; step: number; groupsJson: readonly string[] },
 ): Promise<{ log_id: string }> {
   const logId = crypto.randomUUID();
-  const rows = args.groups.map((group, seq) => ({ seq, json: JSON.stringify(group) }));
+  const rows = args.groupsJson.map((json, seq) => ({ seq, json }));
   for (const chunk of chunkBySize(rows, (row) => row.json.length)) {
     await db
       .insertInto('trajectory_logs')
@@ -106,11 +107,12 @@ export async function pageTrajectoryGroups(
 ): Promise<{ id: string; step: number; split: string; group: unknown }[]> {
   let query = db
     .selectFrom('trajectory_logs')
-    .select(['id', 'step', 'split', 'payload'])
+    .select(['id', 'step', 'split', sql<string>`payload::text`.as('json')])
     .where('model_id', '=', args.model.id)
     .where('split', '=', args.split)
     .where('step', '=', args.step);
   if (args.after !== undefined) query = query.where(sql<boolean>`id > ${args.after}`);
   const rows = await query.orderBy('id').limit(args.limit).execute();
-  return rows.map((row) => ({ id: String(row.id), step: row.step, split: row.split, group: row.payload }));
+  // As text: a parse of the driver's would change integers beyond 2^53 (exact-bodies.ts).
+  return rows.map((row) => ({ id: String(row.id), step: row.step, split: row.split, group: parseStoredJson(row.json) }));
 }
