@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { CompletionsCreateBody } from '../../src/tracing/schemas/completions.js';
+import { TEMPLATE_GROWTH_LIMIT } from '../../src/tracing/services/completions.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
 import { uniqueName, type TestUser } from '../helpers/app.js';
 import { expectBadInputRejected } from '../helpers/bad-input.js';
@@ -117,6 +118,26 @@ describe('/completions/create', () => {
       }
     }
     expect(await callsOf(project)).toEqual([]);
+  });
+});
+
+describe('template_vars', () => {
+  it('may not grow the messages past TEMPLATE_GROWTH_LIMIT: a 400 naming it, nothing sent or recorded', async () => {
+    const project = newProject();
+    const sent = engine.chatRequests().length;
+    // About 1 MB of body that would fill in to 600 MB.
+    const inputs = { messages: [{ role: 'user', content: '{a}'.repeat(600) }], template_vars: { a: 'x'.repeat(1_000_000) } };
+    for (const url of ['/completions/create', '/completions/create_stream']) {
+      const response = await post(app, user, url, body(project, inputs));
+      expect([response.statusCode, response.json()]).toEqual([400, { reason: `Filling in template_vars would add more than ${TEMPLATE_GROWTH_LIMIT} characters to the messages.` }]);
+    }
+    expect(engine.chatRequests().length).toBe(sent);
+    expect(await callsOf(project)).toEqual([]);
+    // Up to the limit, the filled messages go to the engine.
+    const atLimit = { messages: [{ role: 'system', content: '{a}' }, { role: 'user', content: '{a}' }], template_vars: { a: 'y'.repeat(TEMPLATE_GROWTH_LIMIT / 2 + 3) } };
+    const response = await post(app, user, '/completions/create', body(project, atLimit, { track_llm_call: false }));
+    expect([response.statusCode, response.json().response.error]).toEqual([200, undefined]);
+    expect((sentMessages() as { content: string }[]).map((message) => message.content.length)).toEqual([TEMPLATE_GROWTH_LIMIT / 2 + 3, TEMPLATE_GROWTH_LIMIT / 2 + 3]);
   });
 });
 

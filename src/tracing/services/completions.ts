@@ -66,15 +66,33 @@ export async function chatBody(deps: TracingDeps, projectId: string, inputs: Com
   const { template_vars: vars, prompt, ...rest } = dropNulls(inputs) as CompletionsCreateBody['inputs'];
   const body: Record<string, unknown> = { ...rest, stream };
   const messages = prompt ? [...(await promptMessages(deps, projectId, prompt)), ...rest.messages] : rest.messages;
-  body.messages = !vars
-    ? messages
-    : messages.map((message) =>
-        typeof message.content === 'string' && message.role !== 'assistant'
-          ? { ...message, content: message.content.replace(/\{(\w+)\}/g, (all, name: string) => (Object.hasOwn(vars, name) ? String(vars[name]) : all)) }
-          : message,
-      );
+  body.messages = !vars ? messages : fillTemplateVars(messages, vars);
   if (stream) body.stream_options = { ...(isObject(rest.stream_options) ? rest.stream_options : {}), include_usage: true };
   return body;
+}
+
+/**
+ * The most characters filling in template_vars may add to a request's messages: a few long variables
+ * used many times could otherwise make a small body into one no string holds.
+ */
+export const TEMPLATE_GROWTH_LIMIT = 16 * 2 ** 20;
+
+function fillTemplateVars(messages: Record<string, unknown>[], vars: Record<string, unknown>): Record<string, unknown>[] {
+  let growth = 0;
+  return messages.map((message) => {
+    if (typeof message.content !== 'string' || message.role === 'assistant') return message;
+    const content = message.content.replace(/\{(\w+)\}/g, (all, name: string) => {
+      if (!Object.hasOwn(vars, name)) return all;
+      const value = String(vars[name]);
+      // Counted as the text grows, so that the limit is met before the text is built.
+      growth += value.length - all.length;
+      if (growth > TEMPLATE_GROWTH_LIMIT) {
+        throw new InvalidRequestError(`Filling in template_vars would add more than ${TEMPLATE_GROWTH_LIMIT} characters to the messages.`);
+      }
+      return value;
+    });
+    return { ...message, content };
+  });
 }
 
 /** The message of a gateway error body in any of its forms. */
