@@ -44,6 +44,7 @@ const cases: [string, string, () => string, string][] = [
   ['a boundary that does not match the body\'s', 'multipart/form-data; boundary=something-else', () => complete(BOUNDARY), CUT],
   ['a file part cut short', WITH_BOUNDARY, () => `${fieldPart(BOUNDARY)}${fileHead(BOUNDARY)}hel`, CUT],
   ['a part cut short in its headers', WITH_BOUNDARY, () => `${fieldPart(BOUNDARY)}--${BOUNDARY}\r\nContent-Disposition: form-da`, CUT],
+  ['a boundary parameter past what the parser takes', `multipart/form-data; boundary=${'b'.repeat(300)}`, () => complete('b'.repeat(300)), 'boundary parameter too long'],
   ['a field part cut short', WITH_BOUNDARY, () => `--${BOUNDARY}\r\nContent-Disposition: form-data; name="project_id"\r\n\r\n${project.slice(0, 3)}`, CUT],
 ];
 

@@ -12,12 +12,16 @@ import * as files from '../services/files.js';
  * that ends before its closing boundary (none, a different one, or a part cut short).
  */
 const MULTIPART_PARSE_ERROR = /^(Multipart: Boundary not found|Unexpected end of multipart data|\w+ terminated early due to unexpected end of multipart data)$/;
+/** Its search for the boundary refuses one of more than 252 characters (RFC 2046 allows 70) with this. */
+const BOUNDARY_TOO_LONG = 'The needle cannot have a length bigger than 256.';
 
 /** A body that is not the multipart form its Content-Type announces is the client's error (400). */
 function malformed(error: unknown): InvalidRequestError | undefined {
-  if (!(error instanceof Error) || !MULTIPART_PARSE_ERROR.test(error.message)) return undefined;
+  if (!(error instanceof Error)) return undefined;
+  const why = error.message === BOUNDARY_TOO_LONG ? 'boundary parameter too long' : MULTIPART_PARSE_ERROR.test(error.message) ? error.message : undefined;
+  if (why === undefined) return undefined;
   return new InvalidRequestError(
-    `Malformed multipart body (${error.message}): send multipart/form-data with a boundary parameter, fields project_id and file, each part complete, and the closing boundary.`,
+    `Malformed multipart body (${why}): send multipart/form-data with a boundary parameter, fields project_id and file, each part complete, and the closing boundary.`,
     { code: 'malformed_multipart' },
   );
 }
