@@ -136,6 +136,19 @@ export async function blobExists(db: Executor, args: { entity: string; md5: stri
   return db.selectFrom('wandb_blobs').select('size').where('entity', '=', args.entity).where('md5', '=', args.md5).executeTakeFirst();
 }
 
+/** Rows of one multi-row statement, well under the 65,535 parameters a statement may carry. */
+const ROWS_PER_STATEMENT = 1000;
+
+/** Which of these blobs (hex md5s) the entity holds. */
+export async function existingBlobs(db: Executor, args: { entity: string; md5s: string[] }): Promise<Set<string>> {
+  const held = new Set<string>();
+  for (let i = 0; i < args.md5s.length; i += ROWS_PER_STATEMENT) {
+    const rows = await db.selectFrom('wandb_blobs').select('md5').where('entity', '=', args.entity).where('md5', 'in', args.md5s.slice(i, i + ROWS_PER_STATEMENT)).execute();
+    for (const row of rows) held.add(row.md5);
+  }
+  return held;
+}
+
 export async function putBlob(db: Executor, args: { entity: string; md5: string; data: Buffer }): Promise<void> {
   await db
     .insertInto('wandb_blobs')
@@ -313,13 +326,30 @@ export async function aliasesOf(db: Executor, args: { artifactIds: number[] }): 
   return db.selectFrom('wandb_aliases').select(['artifact_id', 'alias']).where('artifact_id', 'in', args.artifactIds).orderBy('alias').execute();
 }
 
+/** Adds files, or gives existing ones (by name) a new md5, keeping their tokens. Names must be distinct. */
 export async function putArtifactFiles(db: Executor, args: { artifactId: number; files: { name: string; md5: string; token: string }[] }): Promise<void> {
-  if (args.files.length === 0) return;
-  await db
-    .insertInto('wandb_artifact_files')
-    .values(args.files.map((f) => ({ artifact_id: args.artifactId, name: f.name, md5: f.md5, size: null, birth_artifact_id: args.artifactId, token: f.token })))
-    .onConflict((c) => c.columns(['artifact_id', 'name']).doUpdateSet({ md5: sql`excluded.md5` }))
-    .execute();
+  for (let i = 0; i < args.files.length; i += ROWS_PER_STATEMENT) {
+    await db
+      .insertInto('wandb_artifact_files')
+      .values(args.files.slice(i, i + ROWS_PER_STATEMENT).map((f) => ({ artifact_id: args.artifactId, name: f.name, md5: f.md5, size: null, birth_artifact_id: args.artifactId, token: f.token })))
+      .onConflict((c) => c.columns(['artifact_id', 'name']).doUpdateSet({ md5: sql`excluded.md5` }))
+      .execute();
+  }
+}
+
+/** The upload tokens of these files of the artifact, by name. */
+export async function artifactFileTokens(db: Executor, args: { artifactId: number; names: string[] }): Promise<Map<string, string>> {
+  const tokens = new Map<string, string>();
+  for (let i = 0; i < args.names.length; i += ROWS_PER_STATEMENT) {
+    const rows = await db
+      .selectFrom('wandb_artifact_files')
+      .select(['name', 'token'])
+      .where('artifact_id', '=', args.artifactId)
+      .where('name', 'in', args.names.slice(i, i + ROWS_PER_STATEMENT))
+      .execute();
+    for (const row of rows) tokens.set(row.name, row.token);
+  }
+  return tokens;
 }
 
 export async function artifactFiles(db: Executor, args: { artifactId: number }): Promise<{ name: string; md5: string; size: number | null; token: string; birth_artifact_id: number }[]> {

@@ -387,22 +387,33 @@ export class WandbService {
       checkArtifactPath(file.name);
       if (!MD5_B64.test(file.md5)) throw new WandbRequestError(`Invalid md5 for ${JSON.stringify(file.name)}: the base64 MD5 of the file.`);
     }
-    const out: ArtifactFileUpload[] = [];
+    // Every artifact is found and checked before anything is written: a refused item leaves the others unwritten.
     const artifacts = new Map<string, ArtifactWithCollection>();
     for (const file of files) {
-      let found = artifacts.get(file.artifactID);
-      if (!found) {
-        found = await this.pending(principal, file.artifactID);
-        if (found.artifact.state !== 'PENDING') throw new WandbRequestError(`Artifact ${file.artifactID} is committed: its files cannot change.`);
-        artifacts.set(file.artifactID, found);
-      }
-      const token = newToken();
-      await repo.putArtifactFiles(this.db, { artifactId: found.artifact.id, files: [{ name: file.name, md5: file.md5, token }] });
-      const stored = await repo.blobExists(this.db, { entity: found.collection.entity, md5: b64ToHex(file.md5) });
-      const current = (await repo.artifactFiles(this.db, { artifactId: found.artifact.id })).find((f) => f.name === file.name)!;
-      out.push({ name: file.name, artifact: found, token: stored ? null : current.token });
+      if (artifacts.has(file.artifactID)) continue;
+      const found = await this.pending(principal, file.artifactID);
+      if (found.artifact.state !== 'PENDING') throw new WandbRequestError(`Artifact ${file.artifactID} is committed: its files cannot change.`);
+      artifacts.set(file.artifactID, found);
     }
-    return out;
+    // One write and two reads per artifact. A name given twice keeps its last md5, as separate calls would.
+    const answers = new Map<string, { token: string; stored: boolean }>();
+    await this.db.transaction().execute(async (tx) => {
+      for (const [artifactID, found] of artifacts) {
+        const latest = new Map<string, string>();
+        for (const file of files) if (file.artifactID === artifactID) latest.set(file.name, file.md5);
+        const names = [...latest.keys()];
+        await repo.putArtifactFiles(tx, { artifactId: found.artifact.id, files: names.map((name) => ({ name, md5: latest.get(name)!, token: newToken() })) });
+        const tokens = await repo.artifactFileTokens(tx, { artifactId: found.artifact.id, names });
+        const stored = await repo.existingBlobs(tx, { entity: found.collection.entity, md5s: [...new Set([...latest.values()].map(b64ToHex))] });
+        for (const name of names) {
+          answers.set(`${artifactID}\u0000${name}`, { token: tokens.get(name)!, stored: stored.has(b64ToHex(latest.get(name)!)) });
+        }
+      }
+    });
+    return files.map((file) => {
+      const answer = answers.get(`${file.artifactID}\u0000${file.name}`)!;
+      return { name: file.name, artifact: artifacts.get(file.artifactID)!, token: answer.stored ? null : answer.token };
+    });
   }
 
   /**

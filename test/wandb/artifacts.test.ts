@@ -24,6 +24,8 @@ const draft = (files: Record<string, Buffer>, options: h.DraftOptions = {}) => h
 const put = (url: string, data: Buffer | string, headers: Record<string, string> = {}) => h.put(app, url, data, headers);
 const commit = (id: string) => h.commit(app, owner, id);
 
+const FILES_MUTATION = 'mutation($input: CreateArtifactFilesInput!) { createArtifactFiles(input: $input) { files { edges { node { uploadUrl } } } } }';
+
 async function upload(files: Record<string, Buffer>, options: h.DraftOptions = {}): Promise<h.Draft> {
   const d = await h.uploadAndCommit(app, owner, files, options);
   expect(d.committed.errors).toBeUndefined();
@@ -80,6 +82,31 @@ describe('artifact uploads', () => {
     expect(response.statusCode).toBe(400);
     expect(response.json()).toEqual({ detail: 'Invalid artifact file path "../escape.txt": a relative path of at most 512 characters without \'.\' or \'..\' segments.' });
     expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
+  it('writes no file of a createArtifactFiles call an item of which is refused', async () => {
+    const d = await draft({ 'ok.txt': Buffer.from('ok') });
+    const before = await databaseFingerprint(app);
+    const answer = await gql(owner, FILES_MUTATION, {
+      input: { storageLayout: 'V2', artifactFiles: [{ artifactID: d.id, name: 'written.txt', md5: b64md5('w') }, { artifactID: 'QXJ0aWZhY3Q6OTk5OTk5', name: 'b.txt', md5: b64md5('b') }] },
+    });
+    expect(answer.errors![0].message).toBe('Artifact "QXJ0aWZhY3Q6OTk5OTk5" not found.');
+    expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
+  it('answers each item of a large createArtifactFiles call, a name given twice keeping its last md5', async () => {
+    const d = await draft({ 'ok.txt': Buffer.from('ok') });
+    const names = Array.from({ length: 2500 }, (_, i) => `shard-${i}.bin`);
+    const artifactFiles = [...names.map((name) => ({ artifactID: d.id, name, md5: b64md5(name) })), { artifactID: d.id, name: 'shard-7.bin', md5: b64md5('again') }];
+    const answer = await gql(owner, FILES_MUTATION, { input: { storageLayout: 'V2', artifactFiles } });
+    expect(answer.errors).toBeUndefined();
+    const urls: (string | null)[] = answer.data!.createArtifactFiles.files.edges.map((e: any) => e.node.uploadUrl);
+    expect(urls).toHaveLength(2501);
+    // The same file, whichever item named it: one upload URL, which takes the last md5's bytes.
+    expect(urls[2500]).toBe(urls[7]);
+    expect(new Set(urls).size).toBe(2500);
+    expect((await put(urls[7]!, 'again')).statusCode).toBe(200);
+    expect((await put(urls[8]!, 'shard-8.bin')).statusCode).toBe(200);
   });
 
   it('does not commit an artifact whose files were not all uploaded', async () => {
