@@ -31,8 +31,10 @@ import type {
   TrainingJob,
   TrainingJobEvent,
   TrainingJobListQuery,
+  TrajectoryGroup,
   TrajectoryListQuery,
 } from './schemas.js';
+import { TRAINING_LIMITS } from './schemas.js';
 import type { SftDataResolver } from './sft-data.js';
 
 export interface TrainingServiceDeps {
@@ -239,6 +241,7 @@ export class TrainingService {
    * that step's checkpoint. One transaction: a failed call stores nothing.
    */
   async log(principal: Principal, modelId: string, body: LogRequest, held?: readonly HeldValue<bigint>[]): Promise<LogResponse> {
+    checkMetricNames(body.trajectory_groups);
     const metrics = computeLogMetrics(body.split, body.trajectory_groups);
     const groupsJson = exactJsonTexts(body.trajectory_groups, 'trajectory_groups', held);
     const scope = await this.scope(principal);
@@ -342,5 +345,25 @@ export class TrainingService {
   async listEvents(principal: Principal, jobId: string, query: EventListQuery): Promise<PageOf<TrainingJobEvent>> {
     const job = await this.job(principal, jobId);
     return repo.listEvents(this.db, { job, ...query });
+  }
+}
+
+/**
+ * Each metrics map is bounded by its schema, but one log call's maps together make one metric record and
+ * are merged into the step's checkpoint: their distinct names are bounded the same way.
+ */
+function checkMetricNames(groups: readonly TrajectoryGroup[]): void {
+  const trajectoryNames = new Set<string>();
+  const groupNames = new Set<string>();
+  for (const group of groups) {
+    for (const trajectory of group.trajectories ?? []) for (const name in trajectory.metrics) trajectoryNames.add(name);
+    for (const name in group.metrics) groupNames.add(name);
+  }
+  const count = trajectoryNames.size + groupNames.size;
+  if (count > TRAINING_LIMITS.metrics) {
+    throw new UnprocessableError(
+      `Value error, the trajectories and groups of one log call may name at most ${TRAINING_LIMITS.metrics} metrics in all; these name ${count}`,
+      ['body', 'trajectory_groups'],
+    );
   }
 }

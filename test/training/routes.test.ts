@@ -234,6 +234,33 @@ describe('log', () => {
     expect(page.body).not.toContain('\\u0000');
   });
 
+  it('refuses a call whose metrics maps name more than 1,000 metrics together, and stores nothing', async () => {
+    const { model } = await userWithModel(app, user);
+    const named = (from: number, count: number) => Object.fromEntries(Array.from({ length: count }, (_, i) => [`m${from + i}`, i]));
+    const trajectories = [{ reward: 1, metrics: named(0, 600) }, { reward: 0, metrics: named(300, 600) }];
+    // 900 trajectory metrics and 100 group metrics: at the bound.
+    const atBound = await post(`/v1/preview/models/${model.id}/log`, { split: 'train', trajectory_groups: [{ trajectories, metrics: named(0, 100) }] });
+    expect(atBound.status, atBound.text).toBe(200);
+    expect(Object.keys(atBound.body.metrics)).toHaveLength(1000 + 7);
+
+    const before = await databaseFingerprint(app);
+    const refused = await post(`/v1/preview/models/${model.id}/log`, { split: 'train', trajectory_groups: [{ trajectories, metrics: named(0, 101) }] });
+    expect([refused.status, refused.body]).toEqual([
+      422,
+      {
+        detail: [
+          {
+            type: 'value_error',
+            loc: ['body', 'trajectory_groups'],
+            msg: 'Value error, the trajectories and groups of one log call may name at most 1000 metrics in all; these name 1001',
+            input: null,
+          },
+        ],
+      },
+    ]);
+    expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
   it('refuses a number no double holds, naming where it is, and stores nothing', async () => {
     const { model } = await userWithModel(app, user);
     const text = '{"split":"train","trajectory_groups":[{"trajectories":[{"reward":1,"metadata":{"big":1e400,"ok":2e10}}],"metrics":{"m":-1E+999}}]}';
