@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { PayloadTooLargeError } from '../errors.js';
 import { isPlainJson, parseJsonBody } from './json-body.js';
+import { RequestValidationError } from './validation.js';
 
 /**
  * JSON number literals that JSON.parse changes. It reads every number as a double, so an integer
@@ -163,6 +164,7 @@ function markExactNumbers(text: string, wholeFloats: boolean): string {
       const match = number.exec(text);
       if (!match) continue;
       const literal = match[0];
+      if (match[1] === undefined && match[2] === undefined) refuseLongInteger(literal, i);
       const kept = exactText(literal, match[1], match[2], wholeFloats);
       if (kept !== undefined) {
         out += `${text.slice(copied, i)}"${MARK_JSON}${kept}"`;
@@ -175,6 +177,20 @@ function markExactNumbers(text: string, wholeFloats: boolean): string {
     }
   }
   return copied === 0 ? text : out + text.slice(copied);
+}
+
+/**
+ * The most digits of an integer literal: Python's json reads none longer (int's default
+ * max_str_digits), and one of millions would take seconds to convert each way.
+ */
+export const MAX_INTEGER_DIGITS = 4300;
+
+/** A 422 json_invalid at the literal, worded as Python's, for an integer literal past MAX_INTEGER_DIGITS. */
+function refuseLongInteger(literal: string, position: number): void {
+  const digits = literal.length - (literal.charCodeAt(0) === 0x2d ? 1 : 0);
+  if (digits <= MAX_INTEGER_DIGITS) return;
+  const error = `Exceeds the limit (${MAX_INTEGER_DIGITS} digits) for integer string conversion: value has ${digits} digits`;
+  throw new RequestValidationError([{ type: 'json_invalid', loc: ['body', position], msg: 'JSON decode error', input: {}, ctx: { error } }]);
 }
 
 function revive(value: unknown, make: (literal: string) => unknown): unknown {

@@ -1,6 +1,7 @@
 import { isLosslessNumber, LosslessNumber, parse, stringify } from 'lossless-json';
 import { sql, type RawBuilder } from 'kysely';
 import { InvalidRequestError } from '../errors.js';
+import { MAX_INTEGER_DIGITS } from '../http/exact-numbers.js';
 import { pythonFloat } from './digest.js';
 
 /**
@@ -14,10 +15,19 @@ export type LosslessJson = string | LosslessNumber | boolean | null | LosslessJs
 /** Parses a request body keeping every number's text; a repeated key keeps its last value, like Python. */
 export function parseLossless(text: string): LosslessJson {
   try {
-    return parse(text, null, { onDuplicateKey: ({ newValue }) => newValue }) as LosslessJson;
+    return parse(text, null, { onDuplicateKey: ({ newValue }) => newValue, parseNumber: losslessNumber }) as LosslessJson;
   } catch (error) {
     throw new InvalidRequestError(`Invalid JSON body: ${(error as Error).message}`);
   }
+}
+
+/** A number's text as a LosslessNumber; an integer longer than Python's json reads is refused (http/exact-numbers.ts). */
+function losslessNumber(text: string): LosslessNumber {
+  if (text.length > MAX_INTEGER_DIGITS && !/[.eE]/.test(text)) {
+    const digits = text.length - (text.startsWith('-') ? 1 : 0);
+    if (digits > MAX_INTEGER_DIGITS) throw new Error(`Exceeds the limit (${MAX_INTEGER_DIGITS} digits) for integer string conversion: value has ${digits} digits`);
+  }
+  return new LosslessNumber(text);
 }
 
 /** Turns lossless values into plain ones (numbers become JavaScript numbers) for code that computes on them. */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { RequestValidationError } from '../../src/http/validation.js';
-import { MARK, parseWithExactNumbers, unmarkNumbers } from '../../src/http/exact-numbers.js';
+import { MARK, MAX_INTEGER_DIGITS, parseWithExactNumbers, unmarkNumbers } from '../../src/http/exact-numbers.js';
 
 const digits = (d: string) => `<${d}>`;
 
@@ -43,6 +43,31 @@ describe('integer literals a double would change', () => {
   it('are written back as their digits from the marked strings JSON.stringify writes, and strings stay strings', () => {
     const { value } = parseWithExactNumbers('{"a":[12345678901234567890,"12345678901234567890"]}', (d: string) => ({ toJSON: () => `${MARK}${d}` }));
     expect(unmarkNumbers(JSON.stringify(value))).toBe('{"a":[12345678901234567890,"12345678901234567890"]}');
+  });
+
+  it('are refused past 4,300 digits, as Python\'s json refuses them, at their position', () => {
+    const at = `[${'9'.repeat(MAX_INTEGER_DIGITS)}]`;
+    expect(parseWithExactNumbers(at, digits).value).toEqual([`<${'9'.repeat(MAX_INTEGER_DIGITS)}>`]);
+    for (const [text, position] of [[`{"a": -${'9'.repeat(MAX_INTEGER_DIGITS + 1)}}`, 6], [`[1.5,${'1'.repeat(8_000_000)}]`, 5]] as const) {
+      const count = text.replace(/[^\d]/g, '').length - (text.startsWith('[1.5') ? 2 : 0);
+      let refused: unknown;
+      try {
+        parseWithExactNumbers(text, digits);
+      } catch (error) {
+        refused = error;
+      }
+      expect((refused as RequestValidationError).detail).toEqual([
+        {
+          type: 'json_invalid',
+          loc: ['body', position],
+          msg: 'JSON decode error',
+          input: {},
+          ctx: { error: `Exceeds the limit (4300 digits) for integer string conversion: value has ${count} digits` },
+        },
+      ]);
+    }
+    // A long float is a double like any other.
+    expect(parseWithExactNumbers(`[${'1'.repeat(5000)}.5]`, digits)).toMatchObject({ exact: false });
   });
 
   it('leave whole floats to the double unless asked to keep them apart from integers', () => {

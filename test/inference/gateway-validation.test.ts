@@ -155,6 +155,22 @@ describe('chat completion validation (422 detail form plus the OpenAI envelope)'
     expect(text.json().error).toMatchObject({ code: 'unsupported_media_type', type: 'invalid_request_error' });
   });
 
+  it('refuses an integer of more than 4,300 digits as Python\'s json does, sending nothing', async () => {
+    const sent = engine.chatRequests().length;
+    const payload = `{"model":"fake/base-model","messages":[{"role":"user","content":"hi"}],"seed":${'9'.repeat(100_000)}}`;
+    const response = await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { ...user.headers, 'content-type': 'application/json' }, payload });
+    expect([response.statusCode, response.json()]).toEqual([
+      422,
+      {
+        detail: [
+          { type: 'json_invalid', loc: ['body', 78], msg: 'JSON decode error', input: {}, ctx: { error: 'Exceeds the limit (4300 digits) for integer string conversion: value has 100000 digits' } },
+        ],
+        error: { code: 'json_invalid', message: 'body.78: JSON decode error', param: '78', type: 'invalid_request_error' },
+      },
+    ]);
+    expect(engine.chatRequests().length).toBe(sent);
+  });
+
   it('treats /v1/chat/completions/ as the same operation', async () => {
     const response = await app.inject({ method: 'POST', url: '/v1/chat/completions/', headers: user.headers, payload: chat('fake/base-model') });
     expect(response.statusCode).toBe(200);

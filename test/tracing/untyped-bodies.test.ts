@@ -93,6 +93,23 @@ describe('tracing bodies without a Content-Type header', () => {
     expect(await databaseFingerprint(app)).toEqual(before);
   });
 
+  it('with an integer of more than 4,300 digits is refused as Python\'s json refuses it, storing nothing', async () => {
+    const before = await databaseFingerprint(app);
+    const limit = 'Exceeds the limit (4300 digits) for integer string conversion: value has 4301 digits';
+    const long = '7'.repeat(4301);
+    // A call's payload: the 422 json_invalid detail of any body that is not JSON.
+    const start = `{"start": {"project_id": "${newProject()}", "op_name": "op", "started_at": "2025-01-02T03:04:05Z", "attributes": {}, "inputs": {"a": ${long}}}}`;
+    const call = await rawPost('/traces/call/start', start);
+    expect([call.status, json(call)]).toEqual([
+      422,
+      { detail: [{ type: 'json_invalid', loc: ['body', start.indexOf(long)], msg: 'JSON decode error', input: {}, ctx: { error: limit } }] },
+    ]);
+    // An object, whose body is parsed losslessly to be digested: the 400 of invalid JSON there.
+    const object = await rawPost('/traces/obj/create', `{"obj": {"project_id": "${newProject()}", "object_id": "o", "val": {"a": ${long}}}}`);
+    expect([object.status, json(object)]).toEqual([400, { reason: `Invalid JSON body: ${limit}` }]);
+    expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
   it('of JSON that fails the schema answers the usual 422 naming the field', async () => {
     const answer = await rawPost('/traces/call/start', JSON.stringify({ start: { project_id: newProject(), started_at: '2025-01-02T03:04:05Z', attributes: {}, inputs: {} } }));
     expect(answer.status).toBe(422);
