@@ -379,7 +379,7 @@ export const ExperimentalTrainingConfig = z
     kl_penalty_reference_step: z.int().min(0).nullish(),
     kl_penalty_source: z.enum(['current_learner', 'sample']).nullish(),
     kl_penalty_step_lag: z.int().min(1).nullish(),
-    kl_ref_adapter_path: z.string().nullish(),
+    kl_ref_adapter_path: z.string().max(TRAINING_LIMITS.checkpointUri).nullish(),
     learning_rate: z.number().nullish(),
     logprob_calculation_chunk_size: z.int().min(1).nullish(),
     loss_fn: z.enum(['cispo', 'ppo']).nullish(),
@@ -401,7 +401,7 @@ export type ExperimentalTrainingConfig = z.infer<typeof ExperimentalTrainingConf
 export const CreateTrainingJob = z.object({
   model_id: Uuid,
   trajectory_groups: z.array(StoredGroup).max(TRAINING_LIMITS.groups),
-  experimental_config: boundedDepth(ExperimentalTrainingConfig).nullish(),
+  experimental_config: boundedDepth(boundedKeys(ExperimentalTrainingConfig, 'experimental_config')).nullish(),
 });
 export type CreateTrainingJob = z.infer<typeof CreateTrainingJob>;
 
@@ -434,8 +434,8 @@ export const CreateSFTTrainingJob = z
     model_id: Uuid,
     training_data_url: z.string().min(1).max(TRAINING_LIMITS.url).optional(),
     training_folder_url: z.string().min(1).max(TRAINING_LIMITS.url).optional(),
-    config: boundedDepth(SFTTrainingConfig).nullish(),
-    experimental_config: boundedDepth(z.record(z.string(), z.unknown())).nullish(),
+    config: boundedDepth(boundedKeys(SFTTrainingConfig, 'config')).nullish(),
+    experimental_config: boundedDepth(boundedKeys(z.record(z.string(), z.unknown()), 'experimental_config')).nullish(),
   })
   .superRefine((body, ctx) => {
     if (body.training_data_url === undefined && body.training_folder_url === undefined) {

@@ -17,7 +17,8 @@ const FileStreamBody = z.object({
     .refine((files) => Object.keys(files).length <= 32, 'at most 32 files')
     .optional(),
   complete: z.boolean().optional(),
-  exitcode: z.number().int().nullish(),
+  // wandb-core's exit code is an int32, as the column is.
+  exitcode: z.int32().nullish(),
   preempting: z.boolean().optional(),
   uploaded: z.array(z.string().max(512)).max(1_000).optional(),
   dropped: z.number().int().optional(),

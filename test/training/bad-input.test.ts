@@ -145,6 +145,17 @@ describe('rules checked after the schema', () => {
     expect([without.status, without.body.detail[0].msg]).toEqual([422, `Value error, gpt2 is not a trainable base model on this server; use one of: ${TRAINABLE}, Qwen/Qwen3-30B-A3B-Instruct-2507`]);
   });
 
+  it('an experimental_config or SFT config of more than 1,000 keys is a 422 naming it, and no job is queued', async () => {
+    const keys = Object.fromEntries(Array.from({ length: 1001 }, (_, i) => [`k${i}`, i]));
+    const before = await databaseFingerprint(app);
+    const rl = await call(app, user.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()], experimental_config: keys });
+    const sft = await call(app, user.headers, 'POST', '/v1/preview/sft-training-jobs', { model_id: model.id, training_data_url: datasetRef, config: keys });
+    for (const [reply, field] of [[rl, 'experimental_config'], [sft, 'config']] as const) {
+      expect([reply.status, reply.body.detail.map((d: any) => [d.loc, d.msg])]).toEqual([422, [[['body', field], `Value error, at most 1000 keys in ${field}`]]]);
+    }
+    expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
   it('a body over the limit is a 413 and nothing is stored', async () => {
     const before = await databaseFingerprint(app);
     const big = { model_id: model.id, trajectory_groups: [{ trajectories: [{ messages_and_choices: [{ role: 'user', content: 'x'.repeat(1_100_000) }] }] }] };

@@ -178,6 +178,14 @@ describe('W&B runs', () => {
     expect(await state()).toBe('finished');
   });
 
+  it('refuses an exit code no int32 holds, as wandb-core sends none, naming it', async () => {
+    const { project, run } = await newRun();
+    const before = await databaseFingerprint(app);
+    const response = await app.inject(stream(owner, project, run, { files: {}, complete: true, exitcode: 3_000_000_000 }));
+    expect([response.statusCode, response.json().detail.map((d: any) => [d.type, d.loc])]).toEqual([422, [['less_than_equal', ['body', 'exitcode']]]]);
+    expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
   it('answers another tenant 404 for the run\'s stream and history', async () => {
     const { project, run } = await newRun();
     // A key's first use is recorded on the key: that write is not the refused request's.
