@@ -333,6 +333,16 @@ describe('usage records', () => {
     const bad = await get('from=yesterday');
     expect(bad.statusCode).toBe(422);
     expect(bad.json().detail[0].loc).toEqual(['query', 'from']);
+    // ISO dates the database holds no instant for are named as the query's, not refused by the database.
+    const outOfRange = await get(`from=0000-01-01&to=${encodeURIComponent('9999-12-31T23:59:59-23:59')}`);
+    expect([outOfRange.statusCode, outOfRange.json().detail.map((d: any) => [d.loc, d.msg])]).toEqual([
+      422,
+      [
+        [['query', 'from'], 'Value error, the date must fall between 0001-01-01 and 9999-12-31 (UTC)'],
+        [['query', 'to'], 'Value error, the date must fall between 0001-01-01 and 9999-12-31 (UTC)'],
+      ],
+    ]);
+    expect((await get(`from=0001-01-01&to=${encodeURIComponent('9999-12-31T23:59:59Z')}&project=${project}`)).json()).toMatchObject({ data: [{ requests: 3 }] });
   });
 });
 
