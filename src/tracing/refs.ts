@@ -121,13 +121,21 @@ function unquote(value: string, invalid: (why: string) => Error): string {
 }
 
 /**
+ * The most UTF-8 bytes of a ref in the input_refs / output_refs columns: their GIN indexes refuse an entry
+ * past about 2,700 bytes, which would refuse the whole write of the call (and its batch or export).
+ */
+export const INDEXED_REF_BYTES = 2000;
+
+/**
  * Every distinct `weave:///` string anywhere in a value, for the calls' input_refs / output_refs columns
- * that the ref filters match (reference §3.7).
+ * that the ref filters match (reference §3.7). One longer than INDEXED_REF_BYTES stays in the payload only.
  */
 export function extractRefs(value: unknown): string[] {
   const found = new Set<string>();
   const visit = (inner: unknown): void => {
-    if (isWeaveRef(inner)) found.add(inner);
+    if (isWeaveRef(inner)) {
+      if (inner.length <= INDEXED_REF_BYTES / 3 || Buffer.byteLength(inner) <= INDEXED_REF_BYTES) found.add(inner);
+    }
     else if (Array.isArray(inner)) inner.forEach(visit);
     else if (inner !== null && typeof inner === 'object') Object.values(inner).forEach(visit);
   };

@@ -56,6 +56,18 @@ describe('call ingest', () => {
     });
   });
 
+  it('keeps a ref too long to index in the payload only: the batch is stored and the other refs filter as before', async () => {
+    const project = newProject();
+    const short = `weave:///${project}/object/model:m1`;
+    // 3,000 characters that do not compress: past what the refs columns' GIN index takes in one entry.
+    const long = `weave:///${project}/object/${randomBytes(1500).toString('hex')}:d1`;
+    await ingest(project, [{ id: 'r1', inputs: { long, short }, output: { long } }, { id: 'r2', inputs: { q: 1 } }]);
+    const { call } = (await post(app, user, '/call/read', { project_id: project, id: 'r1' })).json();
+    expect([call.inputs, call.output]).toEqual([{ long, short }, { long }]);
+    expect(ids(await query(project, { filter: { input_refs: [short] } }))).toEqual(['r1']);
+    expect(ids(await query(project))).toEqual(['r1', 'r2']);
+  });
+
   it('keeps an end without its start invisible until the start arrives, then merges them', async () => {
     const project = newProject();
     const [start, end] = callItems(project, { id: 'late', output: 'done' });
