@@ -53,6 +53,12 @@ export const OpNameText = CallNameText.min(1).refine(
   (name) => Buffer.byteLength(name, 'utf8') <= TRACING_LIMITS.opNameBytes,
   `op_name takes at most ${TRACING_LIMITS.opNameBytes} bytes of UTF-8`,
 );
+/**
+ * A key that is indexed after the project id (a feedback's weave_ref, a cost's llm_id): bounded in bytes
+ * as op_name is, since 2,048 characters of CJK text pass past what PostgreSQL takes in an index entry.
+ */
+export const indexedKey = (field: string) =>
+  Key.refine((text) => Buffer.byteLength(text, 'utf8') <= TRACING_LIMITS.opNameBytes, `${field} takes at most ${TRACING_LIMITS.opNameBytes} bytes of UTF-8`);
 /** fields, columns, expand_columns. */
 export const FieldList = z.array(Key).max(TRACING_LIMITS.fields);
 

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { Query } from '../query/schema.js';
-import { DateTime, FieldList, Key, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
+import { DateTime, FieldList, indexedKey, Key, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
 
 /** Custom LLM prices (reference §2.8). Costs are per token, e.g. 3e-05. */
 
@@ -20,7 +20,7 @@ export type CostCreateInput = z.infer<typeof CostCreateInput>;
 export const CostCreateBody = z.object({
   project_id: ProjectId,
   costs: z
-    .record(Key.min(1), CostCreateInput)
+    .record(indexedKey('llm_id').min(1), CostCreateInput)
     .refine((costs) => Object.keys(costs).length <= TRACING_LIMITS.batchItems, `at most ${TRACING_LIMITS.batchItems} models in one request`)
     .describe(`llm_id → price; at most ${TRACING_LIMITS.batchItems} models`),
   wb_user_id: Key.nullish().describe('Ignored: set from the key.'),

@@ -1,13 +1,13 @@
 import { z } from 'zod';
 import { Query } from '../query/schema.js';
-import { AnyJson, FieldList, JsonObject, Key, StoredJsonObject, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
+import { AnyJson, FieldList, indexedKey, JsonObject, Key, StoredJsonObject, Limit, Offset, ProjectId, SortByList, TRACING_LIMITS } from './common.js';
 
 /** Feedback (reference §2.7). */
 
 export const FeedbackCreateBody = z.object({
   id: Key.min(1).nullish().describe('Honoured when given; a UUID v7 otherwise.'),
   project_id: ProjectId,
-  weave_ref: Key.describe('A weave:/// ref in the same project (the target need not exist yet).'),
+  weave_ref: indexedKey('weave_ref').describe('A weave:/// ref in the same project (the target need not exist yet).'),
   creator: Key.nullish(),
   feedback_type: Key.min(1).describe('wandb.reaction.1, wandb.note.1, wandb.annotation.<name>, wandb.runnable.<name>, or any custom type'),
   payload: StoredJsonObject.describe('At most 1 MiB serialised.'),

@@ -5,6 +5,7 @@ import { storedJsonText, toPlainJson, type LosslessJson } from '../json.js';
 import { mapJsonbErrors } from '../repositories/common.js';
 import * as labels from '../repositories/object-labels.js';
 import * as repo from '../repositories/objects.js';
+import { TRACING_LIMITS } from '../schemas/common.js';
 import type { TracingDeps } from './deps.js';
 
 /** Objects and ops: versions by content digest (reference §2.3, §3.1, §3.3). */
@@ -55,6 +56,10 @@ export async function createObject(deps: TracingDeps, input: ObjectCreate): Prom
   const plain = toPlainJson(val);
   // A builtin class's dumped value names its classes in _class_name and _bases.
   const { kind, base, leaf } = classify(plain);
+  // The base class is indexed after the project id: a name past what an index entry takes is refused here.
+  if (base !== null && Buffer.byteLength(base, 'utf8') > TRACING_LIMITS.opNameBytes) {
+    throw new InvalidRequestError(`The object's base class name (from _bases or _class_name) takes more than ${TRACING_LIMITS.opNameBytes} bytes of UTF-8.`);
+  }
   const key = { projectId: input.projectId, objectId: input.objectId, kind, digest };
   await mapJsonbErrors(() =>
     deps.db.transaction().execute(async (trx) => {
