@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import path from 'node:path';
 import type { PGlite } from '@electric-sql/pglite';
 import { Kysely, Migrator, PostgresDialect, sql, type MigrationResult, type QueryCompiler } from 'kysely';
@@ -182,12 +183,29 @@ export async function openDatabase(config: Config, options: OpenOptions = { init
   try {
     const completed = await completeRestore(config.dataDir, new Date());
     const dataDir = pgliteDataPath(config.dataDir);
-    const pglite = await createPglite({ dataDir, loadDataDir: initdbTemplateFor(dataDir, options.initdbTemplate) });
+    const pglite = await createDatabaseOnce(dataDir, options.initdbTemplate);
     return pgliteHandle(pglite, { dataDir: config.dataDir, lock, restoreCompleted: completed });
   } catch (error) {
     lock.release();
     throw error;
   }
+}
+
+/**
+ * Opens the embedded database at `dataDir`, making it first when there is none (from the template, or by
+ * initdb). Making it writes many files in place, PG_VERSION before the configuration files, so a start
+ * killed meanwhile would leave a directory that looks made and that PostgreSQL cannot open. `<dataDir>.creating`
+ * is written before and removed once the database opened: a start that finds it deletes what was left and
+ * makes the database again (nothing in it was ever served).
+ */
+async function createDatabaseOnce(dataDir: string, initdbTemplate: string | undefined): Promise<PgliteWorker> {
+  const marker = `${dataDir}.creating`;
+  if (fs.existsSync(marker)) fs.rmSync(dataDir, { recursive: true, force: true });
+  const fresh = !fs.existsSync(path.join(dataDir, 'PG_VERSION'));
+  if (fresh) fs.writeFileSync(marker, '');
+  const pglite = await createPglite({ dataDir, loadDataDir: initdbTemplateFor(dataDir, initdbTemplate) });
+  if (fresh) fs.rmSync(marker, { force: true });
+  return pglite;
 }
 
 export class MigrationError extends Error {

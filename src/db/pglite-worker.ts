@@ -22,7 +22,11 @@ const WORKER_SOURCE = String.raw`
 const { parentPort, workerData } = require('node:worker_threads');
 
 function toWire(error) {
-  if (!(error instanceof Error)) return { name: 'Error', message: String(error), fields: {} };
+  if (!(error instanceof Error)) {
+    // PGlite's WebAssembly exit is thrown as a plain object with a message ({name: 'ExitStatus', status}).
+    const message = error !== null && typeof error === 'object' && typeof error.message === 'string' ? error.message : String(error);
+    return { name: 'Error', message, fields: {} };
+  }
   const fields = {};
   for (const [key, value] of Object.entries(error)) {
     if (key === 'name' || key === 'message' || key === 'stack') continue;

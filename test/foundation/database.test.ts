@@ -149,6 +149,30 @@ describe.skipIf(onPostgresServer)('a first start on an empty data directory', ()
     expect(rows).toEqual([{ id: 1 }]);
   });
 
+  it('makes the database again when a start was cut short while making it', async () => {
+    const initdbTemplate = await markedTemplate();
+    const config = loadConfig({ DATA_DIR: tempDir() });
+    const pgdata = pgliteDataPath(config.dataDir);
+    // What a kill leaves partway through the unpack: PG_VERSION, but not yet pg_hba.conf and the rest.
+    fs.mkdirSync(pgdata, { recursive: true });
+    fs.writeFileSync(path.join(pgdata, 'PG_VERSION'), '17\n');
+    fs.writeFileSync(`${pgdata}.creating`, '');
+    const handle = await openDatabase(config, { initdbTemplate });
+    handles.push(handle);
+    expect(await sql`select * from came_from_the_template`.execute(handle.db)).toMatchObject({ rows: [] });
+    expect(fs.existsSync(`${pgdata}.creating`)).toBe(false);
+    expect(fs.existsSync(path.join(pgdata, 'pg_hba.conf'))).toBe(true);
+  });
+
+  it('says why when the database there cannot be opened', async () => {
+    const initdbTemplate = await markedTemplate();
+    const config = loadConfig({ DATA_DIR: tempDir() });
+    await (await openDatabase(config, { initdbTemplate })).close();
+    // As an unpack an older release was cut short in leaves it (no marker): PGlite exits, and says so.
+    for (const file of ['pg_hba.conf', 'pg_ident.conf']) fs.rmSync(path.join(pgliteDataPath(config.dataDir), file));
+    await expect(openDatabase(config, { initdbTemplate })).rejects.toThrow(/^Program terminated with exit\(1\)$/);
+  });
+
   it('runs initdb when there is no template', async () => {
     const config = loadConfig({ DATA_DIR: tempDir() });
     const handle = await openDatabase(config, { initdbTemplate: path.join(tempDir(), 'none.tar.gz') });
