@@ -58,7 +58,11 @@ export const OpNameText = CallNameText.min(1).refine(
  * as op_name is, since 2,048 characters of CJK text pass past what PostgreSQL takes in an index entry.
  */
 export const indexedKey = (field: string) =>
-  Key.refine((text) => Buffer.byteLength(text, 'utf8') <= TRACING_LIMITS.opNameBytes, `${field} takes at most ${TRACING_LIMITS.opNameBytes} bytes of UTF-8`);
+  Key.refine(
+    // A key past keyLength characters is refused for that alone.
+    (text) => text.length > TRACING_LIMITS.keyLength || Buffer.byteLength(text, 'utf8') <= TRACING_LIMITS.opNameBytes,
+    `${field} takes at most ${TRACING_LIMITS.opNameBytes} bytes of UTF-8`,
+  );
 /** fields, columns, expand_columns. */
 export const FieldList = z.array(Key).max(TRACING_LIMITS.fields);
 
