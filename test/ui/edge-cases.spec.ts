@@ -221,6 +221,27 @@ describe('model page', () => {
     await w.context.close();
   });
 
+  it('reads the best checkpoint again once a retention apply deleted it', async () => {
+    const created = await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'best-after-apply', base_model: 'b' });
+    const id = created.body.id;
+    await sql`
+      insert into checkpoints (id, model_id, step, uri, metrics)
+      select gen_random_uuid(), ${id}, g, 's3://c/' || g, jsonb_build_object('score', case g when 1 then 0.9 when 2 then 0.1 else 0.2 end)
+      from generate_series(1, 3) g`.execute(server.app.db);
+    // The policy keeps the latest only: its apply deletes steps 1 and 2, step 1 the best by score.
+    expect((await call(server.app, user.headers, 'PUT', `/v1/preview/models/${id}/retention`, { keep_latest: 1 })).status).toBe(200);
+    const w = await signedIn();
+    w.page.on('dialog', (dialog) => void dialog.accept());
+    await w.page.goto(`${server.url}/ui/models/${id}`);
+    await w.page.locator('select[name="best-metric"]').selectOption('score');
+    await w.page.locator('[data-best]').getByText(': step 1 (0.9000)').waitFor();
+    await w.page.getByRole('button', { name: 'Apply now' }).click();
+    await w.page.getByText('Deleted steps 1, 2.').waitFor();
+    await w.page.locator('[data-best]').getByText(': step 3 (0.2000)').waitFor();
+    w.expectClean();
+    await w.context.close();
+  });
+
   it('shows the newest of 5,200 checkpoints first, 100 at a time, with badges from the server', async () => {
     const created = await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'many-checkpoints', base_model: 'b' });
     const id = created.body.id;
@@ -268,6 +289,33 @@ describe('rollouts', () => {
     expect(await w.page.locator('h1').textContent()).toBe('Rollouts, split train');
     expect(asked).toBe(0);
     w.expectClean();
+    await w.context.close();
+  });
+
+  it('shows the groups of a step whose rewards span more than a double holds (±1e308)', async () => {
+    const wide = (await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'agent-wide', base_model: 'base-wide' })).body;
+    const trajectories = [1e308, -1e308, 0].map((reward, i) => ({ reward, messages_and_choices: [{ role: 'user', content: `t${i}` }] }));
+    expect((await call(server.app, user.headers, 'POST', `/v1/preview/models/${wide.id}/log`, { split: 'train', trajectory_groups: [{ trajectories }] })).status).toBe(200);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${wide.id}/rollouts?split=train&step=0`);
+    await w.page.getByText('1 groups, 3 trajectories.').waitFor();
+    const counts = await w.page.locator('.histogram .bar').evaluateAll((bars) => bars.map((b) => Number(b.getAttribute('data-count'))));
+    expect(counts).toEqual([1, 0, 0, 0, 0, 1, 0, 0, 0, 1]);
+    w.expectClean();
+    await w.context.close();
+  });
+
+  it('drops the groups shown once another split fails to load, rather than show them under its name', async () => {
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${model.id}/rollouts?split=train&step=1`);
+    await w.page.locator('section.group').first().waitFor();
+    const split = w.page.locator('input[name="split"]');
+    await split.fill('s'.repeat(129));
+    await split.press('Enter');
+    await w.page.getByRole('alert').getByText('String should have at most 128 characters').waitFor();
+    expect(await w.page.locator('section.group').count()).toBe(0);
+    expect(await w.page.locator('.histogram').count()).toBe(0);
+    w.expectClean([/status of 422/]);
     await w.context.close();
   });
 
@@ -326,5 +374,22 @@ describe('job page', () => {
     await w.page.locator('h1 .badge', { hasText: 'COMPLETED' }).waitFor();
     w.expectClean([FAILED_503]);
     await w.context.close();
+  });
+
+  it('wraps an error message holding a long token within the page, at 1280 and at 375 pixels', async () => {
+    const queued = await queueJob(server.app, user, model, worker);
+    const claimed = await queued.claim();
+    await worker.fail(claimed, `adapter sha256:${'ab12'.repeat(750)} does not match`, false);
+    for (const width of [1280, 375]) {
+      const w = await signedIn();
+      await w.page.setViewportSize({ width, height: 800 });
+      await w.page.goto(`${server.url}/ui/jobs/${queued.jobId}`);
+      await w.page.locator('h1 .badge', { hasText: 'FAILED' }).waitFor();
+      await w.page.getByText('does not match', { exact: false }).first().waitFor();
+      const facts = await w.page.locator('dl.facts').evaluate((dl) => dl.scrollWidth <= dl.clientWidth);
+      expect(facts, `width ${width}`).toBe(true);
+      w.expectClean();
+      await w.context.close();
+    }
   });
 });

@@ -305,6 +305,8 @@ interface CheckpointPages {
   loadMore: () => void;
   /** Reads again as many rows as are shown (after a delete, a pin or a policy change). */
   reload: () => void;
+  /** Counts the reloads: what is derived from the checkpoints (the best of them) is read again with it. */
+  revision: number;
 }
 
 /**
@@ -359,8 +361,12 @@ function useCheckpointPages(modelId: string): CheckpointPages {
   }, [read]);
 
   const loadMore = useCallback(() => void read(shown.current, shown.current.rows.length + CHECKPOINT_PAGE), [read]);
-  const reload = useCallback(() => void read({ rows: [], lastId: '' }, Math.max(CHECKPOINT_PAGE, shown.current.rows.length)), [read]);
-  return { rows, hasMore, loading, error, loadMore, reload };
+  const [revision, setRevision] = useState(0);
+  const reload = useCallback(() => {
+    setRevision((n) => n + 1);
+    void read({ rows: [], lastId: '' }, Math.max(CHECKPOINT_PAGE, shown.current.rows.length));
+  }, [read]);
+  return { rows, hasMore, loading, error, loadMore, reload, revision };
 }
 
 /**
@@ -390,16 +396,14 @@ function CheckpointsTable(props: { model: Model; pages: CheckpointPages; policy:
   const [chosen, setChosen] = useState<string | undefined>(undefined);
   const metric = chosen ?? bestMetric ?? (names.includes('val/reward') || names.length === 0 ? 'val/reward' : names[0]);
   const mode = bestMode(metric, props.policy);
-  const best = useLoad(`best:${props.model.id}:${metric}:${mode}`, () =>
+  // Read again whenever the checkpoints are (a retention apply may delete the best).
+  const best = useLoad(`best:${props.model.id}:${metric}:${mode}:${props.pages.revision}`, () =>
     api<{ checkpoint: { id: string; step: number; value: number } | null }>(
       `${appPath`/v1/preview/models/${props.model.id}/checkpoints/best`}?metric=${encodeURIComponent(metric)}&mode=${mode}`,
     ),
   );
   const bestStep = best.data?.checkpoint?.step;
-  const reload = () => {
-    props.pages.reload();
-    best.reload();
-  };
+  const reload = () => props.pages.reload();
   const [error, setError] = useState<string | undefined>(undefined);
   const [copied, setCopied] = useState<string | undefined>(undefined);
   const name = (step: number) => `wandb-artifact:///${props.model.entity}/${props.model.project}/${props.model.name}:step${step}`;

@@ -28,9 +28,10 @@ export function histogram(rewards: number[]): { lo: number; hi: number; count: n
   if (!rewards.length) return [];
   const min = Math.min(...rewards);
   const max = Math.max(...rewards);
-  const width = max > min ? (max - min) / BINS : 1;
+  // Divided before subtracting: rewards of ±1e308 span more than a double holds.
+  const width = max > min ? max / BINS - min / BINS : 1;
   const bins = Array.from({ length: max > min ? BINS : 1 }, (_, i) => ({ lo: min + i * width, hi: min + (i + 1) * width, count: 0 }));
-  for (const r of rewards) bins[Math.min(bins.length - 1, Math.floor((r - min) / width))].count += 1;
+  for (const r of rewards) bins[Math.min(bins.length - 1, Math.floor(r / width - min / width))].count += 1;
   return bins;
 }
 
