@@ -221,6 +221,44 @@ describe('model page', () => {
     await w.context.close();
   });
 
+  it('shows a small value in the hover legend as the axis writes it, not rounded to 0', async () => {
+    const named = await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'small-lr', base_model: 'b' });
+    const m = named.body;
+    await call(server.app, user.headers, 'POST', '/graphql', {
+      query: 'mutation($name: String, $project: String, $entity: String) { upsertBucket(input: {name: $name, modelName: $project, entityName: $entity}) { inserted } }',
+      variables: { name: m.name, project: m.project, entity: m.entity },
+    });
+    const lines = [0, 1, 2].map((step) => `{"_step": ${step}, "learning_rate": 3.5e-6}`);
+    expect((await call(server.app, user.headers, 'POST', `/files/${m.entity}/${m.project}/${m.name}/file_stream`, { files: { 'wandb-history.jsonl': { offset: 0, content: lines } } })).status).toBe(200);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${m.id}`);
+    const chart = w.page.locator('[data-chart="learning_rate"]');
+    await chart.locator('canvas').waitFor();
+    const over = (await chart.locator('.u-over').boundingBox())!;
+    await w.page.mouse.move(over.x + over.width - 1, over.y + over.height / 2);
+    const row = chart.locator('.u-legend .u-series').filter({ has: w.page.locator('.u-label', { hasText: /^learning_rate$/ }) });
+    await w.page.waitForFunction(() => document.querySelector('[data-chart="learning_rate"] .u-legend .u-series .u-value')?.textContent === '2');
+    expect(await row.locator('.u-value').textContent()).toBe('3.5e-6');
+    w.expectClean();
+    await w.context.close();
+  });
+
+  it('resets a zoomed chart on a double-click without opening the rollouts of the step under it', async () => {
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${model.id}`);
+    const over = w.page.locator('[data-chart="Reward"] .u-over');
+    await over.waitFor();
+    const box = (await over.boundingBox())!;
+    await w.page.mouse.dblclick(box.x + box.width - 2, box.y + box.height / 2);
+    await w.page.waitForTimeout(600);
+    expect(new URL(w.page.url()).pathname).toBe(`/ui/models/${model.id}`);
+    // One click still opens them.
+    await w.page.mouse.click(box.x + box.width - 2, box.y + box.height / 2);
+    await w.page.getByRole('heading', { name: /Rollouts at step/ }).waitFor();
+    w.expectClean();
+    await w.context.close();
+  });
+
   it('reads the best checkpoint again once a retention apply deleted it', async () => {
     const created = await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'best-after-apply', base_model: 'b' });
     const id = created.body.id;

@@ -10,6 +10,9 @@ function formatTick(value: number): string {
   return size < 1e-3 || size >= 1e6 ? value.toExponential(1) : String(Number(value.toPrecision(4)));
 }
 
+/** How long a click on a chart waits for a second one (a double-click) before it opens the step. */
+const DOUBLE_CLICK_MS = 300;
+
 /** Line charts on uPlot: per-series raw line, optional smoothed line and a shaded band, log scale, click-to-step. */
 
 export interface Series {
@@ -154,11 +157,12 @@ export function Chart(props: ChartProps) {
       for (const v of cols[i]) if (v !== null && v < min) min = v;
       // The legend names a non-finite value at its step rather than showing no value.
       const marks = new Map((s.nonFinite ?? []).map((p) => [p.x, p.value]));
-      const value = marks.size ? (_u: uPlot, v: number | null, _s: number, idx: number | null) => (v === null ? (idx === null ? '--' : (marks.get(xs[idx]) ?? '--')) : formatTick(v)) : undefined;
+      // Values as the axis writes them, so that a learning rate of 3.5e-6 is not shown as 0.
+      const value = (_u: uPlot, v: number | null, _s: number, idx: number | null) => (v === null ? (idx === null ? '--' : (marks.get(xs[idx]) ?? '--')) : formatTick(v));
       opts.push({ label: smoothing > 0 ? `${s.label} (raw)` : s.label, stroke: smoothing > 0 ? `${color}55` : color, width: 1.5, spanGaps: true, value });
       if (smoothing > 0) {
         data.push(ema(cols[i], smoothing));
-        opts.push({ label: `${s.label} (smoothed)`, stroke: color, width: 2, spanGaps: true });
+        opts.push({ label: `${s.label} (smoothed)`, stroke: color, width: 2, spanGaps: true, value: (_u, v) => (v === null ? '--' : formatTick(v)) });
       }
     });
     // Log scale: true log when every value is positive, else asinh (log-like, and defined at 0 and below).
@@ -198,15 +202,20 @@ export function Chart(props: ChartProps) {
     });
     el.dataset.scale = props.log ? (distr === 3 ? 'log' : 'asinh') : 'linear';
     el.dataset.nonfinite = String(props.series.reduce((n, s) => n + (s.nonFinite?.length ?? 0), 0));
-    const onClick = () => {
+    // A double-click is uPlot's zoom reset, not a pick: a click's pick waits to see whether a second follows.
+    let pending: number | undefined;
+    const onClick = (event: MouseEvent) => {
+      window.clearTimeout(pending);
       const idx = chart.cursor.idx;
-      if (idx === null || idx === undefined || !pick.current) return;
-      pick.current(xs[idx], props.series[0]?.label ?? '');
+      if (event.detail > 1 || idx === null || idx === undefined || !pick.current) return;
+      const step = xs[idx];
+      pending = window.setTimeout(() => pick.current?.(step, props.series[0]?.label ?? ''), DOUBLE_CLICK_MS);
     };
     chart.over.addEventListener('click', onClick);
     const onResize = () => chart.setSize({ width: Math.max(el.clientWidth, 300), height: props.height ?? 260 });
     window.addEventListener('resize', onResize);
     return () => {
+      window.clearTimeout(pending);
       window.removeEventListener('resize', onResize);
       chart.destroy();
     };
