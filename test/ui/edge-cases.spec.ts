@@ -134,6 +134,23 @@ describe('traces list', () => {
     w.expectClean();
     await w.context.close();
   });
+
+  it('reads a page that is not a whole number as the first, and offers the last for one past it', async () => {
+    const project = `${user.entity}/paged-traces`;
+    const startedAt = new Date('2026-11-20T10:00:00Z');
+    await upsertCalls(server.app, user, project, [0, 1, 2].map((i) => ({ id: `p${i}`, trace_id: `tp${i}`, op_name: `agent.p${i}`, startedAt: new Date(startedAt.getTime() + i * 1000) })));
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/p/${project}/traces?page=1.5`);
+    await w.page.getByRole('navigation', { name: 'Pages' }).getByText('Page 1 of 1').waitFor();
+    expect(await w.page.getByRole('table', { name: 'Traces' }).locator('tbody tr').count()).toBe(3);
+    await w.page.goto(`${server.url}/ui/p/${project}/traces?page=99&sort=started`);
+    await w.page.getByText('There is 1 page:').waitFor();
+    await w.page.getByRole('link', { name: 'go to the last' }).click();
+    await w.page.getByRole('table', { name: 'Traces' }).locator('tbody tr').nth(2).waitFor();
+    expect(new URL(w.page.url()).search).toBe('?sort=started');
+    w.expectClean();
+    await w.context.close();
+  });
 });
 
 describe('model page', () => {

@@ -15,7 +15,9 @@ export function TracesPage(props: { project: string }) {
   const status = q.get('status') ?? '';
   const sort = SORTS[q.get('sort') ?? ''] ? q.get('sort')! : 'started';
   const dir = q.get('dir') === 'asc' ? 'asc' : 'desc';
-  const page = Math.max(0, Number(q.get('page') ?? '0') || 0);
+  // The page as the URL names it (from 0): a whole number, else the first page.
+  const asked = Number(q.get('page') ?? '0');
+  const page = Number.isSafeInteger(asked) && asked > 0 ? asked : 0;
 
   const conditions: unknown[] = [];
   if (op) conditions.push({ $contains: { input: { $getField: 'op_name' }, substr: { $literal: op } } });
@@ -75,6 +77,11 @@ export function TracesPage(props: { project: string }) {
       </form>
       <Problem error={calls.error ?? stats.error} />
       {!calls.data && !calls.error && <Loading what="traces" />}
+      {calls.data && pages !== undefined && page >= pages && (
+        <p class="empty">
+          {pages === 1 ? 'There is 1 page' : `There are ${pages} pages`}: <Link to={`${projectPath(props.project, 'traces')}${pageQuery(q, pages - 1)}`}>go to the last</Link>.
+        </p>
+      )}
       {calls.data && (
         <table aria-label="Traces">
           <thead>
@@ -119,4 +126,13 @@ export function TracesPage(props: { project: string }) {
       </nav>
     </main>
   );
+}
+
+/** The traces query string with another page (the filters and sort kept). */
+function pageQuery(query: URLSearchParams, page: number): string {
+  const next = new URLSearchParams(query);
+  if (page > 0) next.set('page', String(page));
+  else next.delete('page');
+  const text = next.toString();
+  return text ? `?${text}` : '';
 }
