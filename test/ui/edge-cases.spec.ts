@@ -171,6 +171,27 @@ describe('model page', () => {
     await w.context.close();
   });
 
+  it('puts the counts of logged steps after the other metrics, and scrolls a wide checkpoints table by itself', async () => {
+    const w = await signedIn();
+    await w.page.setViewportSize({ width: 1280, height: 800 });
+    await w.page.goto(`${server.url}/ui/models/${model.id}`);
+    const table = w.page.getByRole('table', { name: 'Checkpoints' });
+    await table.locator('tbody tr').first().waitFor();
+    const headers = await table.locator('thead th').allTextContents();
+    expect(headers).toContain('loss/train');
+    expect(await w.page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth)).toBe(true);
+    // On a phone the table is wider than the screen: it scrolls within its box, which stays on screen.
+    await w.page.setViewportSize({ width: 375, height: 800 });
+    const box = await table.evaluate((t) => {
+      const scroller = t.parentElement!;
+      const section = t.closest('section')!;
+      return { scrolls: scroller.scrollWidth > scroller.clientWidth, sectionFits: section.scrollWidth <= section.clientWidth };
+    });
+    expect(box).toEqual({ scrolls: true, sectionFits: true });
+    w.expectClean();
+    await w.context.close();
+  });
+
   it('lists the jobs newest first, as the API does', async () => {
     const api = await call(server.app, user.headers, 'GET', `/v1/preview/training-jobs?model_id=${model.id}&limit=100`);
     const w = await signedIn();

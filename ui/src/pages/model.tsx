@@ -371,13 +371,16 @@ function useCheckpointPages(modelId: string): CheckpointPages {
 
 /**
  * The metric columns: the retention policy's metric and the rewards (`train/reward`, `val/reward`, …)
- * first, whatever their names sort as, then the others by name up to `limit`.
+ * first, whatever their names sort as, then the others by name up to `limit`, the counts the server adds
+ * to every logged step (`data/step_num_*`) after them.
  */
 export function metricColumns(names: string[], bestMetric: string | null | undefined, limit = METRIC_COLUMNS): string[] {
   const sorted = [...new Set(names)].sort();
   const first = [...new Set([...(bestMetric && sorted.includes(bestMetric) ? [bestMetric] : []), ...sorted.filter((k) => k.endsWith('reward'))])];
   const rest = sorted.filter((k) => !first.includes(k));
-  return [...first, ...rest.slice(0, Math.max(0, limit - first.length))];
+  const counts = rest.filter((k) => k.startsWith('data/'));
+  const ordered = [...rest.filter((k) => !k.startsWith('data/')), ...counts];
+  return [...first, ...ordered.slice(0, Math.max(0, limit - first.length))];
 }
 
 /** What "best" means for a metric the retention policy does not name: the lowest loss or exception rate, the highest of anything else. */
@@ -465,54 +468,56 @@ function CheckpointsTable(props: { model: Model; pages: CheckpointPages; policy:
               Copied <code>{copied}</code>
             </p>
           )}
-          <table aria-label="Checkpoints">
-            <thead>
-              <tr>
-                <th>Step</th>
-                {shown.map((k) => (
-                  <th>{k}</th>
-                ))}
-                <th>Kept</th>
-                <th>Inference name</th>
-                <th />
-              </tr>
-            </thead>
-            <tbody>
-              {rows.map((c) => (
-                <tr key={c.id} data-step={c.step} class={c.step === bestStep ? 'best' : undefined}>
-                  <td>
-                    {c.step} {c.step === bestStep && <span class="badge badge-best">best</span>}
-                  </td>
+          <div class="table-scroll">
+            <table aria-label="Checkpoints">
+              <thead>
+                <tr>
+                  <th>Step</th>
                   {shown.map((k) => (
-                    <td>{fmt(c.metrics[k])}</td>
+                    <th>{k}</th>
                   ))}
-                  <td data-kept>
-                    {c.pinned && <span class="badge badge-pinned">pinned</span>} {c.latest && <span class="badge">latest</span>}{' '}
-                    {c.best && <span class="badge badge-best">best by {bestMetric}</span>}{' '}
-                    {c.expires_at && <span class="muted">expires {when(c.expires_at)}</span>}
-                    {c.source === 'imported' && <span class="badge">imported</span>}
-                  </td>
-                  <td>
-                    <code>{name(c.step)}</code>{' '}
-                    <button type="button" class="link" onClick={() => copy(c.step)}>
-                      Copy
-                    </button>
-                  </td>
-                  <td class="actions">
-                    <button type="button" class="link" onClick={() => setPinned(c.step, !c.pinned)}>
-                      {c.pinned ? 'Unpin' : 'Pin'}
-                    </button>{' '}
-                    <a href={`${base}/${c.step}/archive`} download>
-                      Download
-                    </a>{' '}
-                    <button type="button" class="danger" onClick={() => remove(c.step)}>
-                      Delete
-                    </button>
-                  </td>
+                  <th>Kept</th>
+                  <th>Inference name</th>
+                  <th />
                 </tr>
-              ))}
-            </tbody>
-          </table>
+              </thead>
+              <tbody>
+                {rows.map((c) => (
+                  <tr key={c.id} data-step={c.step} class={c.step === bestStep ? 'best' : undefined}>
+                    <td>
+                      {c.step} {c.step === bestStep && <span class="badge badge-best">best</span>}
+                    </td>
+                    {shown.map((k) => (
+                      <td>{fmt(c.metrics[k])}</td>
+                    ))}
+                    <td data-kept>
+                      {c.pinned && <span class="badge badge-pinned">pinned</span>} {c.latest && <span class="badge">latest</span>}{' '}
+                      {c.best && <span class="badge badge-best">best by {bestMetric}</span>}{' '}
+                      {c.expires_at && <span class="muted">expires {when(c.expires_at)}</span>}
+                      {c.source === 'imported' && <span class="badge">imported</span>}
+                    </td>
+                    <td>
+                      <code>{name(c.step)}</code>{' '}
+                      <button type="button" class="link" onClick={() => copy(c.step)}>
+                        Copy
+                      </button>
+                    </td>
+                    <td class="actions">
+                      <button type="button" class="link" onClick={() => setPinned(c.step, !c.pinned)}>
+                        {c.pinned ? 'Unpin' : 'Pin'}
+                      </button>{' '}
+                      <a href={`${base}/${c.step}/archive`} download>
+                        Download
+                      </a>{' '}
+                      <button type="button" class="danger" onClick={() => remove(c.step)}>
+                        Delete
+                      </button>
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
           <nav class="pager" aria-label="Checkpoint pages">
             <span class="muted">{hasMore ? `The ${rows.length} newest of more.` : `All ${rows.length}.`}</span>
             {hasMore && (
