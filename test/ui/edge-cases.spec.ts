@@ -148,6 +148,8 @@ describe('traces list', () => {
     await w.page.getByRole('link', { name: 'go to the last' }).click();
     await w.page.getByRole('table', { name: 'Traces' }).locator('tbody tr').nth(2).waitFor();
     expect(new URL(w.page.url()).search).toBe('?sort=started');
+    // Every table of the app scrolls within its own box, as the checkpoints table does (tested at 375 below).
+    expect(await w.page.getByRole('table', { name: 'Traces' }).evaluate((t) => getComputedStyle(t.parentElement!).overflowX)).toBe('auto');
     w.expectClean();
     await w.context.close();
   });

@@ -100,19 +100,21 @@ function Admin() {
       {done && <p class="ok">{done}</p>}
       <section>
         <h2>System check</h2>
-        <table aria-label="System check">
-          <tbody>
-            {Object.entries(checks.data ?? {}).map(([name, c]) => (
-              <tr key={name}>
-                <td>{name}</td>
-                <td>
-                  <Badge status={c.success ? 'ok' : 'failed'} />
-                </td>
-                <td>{c.error ?? `${c.duration_ms} ms`}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+        <div class="table-scroll">
+          <table aria-label="System check">
+            <tbody>
+              {Object.entries(checks.data ?? {}).map(([name, c]) => (
+                <tr key={name}>
+                  <td>{name}</td>
+                  <td>
+                    <Badge status={c.success ? 'ok' : 'failed'} />
+                  </td>
+                  <td>{c.error ?? `${c.duration_ms} ms`}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
       </section>
       <section>
         <h2>Workers seen recently</h2>
@@ -155,28 +157,30 @@ function Admin() {
             </p>
             {backups.data.data.length === 0 && <p class="muted">No backup of this database yet.</p>}
             {backups.data.data.length > 0 && (
-              <table aria-label="Backups">
-                <thead>
-                  <tr>
-                    <th>Taken</th>
-                    <th>Size</th>
-                    <th>Adapters</th>
-                    <th>Path</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {backups.data.data.map((b) => (
-                    <tr key={b.path}>
-                      <td>{when(b.created_at)}</td>
-                      <td>{size(b.bytes)}</td>
-                      <td>{b.adapters}</td>
-                      <td>
-                        <code>{b.path}</code>
-                      </td>
+              <div class="table-scroll">
+                <table aria-label="Backups">
+                  <thead>
+                    <tr>
+                      <th>Taken</th>
+                      <th>Size</th>
+                      <th>Adapters</th>
+                      <th>Path</th>
                     </tr>
-                  ))}
-                </tbody>
-              </table>
+                  </thead>
+                  <tbody>
+                    {backups.data.data.map((b) => (
+                      <tr key={b.path}>
+                        <td>{when(b.created_at)}</td>
+                        <td>{size(b.bytes)}</td>
+                        <td>{b.adapters}</td>
+                        <td>
+                          <code>{b.path}</code>
+                        </td>
+                      </tr>
+                    ))}
+                  </tbody>
+                </table>
+              </div>
             )}
             {backups.data.has_more && <p class="muted">The 100 newest; GET /v1/admin/backups?limit= lists more.</p>}
             {backups.data.cut_short.length > 0 && (
@@ -200,24 +204,26 @@ function Admin() {
       </section>
       <section>
         <h2>Users</h2>
-        <table aria-label="Users">
-          <thead>
-            <tr>
-              <th>User</th>
-              <th>Admin</th>
-              <th>Created</th>
-            </tr>
-          </thead>
-          <tbody>
-            {(users.data?.data ?? []).map((u) => (
-              <tr key={u.id}>
-                <td>{u.username}</td>
-                <td>{u.is_admin ? 'yes' : ''}</td>
-                <td>{when(u.created_at)}</td>
+        <div class="table-scroll">
+          <table aria-label="Users">
+            <thead>
+              <tr>
+                <th>User</th>
+                <th>Admin</th>
+                <th>Created</th>
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {(users.data?.data ?? []).map((u) => (
+                <tr key={u.id}>
+                  <td>{u.username}</td>
+                  <td>{u.is_admin ? 'yes' : ''}</td>
+                  <td>{when(u.created_at)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
         <form
           class="controls"
           onSubmit={(e) => {
@@ -297,49 +303,51 @@ function Admin() {
           </select>
           <button type="submit">Create key</button>
         </form>
-        <table aria-label="API keys">
-          <thead>
-            <tr>
-              <th>Prefix</th>
-              <th>Name</th>
-              <th>User</th>
-              <th>Kind</th>
-              <th>Last used</th>
-              <th>Revoked</th>
-              <th />
-            </tr>
-          </thead>
-          <tbody>
-            {(keys.data?.data ?? []).map((k) => (
-              <tr key={k.id} data-key={k.id}>
-                <td>
-                  <code>{k.prefix}…</code>
-                </td>
-                <td>{k.name}</td>
-                <td>{k.username}</td>
-                <td>{k.kind}</td>
-                <td>{when(k.last_used_at)}</td>
-                <td>{when(k.revoked_at)}</td>
-                <td>
-                  {!k.revoked_at && (
-                    <button
-                      type="button"
-                      class="danger"
-                      onClick={() => {
-                        if (window.confirm(`Revoke key ${k.prefix}…?`)) void run(async () => {
-                          await api(appPath`/v1/admin/keys/${k.id}/revoke`, { method: 'POST' });
-                          keys.reload();
-                        }, 'Key revoked.');
-                      }}
-                    >
-                      Revoke
-                    </button>
-                  )}
-                </td>
+        <div class="table-scroll">
+          <table aria-label="API keys">
+            <thead>
+              <tr>
+                <th>Prefix</th>
+                <th>Name</th>
+                <th>User</th>
+                <th>Kind</th>
+                <th>Last used</th>
+                <th>Revoked</th>
+                <th />
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {(keys.data?.data ?? []).map((k) => (
+                <tr key={k.id} data-key={k.id}>
+                  <td>
+                    <code>{k.prefix}…</code>
+                  </td>
+                  <td>{k.name}</td>
+                  <td>{k.username}</td>
+                  <td>{k.kind}</td>
+                  <td>{when(k.last_used_at)}</td>
+                  <td>{when(k.revoked_at)}</td>
+                  <td>
+                    {!k.revoked_at && (
+                      <button
+                        type="button"
+                        class="danger"
+                        onClick={() => {
+                          if (window.confirm(`Revoke key ${k.prefix}…?`)) void run(async () => {
+                            await api(appPath`/v1/admin/keys/${k.id}/revoke`, { method: 'POST' });
+                            keys.reload();
+                          }, 'Key revoked.');
+                        }}
+                      >
+                        Revoke
+                      </button>
+                    )}
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
       </section>
     </main>
   );

@@ -148,26 +148,28 @@ export function JobPage(props: { id: string }) {
         {charts.learning_rate.length > 0 && <Chart title="learning_rate" series={charts.learning_rate} height={180} xLabel="gradient step" />}
       </div>
       <h2>Events</h2>
-      <table aria-label="Events">
-        <thead>
-          <tr>
-            <th>#</th>
-            <th>Type</th>
-            <th>Data</th>
-          </tr>
-        </thead>
-        <tbody>
-          {events.map((e, i) => (
-            <tr key={e.id} data-type={e.type}>
-              <td>{i + 1}</td>
-              <td>{e.type}</td>
-              <td>
-                <code>{JSON.stringify(e.data)}</code>
-              </td>
+      <div class="table-scroll">
+        <table aria-label="Events">
+          <thead>
+            <tr>
+              <th>#</th>
+              <th>Type</th>
+              <th>Data</th>
             </tr>
-          ))}
-        </tbody>
-      </table>
+          </thead>
+          <tbody>
+            {events.map((e, i) => (
+              <tr key={e.id} data-type={e.type}>
+                <td>{i + 1}</td>
+                <td>{e.type}</td>
+                <td>
+                  <code>{JSON.stringify(e.data)}</code>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
     </main>
   );
 }

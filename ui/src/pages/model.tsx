@@ -172,35 +172,37 @@ export function ModelPage(props: { id: string }) {
         <h2>Jobs</h2>
         {jobs.data && jobs.data.length === 0 && <p class="muted">No training jobs yet.</p>}
         {jobs.data && jobs.data.length > 0 && (
-          <table aria-label="Jobs">
-            <thead>
-              <tr>
-                <th>Job</th>
-                <th>Kind</th>
-                <th>Status</th>
-                <th>Steps</th>
-                <th>Created</th>
-              </tr>
-            </thead>
-            <tbody>
-              {/* The API lists a model's jobs newest first. */}
-              {jobs.data.slice(0, MAX_JOBS).map((j) => (
-                <tr key={j.id}>
-                  <td>
-                    <Link to={appPath`/jobs/${j.id}`}>{j.id.slice(0, 8)}</Link>
-                  </td>
-                  <td>{j.kind}</td>
-                  <td>
-                    <Badge status={j.status} />
-                  </td>
-                  <td>
-                    {fmt(j.base_step)} → {fmt(j.target_step)}
-                  </td>
-                  <td>{when(j.created_at)}</td>
+          <div class="table-scroll">
+            <table aria-label="Jobs">
+              <thead>
+                <tr>
+                  <th>Job</th>
+                  <th>Kind</th>
+                  <th>Status</th>
+                  <th>Steps</th>
+                  <th>Created</th>
                 </tr>
-              ))}
-            </tbody>
-          </table>
+              </thead>
+              <tbody>
+                {/* The API lists a model's jobs newest first. */}
+                {jobs.data.slice(0, MAX_JOBS).map((j) => (
+                  <tr key={j.id}>
+                    <td>
+                      <Link to={appPath`/jobs/${j.id}`}>{j.id.slice(0, 8)}</Link>
+                    </td>
+                    <td>{j.kind}</td>
+                    <td>
+                      <Badge status={j.status} />
+                    </td>
+                    <td>
+                      {fmt(j.base_step)} → {fmt(j.target_step)}
+                    </td>
+                    <td>{when(j.created_at)}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
         )}
         {jobs.data && jobs.data.length > MAX_JOBS && (
           <p class="muted">The newest {MAX_JOBS} jobs; older ones are not listed here.</p>

@@ -19,26 +19,28 @@ export function ModelsPage(props: { project: string }) {
       {!data && !error && <Loading what="models" />}
       {data && data.length === 0 && <p class="empty">No models in this project yet: register one with the ART client (`model.register(backend)`).</p>}
       {data && data.length > 0 && (
-        <table aria-label="Models">
-          <thead>
-            <tr>
-              <th>Name</th>
-              <th>Base model</th>
-              <th>Created</th>
-            </tr>
-          </thead>
-          <tbody>
-            {data.map((m) => (
-              <tr key={m.id}>
-                <td>
-                  <Link to={appPath`/models/${m.id}`}>{m.name}</Link>
-                </td>
-                <td>{m.base_model}</td>
-                <td>{when(m.created_at)}</td>
+        <div class="table-scroll">
+          <table aria-label="Models">
+            <thead>
+              <tr>
+                <th>Name</th>
+                <th>Base model</th>
+                <th>Created</th>
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {data.map((m) => (
+                <tr key={m.id}>
+                  <td>
+                    <Link to={appPath`/models/${m.id}`}>{m.name}</Link>
+                  </td>
+                  <td>{m.base_model}</td>
+                  <td>{when(m.created_at)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
       )}
     </main>
   );

@@ -31,32 +31,34 @@ await model.register(backend)`}</pre>
         </div>
       )}
       {data && data.data.length > 0 && (
-        <table>
-          <thead>
-            <tr>
-              <th>Project</th>
-              <th>Models</th>
-              <th>Traces</th>
-              <th>Usage</th>
-            </tr>
-          </thead>
-          <tbody>
-            {data.data.map((p) => (
-              <tr key={p.id}>
-                <td>
-                  <Link to={projectPath(p.id, 'models')}>{p.id}</Link>
-                </td>
-                <td>{p.models}</td>
-                <td>
-                  <Link to={projectPath(p.id, 'traces')}>traces</Link>
-                </td>
-                <td>
-                  <Link to={projectPath(p.id, 'usage')}>usage</Link>
-                </td>
+        <div class="table-scroll">
+          <table>
+            <thead>
+              <tr>
+                <th>Project</th>
+                <th>Models</th>
+                <th>Traces</th>
+                <th>Usage</th>
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {data.data.map((p) => (
+                <tr key={p.id}>
+                  <td>
+                    <Link to={projectPath(p.id, 'models')}>{p.id}</Link>
+                  </td>
+                  <td>{p.models}</td>
+                  <td>
+                    <Link to={projectPath(p.id, 'traces')}>traces</Link>
+                  </td>
+                  <td>
+                    <Link to={projectPath(p.id, 'usage')}>usage</Link>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
       )}
     </main>
   );

@@ -83,34 +83,36 @@ export function TracesPage(props: { project: string }) {
         </p>
       )}
       {calls.data && (
-        <table aria-label="Traces">
-          <thead>
-            <tr>
-              {header('op', 'Op')}
-              <th>Status</th>
-              {header('started', 'Started')}
-              {header('latency', 'Latency')}
-              <th>Tokens</th>
-              <th>Cost</th>
-            </tr>
-          </thead>
-          <tbody>
-            {calls.data.calls.map((c) => (
-              <tr key={c.id}>
-                <td>
-                  <Link to={`${projectPath(props.project, 'traces')}${appPath`/${c.trace_id}`}?call=${encodeURIComponent(c.id)}`}>{opLabel(c)}</Link>
-                </td>
-                <td>
-                  <Badge status={c.summary?.weave?.status ?? 'unknown'} />
-                </td>
-                <td>{when(c.started_at)}</td>
-                <td>{c.summary?.weave?.latency_ms === undefined ? '—' : `${c.summary.weave.latency_ms} ms`}</td>
-                <td>{fmt(tokensOf(c))}</td>
-                <td>{costOf(c) === undefined ? '—' : `$${costOf(c)!.toFixed(6)}`}</td>
+        <div class="table-scroll">
+          <table aria-label="Traces">
+            <thead>
+              <tr>
+                {header('op', 'Op')}
+                <th>Status</th>
+                {header('started', 'Started')}
+                {header('latency', 'Latency')}
+                <th>Tokens</th>
+                <th>Cost</th>
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {calls.data.calls.map((c) => (
+                <tr key={c.id}>
+                  <td>
+                    <Link to={`${projectPath(props.project, 'traces')}${appPath`/${c.trace_id}`}?call=${encodeURIComponent(c.id)}`}>{opLabel(c)}</Link>
+                  </td>
+                  <td>
+                    <Badge status={c.summary?.weave?.status ?? 'unknown'} />
+                  </td>
+                  <td>{when(c.started_at)}</td>
+                  <td>{c.summary?.weave?.latency_ms === undefined ? '—' : `${c.summary.weave.latency_ms} ms`}</td>
+                  <td>{fmt(tokensOf(c))}</td>
+                  <td>{costOf(c) === undefined ? '—' : `$${costOf(c)!.toFixed(6)}`}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
       )}
       <nav class="pager" aria-label="Pages">
         <button type="button" disabled={page === 0} onClick={() => setQuery({ page: page > 1 ? String(page - 1) : undefined })}>

@@ -53,36 +53,38 @@ export function UsagePage(props: { project: string }) {
         </figure>
       )}
       {byModel.data && (
-        <table aria-label="Usage by model">
-          <thead>
-            <tr>
-              <th>Model</th>
-              {COLUMNS.map((c) => (
-                <th>{c.replace('_', ' ')}</th>
+        <div class="table-scroll">
+          <table aria-label="Usage by model">
+            <thead>
+              <tr>
+                <th>Model</th>
+                {COLUMNS.map((c) => (
+                  <th>{c.replace('_', ' ')}</th>
+                ))}
+              </tr>
+            </thead>
+            <tbody>
+              {byModel.data.data.map((b) => (
+                <tr key={b.model}>
+                  <td>{b.model}</td>
+                  {COLUMNS.map((c) => (
+                    <td>{fmt(b[c])}</td>
+                  ))}
+                </tr>
               ))}
-            </tr>
-          </thead>
-          <tbody>
-            {byModel.data.data.map((b) => (
-              <tr key={b.model}>
-                <td>{b.model}</td>
-                {COLUMNS.map((c) => (
-                  <td>{fmt(b[c])}</td>
-                ))}
-              </tr>
-            ))}
-          </tbody>
-          {total.data && total.data.data[0] && (
-            <tfoot>
-              <tr data-total>
-                <th>Total</th>
-                {COLUMNS.map((c) => (
-                  <td>{fmt(total.data!.data[0][c])}</td>
-                ))}
-              </tr>
-            </tfoot>
-          )}
-        </table>
+            </tbody>
+            {total.data && total.data.data[0] && (
+              <tfoot>
+                <tr data-total>
+                  <th>Total</th>
+                  {COLUMNS.map((c) => (
+                    <td>{fmt(total.data!.data[0][c])}</td>
+                  ))}
+                </tr>
+              </tfoot>
+            )}
+          </table>
+        </div>
       )}
     </main>
   );
