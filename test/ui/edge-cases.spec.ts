@@ -299,6 +299,26 @@ describe('model page', () => {
     await w.context.close();
   });
 
+  it('refuses Keep best without a metric rather than save it as none, and clears an earlier note on an error', async () => {
+    const created = await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'retention-form', base_model: 'b' });
+    const id = created.body.id;
+    await sql`insert into checkpoints (id, model_id, step, uri, metrics) values (gen_random_uuid(), ${id}, 1, 's3://c/1', '{"score": 1}'::jsonb)`.execute(server.app.db);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${id}`);
+    const form = w.page.getByRole('form', { name: 'Retention policy' });
+    await form.locator('input[name="keep_latest"]').fill('2');
+    await form.getByRole('button', { name: 'Save' }).click();
+    await w.page.locator('[data-retention-note]').getByText('Saved.', { exact: false }).waitFor();
+    await form.locator('input[name="keep_best"]').fill('3');
+    await form.getByRole('button', { name: 'Save' }).click();
+    await w.page.getByRole('alert').getByText('Keep best needs a metric to rank the checkpoints by: choose one, or clear Keep best.').waitFor();
+    expect(await w.page.locator('[data-retention-note]').count()).toBe(0);
+    const policy = await call(server.app, user.headers, 'GET', `/v1/preview/models/${id}/retention`);
+    expect(policy.body).toMatchObject({ keep_latest: 2, keep_best: null, best_metric: null });
+    w.expectClean();
+    await w.context.close();
+  });
+
   it('reads the best checkpoint again once a retention apply deleted it', async () => {
     const created = await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'best-after-apply', base_model: 'b' });
     const id = created.body.id;

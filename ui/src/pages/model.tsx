@@ -557,7 +557,12 @@ function RetentionForm(props: { model: Model; policy: RetentionPolicy; metrics: 
   async function save(event: Event) {
     event.preventDefault();
     setError(undefined);
+    setNote(undefined);
     const hours = numberOrNull(ttlHours);
+    if (!metric && numberOrNull(keepBest) !== null) {
+      setError('Keep best needs a metric to rank the checkpoints by: choose one, or clear Keep best.');
+      return;
+    }
     try {
       await api(base, {
         method: 'PUT',
@@ -579,6 +584,7 @@ function RetentionForm(props: { model: Model; policy: RetentionPolicy; metrics: 
   async function applyNow() {
     if (!window.confirm('Delete now every checkpoint this policy does not keep?')) return;
     setError(undefined);
+    setNote(undefined);
     try {
       const result = await api<{ deleted_steps: number[]; expired_steps: number[] }>(`${base}/apply`, { method: 'POST' });
       const gone = [...result.deleted_steps, ...result.expired_steps].sort((a, b) => a - b);
