@@ -474,6 +474,24 @@ describe('job page', () => {
     await w.context.close();
   });
 
+  it('charts the gradient steps of the last attempt only, from step 1', async () => {
+    const queued = await queueJob(server.app, user, model, worker);
+    const first = await queued.claim();
+    await worker.events(first, [{ type: 'training_started', data: { num_sequences: 1 } }, ...[1, 2].map((i) => ({ type: 'gradient_step', data: { loss: 10 * i } }))]);
+    await worker.fail(first, 'out of memory', true);
+    const second = await queued.claim();
+    await worker.events(second, [{ type: 'training_started', data: { num_sequences: 1 } }, ...[1, 2, 3].map((i) => ({ type: 'gradient_step', data: { loss: 1 / i } }))]);
+    await worker.complete(second, {});
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/jobs/${queued.jobId}`);
+    const chart = w.page.locator('[data-chart="loss"]');
+    await chart.locator('canvas').waitFor();
+    expect(await chart.getAttribute('data-points')).toBe('3');
+    expect(Number(await chart.getAttribute('data-y-max'))).toBeLessThan(10);
+    w.expectClean();
+    await w.context.close();
+  });
+
   it('wraps an error message holding a long token within the page, at 1280 and at 375 pixels', async () => {
     const queued = await queueJob(server.app, user, model, worker);
     const claimed = await queued.claim();

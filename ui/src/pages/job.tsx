@@ -75,7 +75,11 @@ export function JobPage(props: { id: string }) {
   }, [props.id]);
 
   const charts = useMemo(() => {
-    const steps = events.filter((e) => e.type === 'gradient_step');
+    // Each attempt starts with its own training_started: the charts show the last attempt's steps, which
+    // an earlier attempt's would otherwise shift along the axis.
+    let started = events.length - 1;
+    while (started >= 0 && events[started].type !== 'training_started') started--;
+    const steps = events.slice(started + 1).filter((e) => e.type === 'gradient_step');
     const series = (key: string): Series[] => {
       const x: number[] = [];
       const y: number[] = [];
