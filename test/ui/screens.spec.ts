@@ -537,6 +537,8 @@ describe('admin', () => {
     await row.getByRole('button', { name: 'Revoke' }).waitFor({ state: 'detached' });
     const after = (await call(server.app, admin.headers, 'GET', `/v1/admin/keys?username=${user.username}`)).body.data;
     expect(after.find((k: any) => k.id === created.id).revoked_at).not.toBeNull();
+    // The secret of the key just revoked is no longer on screen.
+    expect(await w.page.locator('[data-secret]').count()).toBe(0);
     w.expectClean();
     await w.context.close();
   });

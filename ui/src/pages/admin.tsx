@@ -335,6 +335,8 @@ function Admin() {
                         onClick={() => {
                           if (window.confirm(`Revoke key ${k.prefix}…?`)) void run(async () => {
                             await api(appPath`/v1/admin/keys/${k.id}/revoke`, { method: 'POST' });
+                            // The key just shown is no use once revoked: it leaves the screen.
+                            if (secret?.startsWith(k.prefix)) setSecret(undefined);
                             keys.reload();
                           }, 'Key revoked.');
                         }}
