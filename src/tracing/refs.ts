@@ -135,8 +135,7 @@ export function extractRefs(value: unknown): string[] {
   const visit = (inner: unknown): void => {
     if (isWeaveRef(inner)) {
       if (inner.length <= INDEXED_REF_BYTES / 3 || Buffer.byteLength(inner) <= INDEXED_REF_BYTES) found.add(inner);
-    }
-    else if (Array.isArray(inner)) inner.forEach(visit);
+    } else if (Array.isArray(inner)) inner.forEach(visit);
     else if (inner !== null && typeof inner === 'object') Object.values(inner).forEach(visit);
   };
   visit(value);
