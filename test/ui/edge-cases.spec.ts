@@ -155,6 +155,18 @@ describe('traces list', () => {
   });
 });
 
+/** A model with a W&B run of its name whose history holds these lines, as wandb-core streams them. */
+async function modelWithHistory(name: string, lines: string[]): Promise<{ id: string; name: string; entity: string; project: string }> {
+  const m = (await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name, base_model: 'b' })).body;
+  await call(server.app, user.headers, 'POST', '/graphql', {
+    query: 'mutation($name: String, $project: String, $entity: String) { upsertBucket(input: {name: $name, modelName: $project, entityName: $entity}) { inserted } }',
+    variables: { name: m.name, project: m.project, entity: m.entity },
+  });
+  const streamed = await call(server.app, user.headers, 'POST', `/files/${m.entity}/${m.project}/${m.name}/file_stream`, { files: { 'wandb-history.jsonl': { offset: 0, content: lines } } });
+  expect(streamed.status).toBe(200);
+  return m;
+}
+
 describe('model page', () => {
   it("shows the policy's best metric and the reward metrics among the checkpoint columns", async () => {
     const policy = await call(server.app, user.headers, 'PUT', `/v1/preview/models/${model.id}/retention`, { best_metric: 'val/reward', keep_best: 1 });
@@ -236,19 +248,9 @@ describe('model page', () => {
   });
 
   it('marks NaN and infinite values of a W&B history on the chart and says at which steps', async () => {
-    const named = await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'diverged', base_model: 'b' });
-    const m = named.body;
-    await call(server.app, user.headers, 'POST', '/graphql', {
-      query: 'mutation($name: String, $project: String, $entity: String) { upsertBucket(input: {name: $name, modelName: $project, entityName: $entity}) { inserted } }',
-      variables: { name: m.name, project: m.project, entity: m.entity },
-    });
     // wandb-core writes non-finite floats as bare NaN / Infinity tokens.
     const loss = ['1.0', '0.5', '0.25', 'NaN', 'NaN', 'Infinity'];
-    const lines = loss.map((value, step) => `{"_step": ${step}, "loss/train": ${value}}`);
-    const streamed = await call(server.app, user.headers, 'POST', `/files/${m.entity}/${m.project}/${m.name}/file_stream`, {
-      files: { 'wandb-history.jsonl': { offset: 0, content: lines } },
-    });
-    expect(streamed.status).toBe(200);
+    const m = await modelWithHistory('diverged', loss.map((value, step) => `{"_step": ${step}, "loss/train": ${value}}`));
     const w = await signedIn();
     await w.page.goto(`${server.url}/ui/models/${m.id}`);
     const chart = w.page.locator('[data-chart="loss/train"]');
@@ -262,14 +264,7 @@ describe('model page', () => {
   });
 
   it('shows a small value in the hover legend as the axis writes it, not rounded to 0', async () => {
-    const named = await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'small-lr', base_model: 'b' });
-    const m = named.body;
-    await call(server.app, user.headers, 'POST', '/graphql', {
-      query: 'mutation($name: String, $project: String, $entity: String) { upsertBucket(input: {name: $name, modelName: $project, entityName: $entity}) { inserted } }',
-      variables: { name: m.name, project: m.project, entity: m.entity },
-    });
-    const lines = [0, 1, 2].map((step) => `{"_step": ${step}, "learning_rate": 3.5e-6}`);
-    expect((await call(server.app, user.headers, 'POST', `/files/${m.entity}/${m.project}/${m.name}/file_stream`, { files: { 'wandb-history.jsonl': { offset: 0, content: lines } } })).status).toBe(200);
+    const m = await modelWithHistory('small-lr', [0, 1, 2].map((step) => `{"_step": ${step}, "learning_rate": 3.5e-6}`));
     const w = await signedIn();
     await w.page.goto(`${server.url}/ui/models/${m.id}`);
     const chart = w.page.locator('[data-chart="learning_rate"]');
