@@ -103,6 +103,10 @@ describe('trace page', () => {
     expect(shown.map((text) => text.replace(/\s+/g, ''))).toEqual(['{"seed":9223372036854775807,"temperature":1.0}', '{"ids":[-18446744073709551617,7]}']);
     const facts = detail.locator('dl.facts');
     expect(await facts.locator('dt:text-is("Tokens") + dd').textContent()).toBe('15');
+    // On a phone the call's detail goes below the tree, on screen.
+    await w.page.setViewportSize({ width: 375, height: 800 });
+    const right = await detail.evaluate((d) => d.getBoundingClientRect().right);
+    expect(right).toBeLessThanOrEqual(375);
     w.expectClean();
     await w.context.close();
   });
