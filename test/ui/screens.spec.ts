@@ -542,4 +542,23 @@ describe('admin', () => {
     w.expectClean();
     await w.context.close();
   });
+
+  it('brings the outcome of a form far down the page into view', async () => {
+    const w = await signedIn(admin);
+    await w.page.setViewportSize({ width: 1280, height: 500 });
+    await w.page.goto(`${server.url}/ui/admin`);
+    const member = w.page.locator('input[name="member"]');
+    await member.waitFor();
+    await w.page.locator('input[name="team"]').last().fill('no-such-team');
+    await member.fill(user.username);
+    await w.page.getByRole('button', { name: 'Add member' }).click();
+    const alert = w.page.getByRole('alert');
+    await alert.waitFor();
+    await w.page.waitForFunction(() => {
+      const box = document.querySelector('[role="alert"]')!.getBoundingClientRect();
+      return box.top >= 0 && box.bottom <= window.innerHeight;
+    });
+    w.expectClean([/status of 404/]);
+    await w.context.close();
+  });
 });

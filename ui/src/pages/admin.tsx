@@ -1,4 +1,4 @@
-import { useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, session } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
 import { appPath } from '../lib/router.js';
@@ -93,11 +93,19 @@ function Admin() {
     }
   }
 
+  // The outcome of a form is told at the top of the page: it is brought into view, as the form may be far below.
+  const outcome = useRef<HTMLDivElement>(null);
+  useEffect(() => {
+    if (error || done) outcome.current?.scrollIntoView({ block: 'nearest' });
+  }, [error, done]);
+
   return (
     <main>
       <h1>Admin</h1>
-      <Problem error={error ?? users.error ?? keys.error} />
-      {done && <p class="ok">{done}</p>}
+      <div ref={outcome}>
+        <Problem error={error ?? users.error ?? keys.error} />
+        {done && <p class="ok">{done}</p>}
+      </div>
       <section>
         <h2>System check</h2>
         <div class="table-scroll">
