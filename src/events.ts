@@ -5,9 +5,8 @@ import { EventEmitter } from 'node:events';
  * unloads an engine's adapter when training deletes the checkpoint behind it.
  */
 export interface DomainEventMap {
-  /** Checkpoints removed (by step, or all of a deleted model). `uris` are the checkpoints' adapter URIs. */
-  /** `ids`, when given, are the deleted checkpoints' ids in the order of `steps`. */
-  'checkpoints-deleted': [{ entity: string; project: string; model: string; steps: number[]; uris: string[]; ids?: string[] }];
+  /** Checkpoints removed (by step, or all of a deleted model). `uris` and `ids` are theirs, in the order of `steps`. */
+  'checkpoints-deleted': [{ entity: string; project: string; model: string; steps: number[]; uris: string[]; ids: string[] }];
 }
 
 export class DomainEvents extends EventEmitter<DomainEventMap> {}

@@ -115,7 +115,7 @@ export class ModelRouter {
     const deleted = (name: string) => isAdapterOf(name, prefixes);
     // The deleted checkpoints' own adapters are refused from now on: a request routed before the delete
     // (waiting for a retry) would otherwise load one back after its unload.
-    const retired = (event.ids ?? []).map((id, i) => adapterName(event, event.steps[i], id));
+    const retired = event.ids.map((id, i) => adapterName(event, event.steps[i], id));
     for (const client of this.registry.clients) client.adapters.retire(retired);
     const work = Promise.all(
       this.registry.clients

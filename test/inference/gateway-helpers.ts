@@ -59,6 +59,12 @@ export async function addCheckpoint(app: App, modelId: string, step: number, uri
   await sql`insert into checkpoints (id, model_id, step, uri) values (${randomUUID()}, ${modelId}, ${step}, ${uri})`.execute(app.db);
 }
 
+/** The ids of a model's checkpoints, by step: what a checkpoints-deleted event carries. */
+export async function checkpointIds(app: App, modelId: string): Promise<string[]> {
+  const rows = await app.db.selectFrom('checkpoints').select('id').where('model_id', '=', modelId).orderBy('step').execute();
+  return rows.map((row) => row.id);
+}
+
 export const chat = (model: string, overrides: Record<string, unknown> = {}) => ({
   model,
   messages: [{ role: 'user', content: 'Hi' }],

@@ -4,7 +4,7 @@ import type { App } from '../../src/app.js';
 import type { TestUser } from '../helpers/app.js';
 import { createTenants, expectOtherTenantRefused } from '../helpers/tenants.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
-import { addCheckpoint, backendEntry, chat, checkpointAdapter, createGatewayApp, createTrainedModel, modelNotFoundBody, sseData } from './gateway-helpers.js';
+import { addCheckpoint, backendEntry, chat, checkpointAdapter, checkpointIds, createGatewayApp, createTrainedModel, modelNotFoundBody, sseData } from './gateway-helpers.js';
 import { waitFor } from './helpers.js';
 
 let engine: FakeEngine;
@@ -170,8 +170,9 @@ describe('trained checkpoints', () => {
       await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'doomed', step: 1 }),
       await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'doomed', step: 2 }),
     ];
+    const ids = await checkpointIds(app, doomed.id);
     await sql`delete from checkpoints where model_id = ${doomed.id}`.execute(app.db);
-    app.events.emit('checkpoints-deleted', { entity: owner.entity, project: 'proj', model: 'doomed', steps: [1, 2], uris: [doomed.uri(1), doomed.uri(2)] });
+    app.events.emit('checkpoints-deleted', { entity: owner.entity, project: 'proj', model: 'doomed', steps: [1, 2], uris: [doomed.uri(1), doomed.uri(2)], ids });
     await waitFor(() => engine.unloads.get(second) === 1);
     expect(engine.unloads.get(first)).toBe(1);
     expect((await post(owner, chat(`${owner.entity}/proj/doomed:step1`))).statusCode).toBe(404);
@@ -183,13 +184,13 @@ describe('trained checkpoints', () => {
     const late = await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'late', steps: [1] });
     const name = `${owner.entity}/proj/late:step1`;
     const adapter = await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'late', step: 1 });
-    const id = (await app.db.selectFrom('checkpoints').select('id').where('model_id', '=', late.id).executeTakeFirstOrThrow()).id;
+    const ids = await checkpointIds(app, late.id);
     // The first answer asks for a retry a second later: the request waits with its route (and adapter) read.
     engine.setBehaviour({ kind: 'status', status: 503, retryAfter: '1' }, 1);
     const pending = post(owner, chat(name));
     await waitFor(() => engine.adapters.has(adapter));
     await sql`delete from checkpoints where model_id = ${late.id}`.execute(app.db);
-    app.events.emit('checkpoints-deleted', { entity: owner.entity, project: 'proj', model: 'late', steps: [1], uris: [late.uri(1)], ids: [id] });
+    app.events.emit('checkpoints-deleted', { entity: owner.entity, project: 'proj', model: 'late', steps: [1], uris: [late.uri(1)], ids });
     await waitFor(() => engine.unloads.get(adapter) === 1);
     const response = await pending;
     expect([response.statusCode, response.json()]).toEqual([
@@ -205,8 +206,9 @@ describe('trained checkpoints', () => {
     const adapters = await Promise.all([1, 2, 3].map((step) => checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'shared', step })));
     // Another process loaded steps 1 and 2 after this one last read the engine's list; step 3 was never loaded.
     for (const name of adapters.slice(0, 2)) engine.adapters.set(name, `/mnt/ckpts/${name}`);
+    const ids = await checkpointIds(app, shared.id);
     await sql`delete from checkpoints where model_id = ${shared.id}`.execute(app.db);
-    app.events.emit('checkpoints-deleted', { entity: owner.entity, project: 'proj', model: 'shared', steps: [1, 2, 3], uris: [1, 2, 3].map((step) => shared.uri(step)) });
+    app.events.emit('checkpoints-deleted', { entity: owner.entity, project: 'proj', model: 'shared', steps: [1, 2, 3], uris: [1, 2, 3].map((step) => shared.uri(step)), ids });
     await waitFor(() => engine.unloads.get(adapters[1]) === 1);
     await waitFor(() => engine.unloads.get(adapters[0]) === 1);
     expect(engine.unloads.has(adapters[2])).toBe(false);
@@ -215,7 +217,7 @@ describe('trained checkpoints', () => {
     const theirAdapter = `${other.entity}/proj/shared:step1@0123456789ab`;
     engine.adapters.set(theirAdapter, '/mnt/ckpts/theirs');
     engine.adapters.set(adapters[0], '/mnt/ckpts/again');
-    app.events.emit('checkpoints-deleted', { entity: owner.entity, project: 'proj', model: 'shared', steps: [1], uris: [shared.uri(1)] });
+    app.events.emit('checkpoints-deleted', { entity: owner.entity, project: 'proj', model: 'shared', steps: [1], uris: [shared.uri(1)], ids: ids.slice(0, 1) });
     await waitFor(() => engine.unloads.get(adapters[0]) === 2);
     expect(engine.adapters.has(theirAdapter)).toBe(true);
     expect(engine.unloads.has(theirAdapter)).toBe(false);
