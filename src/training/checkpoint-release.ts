@@ -2,11 +2,9 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { FastifyBaseLogger } from 'fastify';
-import { sql } from 'kysely';
 import type { DomainEvents } from '../events.js';
 import { localAdapterPath } from './protocol.js';
-import type { DeletedCheckpoint, StoredModel } from './repository.js';
-import type { TrainingDb } from './repository/db.js';
+import { urisInUse, type DeletedCheckpoint, type StoredModel, type TrainingDb } from './repository.js';
 
 /**
  * What follows a committed checkpoint delete, whoever deleted (a user, the retention policy, the TTL, a
@@ -52,9 +50,8 @@ export class CheckpointReleaser {
 
   /** Of these directories, the ones a checkpoint still names, as a path or a file:// URI. */
   private async stillNamed(dirs: readonly string[]): Promise<Set<string>> {
-    if (dirs.length === 0) return new Set();
     const uris = [...new Set(dirs.flatMap((dir) => [dir, pathToFileURL(dir).href]))];
-    const rows = await this.db.selectFrom('checkpoints').select('uri').where(sql<boolean>`uri = any(${uris}::text[])`).execute();
-    return new Set(rows.map((row) => path.resolve(localAdapterPath(row.uri) ?? row.uri)));
+    const named = await urisInUse(this.db, { uris });
+    return new Set(named.map((uri) => path.resolve(localAdapterPath(uri) ?? uri)));
   }
 }

@@ -148,3 +148,10 @@ export async function findCheckpointByStep(db: TrainingDb, args: { model: Pick<S
   const row = await db.selectFrom('checkpoints').selectAll().where('model_id', '=', args.model.id).where('step', '=', args.step).executeTakeFirst();
   return row && toCheckpoint(row);
 }
+
+/** Of these URIs, the ones a checkpoint of any model registers. */
+export async function urisInUse(db: TrainingDb, args: { uris: readonly string[] }): Promise<string[]> {
+  if (args.uris.length === 0) return [];
+  const rows = await db.selectFrom('checkpoints').select('uri').where(sql<boolean>`uri = any(${[...args.uris]}::text[])`).execute();
+  return rows.map((row) => row.uri);
+}
