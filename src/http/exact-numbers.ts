@@ -220,6 +220,33 @@ export interface HeldValue<T> {
   value: T;
 }
 
+/**
+ * Replaces each BigInt in a parsed body with the number validation is to see in its place (`stand`; by
+ * default its nearest double), and returns where each was: to put back with `restoreHeld`, or to write the
+ * exact digits of what is stored.
+ */
+export function holdBigInts(
+  body: unknown,
+  stand: (value: bigint, path: (string | number)[]) => number = (value) => Number(value),
+): HeldValue<bigint>[] {
+  const held: HeldValue<bigint>[] = [];
+  const walk = (value: unknown, path: (string | number)[]): unknown => {
+    if (typeof value === 'bigint') {
+      held.push({ path, value });
+      return stand(value, path);
+    }
+    if (Array.isArray(value)) {
+      for (let i = 0; i < value.length; i++) value[i] = walk(value[i], [...path, i]);
+    } else if (value !== null && typeof value === 'object') {
+      const object = value as Record<string, unknown>;
+      for (const key of Object.keys(object)) object[key] = walk(object[key], [...path, key]);
+    }
+    return value;
+  };
+  walk(body, []);
+  return held;
+}
+
 /** Puts held values back where validation left the doubles that stood for them. */
 export function restoreHeld(body: unknown, held: readonly HeldValue<unknown>[]): void {
   for (const { path, value } of held) {

@@ -1,5 +1,5 @@
 import { isPlainJson } from '../http/json-body.js';
-import { MARK, parseWithExactNumbers, unmarkNumbers, type HeldValue } from '../http/exact-numbers.js';
+import { holdBigInts, MARK, parseWithExactNumbers, unmarkNumbers, type HeldValue } from '../http/exact-numbers.js';
 import { RequestValidationError, type ValidationDetail } from '../http/validation.js';
 
 export { restoreHeld } from '../http/exact-numbers.js';
@@ -51,33 +51,21 @@ const INT64_FIELDS = new Set(['seed', 'priority', 'truncate_prompt_tokens']);
  * passes. Returns what to put back with `restoreHeld`.
  */
 export function holdIntegers(body: unknown): HeldInteger[] {
-  const held: HeldInteger[] = [];
   const details: ValidationDetail[] = [];
-  const walk = (value: unknown, path: (string | number)[]): unknown => {
-    if (typeof value === 'bigint') {
-      const int64 = path.length === 1 && INT64_FIELDS.has(path[0] as string);
-      if (int64 && (value > INT64_MAX || value < INT64_MIN)) {
-        const max = value > INT64_MAX;
-        details.push({
-          type: max ? 'less_than_equal' : 'greater_than_equal',
-          loc: ['body', ...path],
-          msg: max ? `Input should be less than or equal to ${INT64_MAX}` : `Input should be greater than or equal to ${INT64_MIN}`,
-          input: value.toString(),
-        });
-      }
-      held.push({ path, value });
-      if (!int64) return Number(value);
-      return value > 0n ? Number.MAX_SAFE_INTEGER : -Number.MAX_SAFE_INTEGER;
+  const held = holdBigInts(body, (value, path) => {
+    const int64 = path.length === 1 && INT64_FIELDS.has(path[0] as string);
+    if (!int64) return Number(value);
+    if (value > INT64_MAX || value < INT64_MIN) {
+      const max = value > INT64_MAX;
+      details.push({
+        type: max ? 'less_than_equal' : 'greater_than_equal',
+        loc: ['body', ...path],
+        msg: max ? `Input should be less than or equal to ${INT64_MAX}` : `Input should be greater than or equal to ${INT64_MIN}`,
+        input: value.toString(),
+      });
     }
-    if (Array.isArray(value)) {
-      for (let i = 0; i < value.length; i++) value[i] = walk(value[i], [...path, i]);
-    } else if (value !== null && typeof value === 'object') {
-      const object = value as Record<string, unknown>;
-      for (const key of Object.keys(object)) object[key] = walk(object[key], [...path, key]);
-    }
-    return value;
-  };
-  walk(body, []);
+    return value > 0n ? Number.MAX_SAFE_INTEGER : -Number.MAX_SAFE_INTEGER;
+  });
   if (details.length > 0) throw new RequestValidationError(details);
   return held;
 }

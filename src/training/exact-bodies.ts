@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { MARK, parseWithExactNumbers, restoreHeld, unmarkNumbers, type HeldValue } from '../http/exact-numbers.js';
+import { holdBigInts, MARK, parseWithExactNumbers, restoreHeld, unmarkNumbers, type HeldValue } from '../http/exact-numbers.js';
 import { RequestValidationError, type ValidationDetail } from '../http/validation.js';
 
 /**
@@ -45,26 +45,6 @@ function refuseInfinities(body: unknown): void {
   };
   walk(body, []);
   if (details.length > 0) throw new RequestValidationError(details);
-}
-
-/** Replaces each BigInt in the body with its nearest double, for validation; returns where each was. */
-function holdBigInts(body: unknown): HeldValue<bigint>[] {
-  const held: HeldValue<bigint>[] = [];
-  const walk = (value: unknown, path: (string | number)[]): unknown => {
-    if (typeof value === 'bigint') {
-      held.push({ path, value });
-      return Number(value);
-    }
-    if (Array.isArray(value)) {
-      for (let i = 0; i < value.length; i++) value[i] = walk(value[i], [...path, i]);
-    } else if (value !== null && typeof value === 'object') {
-      const object = value as Record<string, unknown>;
-      for (const key of Object.keys(object)) object[key] = walk(object[key], [...path, key]);
-    }
-    return value;
-  };
-  walk(body, []);
-  return held;
 }
 
 /**
