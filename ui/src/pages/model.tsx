@@ -408,7 +408,6 @@ function CheckpointsTable(props: { model: Model; pages: CheckpointPages; policy:
     ),
   );
   const bestStep = best.data?.checkpoint?.step;
-  const reload = () => props.pages.reload();
   const [error, setError] = useState<string | undefined>(undefined);
   const [copied, setCopied] = useState<string | undefined>(undefined);
   const name = (step: number) => `wandb-artifact:///${props.model.entity}/${props.model.project}/${props.model.name}:step${step}`;
@@ -418,7 +417,7 @@ function CheckpointsTable(props: { model: Model; pages: CheckpointPages; policy:
     if (!window.confirm(`Delete the checkpoint at step ${step}?`)) return;
     try {
       await api(base, { method: 'DELETE', body: { steps: [step] } });
-      reload();
+      props.pages.reload();
     } catch (err) {
       setError((err as Error).message);
     }
@@ -427,7 +426,7 @@ function CheckpointsTable(props: { model: Model; pages: CheckpointPages; policy:
   async function setPinned(step: number, pinned: boolean) {
     try {
       await api(`${base}/${step}/${pinned ? 'pin' : 'unpin'}`, { method: 'POST' });
-      reload();
+      props.pages.reload();
     } catch (err) {
       setError((err as Error).message);
     }
