@@ -335,12 +335,14 @@ describe('usage records', () => {
     expect(bad.json().detail[0].loc).toEqual(['query', 'from']);
     // ISO dates the database holds no instant for are named as the query's, not refused by the database.
     const outOfRange = await get(`from=0000-01-01&to=${encodeURIComponent('9999-12-31T23:59:59-23:59')}`);
-    expect([outOfRange.statusCode, outOfRange.json().detail.map((d: any) => [d.loc, d.msg])]).toEqual([
+    const range = 'the date must fall between 0001-01-01 and 9999-12-31 (UTC)';
+    const outside = (field: string, input: string) => ({ type: 'value_error', loc: ['query', field], msg: `Value error, ${range}`, input, ctx: { error: range } });
+    expect([outOfRange.statusCode, outOfRange.json()]).toEqual([
       422,
-      [
-        [['query', 'from'], 'Value error, the date must fall between 0001-01-01 and 9999-12-31 (UTC)'],
-        [['query', 'to'], 'Value error, the date must fall between 0001-01-01 and 9999-12-31 (UTC)'],
-      ],
+      {
+        detail: [outside('from', '0000-01-01'), outside('to', '9999-12-31T23:59:59-23:59')],
+        error: { code: 'value_error', message: `query.from: Value error, ${range}; query.to: Value error, ${range}`, param: 'from', type: 'invalid_request_error' },
+      },
     ]);
     expect((await get(`from=0001-01-01&to=${encodeURIComponent('9999-12-31T23:59:59Z')}&project=${project}`)).json()).toMatchObject({ data: [{ requests: 3 }] });
   });
