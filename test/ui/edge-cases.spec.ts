@@ -112,7 +112,91 @@ describe('trace page', () => {
   });
 });
 
+describe('trace tree', () => {
+  it('moves the selection with the keys a tree takes, and keeps the error mark of a long op name in view', async () => {
+    const project = `${user.entity}/tree-keys`;
+    const at = (ms: number) => new Date(Date.parse('2026-11-20T10:00:00Z') + ms);
+    const long = `agent.${'very_long_segment.'.repeat(20)}run`;
+    await upsertCalls(server.app, user, project, [
+      { id: 'root', trace_id: 'keys', op_name: long, startedAt: at(0), exception: 'ValueError: lost' },
+      { id: 'a', trace_id: 'keys', parent_id: 'root', op_name: 'step.a', startedAt: at(10) },
+      { id: 'b', trace_id: 'keys', parent_id: 'root', op_name: 'step.b', startedAt: at(20) },
+      { id: 'c', trace_id: 'keys', parent_id: 'b', op_name: 'step.c', startedAt: at(30) },
+    ]);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/p/${project}/traces/keys`);
+    const tree = w.page.getByRole('tree', { name: 'Calls' });
+    await tree.getByRole('treeitem').nth(3).waitFor();
+    const mark = tree.locator('[data-call="root"] [title="error"]');
+    const [markBox, treeBox] = [await mark.boundingBox(), await tree.boundingBox()];
+    expect(markBox!.x + markBox!.width).toBeLessThanOrEqual(treeBox!.x + treeBox!.width);
+    expect(await tree.locator('[data-call="root"] button.op').getAttribute('title')).toBe(long);
+
+    // The selection is the URL's call (the root when none), the one selected row and the tree's active one.
+    const press = async (key: string, expected: string) => {
+      if (key) await w.page.keyboard.press(key);
+      await tree.locator(`[data-call="${expected}"][aria-selected="true"]`).waitFor();
+      expect(await tree.locator('[aria-selected="true"]').count()).toBe(1);
+      expect(new URL(w.page.url()).searchParams.get('call') ?? 'root').toBe(expected);
+      expect(await tree.getAttribute('aria-activedescendant')).toBe(`call-${expected}`);
+    };
+    await tree.focus();
+    await press('', 'root');
+    for (const [key, expected] of [
+      ['ArrowDown', 'a'],
+      ['ArrowDown', 'b'],
+      ['ArrowRight', 'c'],
+      ['ArrowLeft', 'b'],
+      ['ArrowUp', 'a'],
+      ['End', 'c'],
+      ['Home', 'root'],
+      ['End', 'c'],
+      ['ArrowUp', 'b'],
+    ]) {
+      await press(key, expected);
+    }
+    // Left on an open row closes it, and on a closed one steps to the parent; right opens a closed row.
+    await w.page.keyboard.press('ArrowLeft');
+    await tree.locator('[data-call="c"]').waitFor({ state: 'detached' });
+    expect(await tree.locator('[data-call="b"]').getAttribute('aria-expanded')).toBe('false');
+    await press('ArrowLeft', 'root');
+    await press('End', 'b');
+    await w.page.keyboard.press('ArrowRight');
+    await tree.locator('[data-call="c"]').waitFor();
+    await press('', 'b');
+    w.expectClean();
+    await w.context.close();
+  });
+});
+
 describe('traces list', () => {
+  it('sorts by the op name it shows: the short name of an op ref, a display name, a plain span name', async () => {
+    const project = `${user.entity}/op-sort`;
+    const startedAt = new Date('2026-11-20T10:00:00Z');
+    const ref = (name: string) => `weave:///${project}/op/${name}:0123456789abcdef`;
+    await upsertCalls(
+      server.app,
+      user,
+      project,
+      [
+        { op_name: 'gamma.step' },
+        { op_name: ref('beta') },
+        { op_name: ref('omega'), display_name: 'delta' },
+        { op_name: ref('alpha') },
+      ].map((c, i) => ({ ...c, id: `s${i}`, trace_id: `ts${i}`, startedAt: new Date(startedAt.getTime() + i * 1000) })),
+    );
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/p/${project}/traces?sort=op&dir=asc`);
+    const names = w.page.getByRole('table', { name: 'Traces' }).locator('tbody tr td:first-child');
+    await names.nth(3).waitFor();
+    expect(await names.allTextContents()).toEqual(['alpha', 'beta', 'delta', 'gamma.step']);
+    await w.page.getByRole('button', { name: 'Op ▲' }).click();
+    await w.page.waitForFunction(() => document.querySelector('table[aria-label="Traces"] tbody td')?.textContent === 'gamma.step');
+    expect(await names.allTextContents()).toEqual(['gamma.step', 'delta', 'beta', 'alpha']);
+    w.expectClean();
+    await w.context.close();
+  });
+
   it('lists calls whose usage holds a null entry or string counts, summing only numeric counts', async () => {
     const project = `${user.entity}/odd-usage`;
     const startedAt = new Date('2026-11-20T10:00:00Z');

@@ -54,6 +54,7 @@ export interface SeededCall {
   trace_id: string;
   parent_id?: string;
   op_name: string;
+  display_name?: string;
   inputs?: Record<string, unknown>;
   output?: unknown;
   exception?: string;
@@ -75,6 +76,7 @@ export async function upsertCalls(app: App, user: TestUser, project: string, cal
             trace_id: c.trace_id,
             parent_id: c.parent_id ?? null,
             op_name: c.op_name,
+            display_name: c.display_name ?? null,
             started_at: c.startedAt.toISOString(),
             attributes: {},
             inputs: c.inputs ?? {},

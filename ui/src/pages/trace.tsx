@@ -1,4 +1,4 @@
-import { useMemo, useState } from 'preact/hooks';
+import { useMemo, useRef, useState } from 'preact/hooks';
 import { api } from '../lib/api.js';
 import { LIST_COLUMNS, opLabel, tokensOf } from '../lib/calls.js';
 import { useLoad } from '../lib/hooks.js';
@@ -74,11 +74,50 @@ export function TracePage(props: { project: string; traceId: string }) {
   const last = Math.min(rows.length, Math.ceil((scroll + VIEW_HEIGHT) / ROW_HEIGHT) + OVERSCAN);
   const current = selected ?? all.find((c) => !c.parent_id)?.id;
 
+  const tree = useRef<HTMLDivElement>(null);
+
   function toggle(id: string) {
     const next = new Set(collapsed);
     if (next.has(id)) next.delete(id);
     else next.add(id);
     setCollapsed(next);
+  }
+
+  /** Selects the row at `index` and scrolls the tree so that it shows. */
+  function select(index: number) {
+    const at = Math.max(0, Math.min(rows.length - 1, index));
+    const row = rows[at];
+    if (!row) return;
+    const top = at * ROW_HEIGHT;
+    const box = tree.current;
+    if (box && top < box.scrollTop) box.scrollTop = top;
+    else if (box && top + ROW_HEIGHT > box.scrollTop + box.clientHeight) box.scrollTop = top + ROW_HEIGHT - box.clientHeight;
+    setQuery({ call: row.call.id });
+  }
+
+  /**
+   * The tree's keys, as a tree widget takes them: up and down move the selection, Home and End go to the
+   * ends, right opens a row (or steps into it), left closes it (or steps to its parent).
+   */
+  function onKey(event: KeyboardEvent) {
+    const index = rows.findIndex((r) => r.call.id === current);
+    const row = rows[index];
+    const open = row?.hasChildren && !collapsed.has(row.call.id);
+    if (event.key === 'ArrowDown') select(index < 0 ? 0 : index + 1);
+    else if (event.key === 'ArrowUp') select(index < 0 ? 0 : index - 1);
+    else if (event.key === 'Home') select(0);
+    else if (event.key === 'End') select(rows.length - 1);
+    else if (event.key === 'ArrowRight' && row?.hasChildren) {
+      if (open) select(index + 1);
+      else toggle(row.call.id);
+    } else if (event.key === 'ArrowLeft' && row) {
+      if (open) toggle(row.call.id);
+      else {
+        const parent = rows.findIndex((r) => r.call.id === row.call.parent_id);
+        if (parent >= 0) select(parent);
+      }
+    } else return;
+    event.preventDefault();
   }
 
   return (
@@ -98,7 +137,16 @@ export function TracePage(props: { project: string; traceId: string }) {
                 {all.length} calls{all.length >= MAX_CALLS ? ` (the first ${MAX_CALLS})` : ''}
               </span>
             </label>
-            <div class="tree" role="tree" aria-label="Calls" onScroll={(e) => setScroll((e.currentTarget as HTMLDivElement).scrollTop)}>
+            <div
+              class="tree"
+              role="tree"
+              aria-label="Calls"
+              tabIndex={0}
+              ref={tree}
+              aria-activedescendant={rows.some((r) => r.call.id === current) ? rowId(current!) : undefined}
+              onKeyDown={onKey}
+              onScroll={(e) => setScroll((e.currentTarget as HTMLDivElement).scrollTop)}
+            >
               <div class="tree-spacer" style={{ height: `${rows.length * ROW_HEIGHT}px` }}>
                 {rows.slice(first, last).map((r, i) => (
                   <div
@@ -109,21 +157,22 @@ export function TracePage(props: { project: string; traceId: string }) {
                     class={`tree-row${r.call.id === current ? ' selected' : ''}`}
                     style={{ top: `${(first + i) * ROW_HEIGHT}px`, paddingLeft: `${(r.depth - 1) * 16 + 4}px` }}
                     key={r.call.id}
+                    id={rowId(r.call.id)}
                     data-call={r.call.id}
                   >
                     {r.hasChildren ? (
-                      <button type="button" class="twisty" aria-label="Expand or collapse" onClick={() => toggle(r.call.id)}>
+                      <button type="button" class="twisty" tabIndex={-1} aria-label="Expand or collapse" onClick={() => toggle(r.call.id)}>
                         {collapsed.has(r.call.id) ? '▸' : '▾'}
                       </button>
                     ) : (
                       <span class="twisty" />
                     )}
-                    <button type="button" class="link" onClick={() => setQuery({ call: r.call.id })}>
+                    <button type="button" class="link op" tabIndex={-1} title={opLabel(r.call)} onClick={() => setQuery({ call: r.call.id })}>
                       {opLabel(r.call)}
                     </button>
                     <span class="muted">
                       {r.call.summary?.weave?.latency_ms !== undefined ? ` ${r.call.summary.weave.latency_ms} ms` : ''}
-                      {r.call.exception ? ' ✕' : ''}
+                      {r.call.exception ? <span title="error"> ✕</span> : ''}
                     </span>
                   </div>
                 ))}
@@ -136,6 +185,9 @@ export function TracePage(props: { project: string; traceId: string }) {
     </main>
   );
 }
+
+/** A row's element id, for aria-activedescendant: call ids are any text, so they are encoded. */
+const rowId = (callId: string) => `call-${encodeURIComponent(callId)}`;
 
 function Json(props: { value: unknown }) {
   return <pre class="json">{JSON.stringify(props.value, null, 2)}</pre>;

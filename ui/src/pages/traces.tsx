@@ -6,7 +6,7 @@ import type { Call } from '../lib/types.js';
 import { Badge, fmt, Link, Loading, Problem, ProjectTabs, QueryInput, when } from '../lib/ui.js';
 
 const PAGE = 25;
-const SORTS: Record<string, string> = { started: 'started_at', latency: 'summary.weave.latency_ms', op: 'op_name' };
+const SORTS: Record<string, string> = { started: 'started_at', latency: 'summary.weave.latency_ms', op: 'summary.weave.trace_name' };
 
 /** Root calls of a project: filters, sort and page live in the URL; inputs and outputs are never fetched here. */
 export function TracesPage(props: { project: string }) {
