@@ -402,6 +402,39 @@ describe('model page', () => {
     await w.context.close();
   });
 
+  it('refuses retention values out of bounds in the form\'s own units, and names the field of an API refusal', async () => {
+    const created = await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'retention-bounds', base_model: 'b' });
+    const id = created.body.id;
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${id}`);
+    const form = w.page.getByRole('form', { name: 'Retention policy' });
+    const refusal = w.page.getByRole('alert');
+    await form.locator('input[name="ttl_hours"]').fill('100000');
+    await form.getByRole('button', { name: 'Save' }).click();
+    await refusal.getByText('Others expire after must be from one minute (0.0167 hours) to ten years (87,600 hours), or empty for never.').waitFor();
+    await form.locator('input[name="ttl_hours"]').fill('0.01');
+    await form.getByRole('button', { name: 'Save' }).click();
+    await refusal.getByText('Others expire after must be from one minute (0.0167 hours)', { exact: false }).waitFor();
+    await form.locator('input[name="ttl_hours"]').fill('87600');
+    await form.locator('input[name="keep_latest"]').fill('10001');
+    await form.getByRole('button', { name: 'Save' }).click();
+    await refusal.getByText('Keep latest must be a whole number from 1 to 10,000, or empty.').waitFor();
+    expect((await call(server.app, user.headers, 'GET', `/v1/preview/models/${id}/retention`)).body).toMatchObject({ keep_latest: null, ttl_seconds: null });
+
+    // A refusal the form does not foresee (a server with other bounds): the API's own 422, each problem
+    // under the form's name for its field.
+    const refused = await call(server.app, user.headers, 'PUT', `/v1/preview/models/${id}/retention`, { keep_latest: 0, ttl_seconds: 10 });
+    expect(refused.status).toBe(422);
+    await w.page.route(`**/v1/preview/models/${id}/retention`, (route) =>
+      route.request().method() === 'PUT' ? route.fulfill({ status: 422, contentType: 'application/json', body: refused.text }) : route.continue(),
+    );
+    await form.locator('input[name="keep_latest"]').fill('2');
+    await form.getByRole('button', { name: 'Save' }).click();
+    await refusal.getByText('Keep latest: Input should be greater than or equal to 1; Others expire after: Input should be greater than or equal to 60', { exact: true }).waitFor();
+    w.expectClean([/status of 422 \(Unprocessable Entity\)/]);
+    await w.context.close();
+  });
+
   it('reads the best checkpoint again once a retention apply deleted it', async () => {
     const created = await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'best-after-apply', base_model: 'b' });
     const id = created.body.id;

@@ -1,5 +1,5 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { allPages, api } from '../lib/api.js';
+import { allPages, api, ApiError } from '../lib/api.js';
 import { Chart, type NonFinite, type Series } from '../lib/chart.js';
 import { useLoad } from '../lib/hooks.js';
 import { appPath, navigate, projectPath } from '../lib/router.js';
@@ -538,6 +538,45 @@ const HOUR = 3600;
 const numberOrNull = (value: string) => (value.trim() === '' ? null : Number(value));
 
 /**
+ * The policy's bounds (the server's RETENTION_LIMITS), checked here so that a refusal names the form's
+ * fields and units (hours, where the API takes seconds).
+ */
+const RETENTION_BOUNDS = { keepLatest: 10_000, keepBest: 1_000, minTtlSeconds: 60, maxTtlSeconds: 315_360_000 };
+/** The form's name for each field of the API's body, for the API's refusals. */
+const RETENTION_FIELDS: Record<string, string> = {
+  keep_latest: 'Keep latest',
+  keep_best: 'Keep best',
+  best_metric: 'Keep best by',
+  best_mode: 'Better is',
+  ttl_seconds: 'Others expire after',
+};
+
+/** What is wrong with the form's values, in its own terms; undefined when the API may be asked. */
+function retentionProblem(form: { keepLatest: number | null; keepBest: number | null; metric: string; ttlSeconds: number | null }): string | undefined {
+  const whole = (label: string, value: number | null, max: number) =>
+    value === null || (Number.isInteger(value) && value >= 1 && value <= max) ? undefined : `${label} must be a whole number from 1 to ${max.toLocaleString('en-US')}, or empty.`;
+  if (!form.metric && form.keepBest !== null) return 'Keep best needs a metric to rank the checkpoints by: choose one, or clear Keep best.';
+  const ttl = form.ttlSeconds;
+  const ttlProblem =
+    ttl === null || (Number.isFinite(ttl) && ttl >= RETENTION_BOUNDS.minTtlSeconds && ttl <= RETENTION_BOUNDS.maxTtlSeconds)
+      ? undefined
+      : `Others expire after must be from one minute (${(RETENTION_BOUNDS.minTtlSeconds / HOUR).toFixed(4)} hours) to ten years (${(RETENTION_BOUNDS.maxTtlSeconds / HOUR).toLocaleString('en-US')} hours), or empty for never.`;
+  return whole('Keep latest', form.keepLatest, RETENTION_BOUNDS.keepLatest) ?? whole('Keep best', form.keepBest, RETENTION_BOUNDS.keepBest) ?? ttlProblem;
+}
+
+/** An API refusal with each field's problem under the form's name for it ("Keep best by: …"). */
+function retentionRefusal(err: unknown): string {
+  const detail = err instanceof ApiError ? (err.body as { detail?: unknown } | undefined)?.detail : undefined;
+  if (!Array.isArray(detail)) return (err as Error).message;
+  return detail
+    .map((d: { loc?: unknown[]; msg?: string }) => {
+      const field = String(d.loc?.at(-1) ?? '');
+      return `${RETENTION_FIELDS[field] ?? field}: ${d.msg}`;
+    })
+    .join('; ');
+}
+
+/**
  * The model's retention policy, editable by whoever reaches the model: what the server keeps when a
  * checkpoint lands, on the expiry sweep, or now ("Apply now"). Field errors are the API's 422 messages.
  */
@@ -558,25 +597,21 @@ function RetentionForm(props: { model: Model; policy: RetentionPolicy; metrics: 
     setError(undefined);
     setNote(undefined);
     const hours = numberOrNull(ttlHours);
-    if (!metric && numberOrNull(keepBest) !== null) {
-      setError('Keep best needs a metric to rank the checkpoints by: choose one, or clear Keep best.');
+    const form = { keepLatest: numberOrNull(keepLatest), keepBest: numberOrNull(keepBest), metric, ttlSeconds: hours === null ? null : Math.round(hours * HOUR) };
+    const problem = retentionProblem(form);
+    if (problem) {
+      setError(problem);
       return;
     }
     try {
       await api(base, {
         method: 'PUT',
-        body: {
-          keep_latest: numberOrNull(keepLatest),
-          keep_best: metric ? numberOrNull(keepBest) : null,
-          best_metric: metric || null,
-          best_mode: mode,
-          ttl_seconds: hours === null ? null : Math.round(hours * HOUR),
-        },
+        body: { keep_latest: form.keepLatest, keep_best: form.keepBest, best_metric: metric || null, best_mode: mode, ttl_seconds: form.ttlSeconds },
       });
       setNote('Saved. It applies when the next checkpoint lands, or now with "Apply now".');
       props.saved();
     } catch (err) {
-      setError((err as Error).message);
+      setError(retentionRefusal(err));
     }
   }
 
