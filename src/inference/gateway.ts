@@ -5,7 +5,7 @@ import { AppError, UnprocessableError, UpstreamError } from '../errors.js';
 import { headerSafeRequestId } from '../http/request-id.js';
 import { boundedInput } from '../http/validation.js';
 import type { CancelSignal } from './proxy/cancel.js';
-import { RequestAbortedError } from './proxy/errors.js';
+import { RequestAbortedError, RetiredAdapterError } from './proxy/errors.js';
 import type { UpstreamResponse } from './proxy/client.js';
 import type { ModelRouter, Route } from './router.js';
 import { modelRewriter, readUsage } from './rewrite.js';
@@ -130,7 +130,7 @@ export class ChatGateway {
     const requestId = headerSafeRequestId(call.headerRequestId || bodyId || call.generatedRequestId);
 
     // A model that cannot be routed reached no engine and is not metered; nor is a refused priority below.
-    const route = await this.router.resolve(call.principal, modelId);
+    let route = await this.router.resolve(call.principal, modelId);
     // Only generation is scheduled: vLLM's /tokenize and /detokenize ignore a priority, and so does the gateway.
     const priority = (call.endpoint === 'chat' || call.endpoint === 'completions') && 'priority' in body ? body.priority : undefined;
     if (priority !== undefined && priority !== 0 && !route.backend.backend.priorityScheduling) {
@@ -146,25 +146,37 @@ export class ChatGateway {
     const streaming = generates && (body as CompletionRequest).stream === true;
     const streamOptions = streaming ? (body as CompletionRequest).stream_options : undefined;
     const clientWantsUsage = streaming && streamOptions?.include_usage === true;
-    const upstreamBody =
-      (call.bodyText !== undefined ? engineRequestText(call.bodyText, body, route, streaming) : undefined) ??
-      engineRequestBody(body, route, clientWantsUsage, call.endpoint);
     const meter = generates ? this.meter({ call, project, modelId, requestId, startedAt, route, stream: streaming }) : undefined;
 
     // An adapter the engine lost (it restarted) is loaded again on that replica by the client, once.
-    const sending = route.backend.send({
-      path: ENGINE_PATHS[call.endpoint],
-      body: upstreamBody,
-      headers: { 'x-request-id': requestId },
-      signal: call.signal,
-      adapter: route.adapter,
-      wholeBody: !streaming,
-    });
+    const send = (via: Route) =>
+      via.backend.send({
+        path: ENGINE_PATHS[call.endpoint],
+        body:
+          (call.bodyText !== undefined ? engineRequestText(call.bodyText, body, via, streaming) : undefined) ??
+          engineRequestBody(body, via, clientWantsUsage, call.endpoint),
+        headers: { 'x-request-id': requestId },
+        signal: call.signal,
+        adapter: via.adapter,
+        wholeBody: !streaming,
+      });
+    const rerouted = async (error: unknown, attempts: number): Promise<UpstreamResponse> => {
+      // The latest checkpoint was deleted after this request was routed to it (retention keeps the ones
+      // that landed since): the model still has a latest one, so the request goes to that, as it would
+      // had it come a moment later. A request for a step names that step, and its deletion is a 404.
+      if (!(error instanceof RetiredAdapterError) || !route.trained?.latest || attempts === 0) throw error;
+      const next = await this.router.resolve(call.principal, modelId);
+      if (next.adapter?.name === route.adapter?.name) throw error;
+      route = next;
+      meter?.reroute(next);
+      return send(next).catch((again: unknown) => rerouted(again, attempts - 1));
+    };
+    const sending = send(route).catch((error: unknown) => rerouted(error, MAX_REROUTES));
     if (streaming && this.keepAliveMs > 0) {
       const first = await raceTimer(sending, this.keepAliveMs);
       if (first === TIMED_OUT) {
         // The engine has not sent its first token yet: answer 200 now and keep the connection alive.
-        return { kind: 'stream', requestId, payload: Readable.from(this.afterKeepAlive(sending, { meter: meter!, modelId, adapterName: route.adapter?.name, clientWantsUsage, signal: call.signal })) };
+        return { kind: 'stream', requestId, payload: Readable.from(this.afterKeepAlive(sending, { meter: meter!, modelId, adapterName: () => route.adapter?.name, clientWantsUsage, signal: call.signal })) };
       }
     }
     let response: UpstreamResponse;
@@ -229,7 +241,7 @@ export class ChatGateway {
   /** SSE comments until the engine answers, then its stream; a failure meanwhile is told as an error event. */
   private async *afterKeepAlive(
     sending: Promise<UpstreamResponse>,
-    args: { meter: Meter; modelId: string; adapterName: string | undefined; clientWantsUsage: boolean; signal: CancelSignal },
+    args: { meter: Meter; modelId: string; adapterName: () => string | undefined; clientWantsUsage: boolean; signal: CancelSignal },
   ): AsyncGenerator<Buffer | string> {
     let relayed = false;
     try {
@@ -254,7 +266,7 @@ export class ChatGateway {
       }
       args.meter.firstByteAt = Date.now();
       relayed = true;
-      yield* relayEvents(response.body, this.relayOptions(args.meter, args.modelId, args.adapterName, args.clientWantsUsage, args.signal));
+      yield* relayEvents(response.body, this.relayOptions(args.meter, args.modelId, args.adapterName(), args.clientWantsUsage, args.signal));
     } finally {
       if (!relayed) {
         // The client left while waiting: nothing will read the answer.
@@ -267,6 +279,8 @@ export class ChatGateway {
 }
 
 const TIMED_OUT = Symbol('timed out');
+/** How many times a request for a latest checkpoint follows it past a deletion (each one a newer checkpoint). */
+const MAX_REROUTES = 3;
 
 /** The promise's settlement, or TIMED_OUT after `ms` (a rejection is left for the caller to await). */
 function raceTimer<T>(promise: Promise<T>, ms: number): Promise<typeof TIMED_OUT | 'settled'> {
@@ -347,9 +361,14 @@ class Meter {
 
   constructor(
     private readonly writer: UsageWriter,
-    private readonly context: MeterContext,
+    private context: MeterContext,
     private readonly onWritten: () => void,
   ) {}
+
+  /** The request went to another checkpoint (the one it was routed to was deleted): its row names that one. */
+  reroute(route: Route): void {
+    this.context = { ...this.context, route };
+  }
 
   succeeded(usage: Usage | undefined, estimated: boolean, completionEstimate = 0): void {
     this.write('success', 200, null, usage, estimated, completionEstimate);

@@ -22,8 +22,11 @@ export interface Route {
   adapter?: AdapterSpec;
   /** Rollouts of trainable models carry token ids and logprobs for the trainer. */
   trainable: boolean;
-  /** The trained model the client named, and the checkpoint step serving it (null: none yet, base model). */
-  trained?: { name: string; step: number | null };
+  /**
+   * The trained model the client named, the checkpoint step serving it (null: none yet, base model), and
+   * whether the client named no step (its latest checkpoint).
+   */
+  trained?: { name: string; step: number | null; latest: boolean };
 }
 
 export interface RouterOptions {
@@ -197,7 +200,7 @@ export class ModelRouter {
     if (!checkpoint) {
       if (ref.step !== 'latest') throw modelNotFound(modelId, `The model ${name} has no checkpoint at step ${ref.step}.`);
       // No checkpoint yet: the untrained model is its base model.
-      return { ...this.baseRoute(served.backend, model.baseModel), trainable: true, trained: { name, step: null } };
+      return { ...this.baseRoute(served.backend, model.baseModel), trainable: true, trained: { name, step: null, latest: true } };
     }
     const backend = served.backend;
     if (!backend.backend.runtimeLora) {
@@ -215,7 +218,7 @@ export class ModelRouter {
       baseModel: model.baseModel,
       adapter: { name: engineModel, path: adapterPathFor(backend.backend, checkpoint.uri), checkpoint: `${name}:step${checkpoint.step}` },
       trainable: true,
-      trained: { name, step: checkpoint.step },
+      trained: { name, step: checkpoint.step, latest: ref.step === 'latest' },
     };
   }
 }

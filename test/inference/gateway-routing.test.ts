@@ -4,7 +4,7 @@ import type { App } from '../../src/app.js';
 import type { TestUser } from '../helpers/app.js';
 import { createTenants, expectOtherTenantRefused } from '../helpers/tenants.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
-import { addCheckpoint, backendEntry, chat, checkpointAdapter, checkpointIds, createGatewayApp, createTrainedModel, modelNotFoundBody, sseData } from './gateway-helpers.js';
+import { addCheckpoint, backendEntry, chat, checkpointAdapter, checkpointIds, createGatewayApp, createTrainedModel, modelNotFoundBody, sseData, usageRow } from './gateway-helpers.js';
 import { waitFor } from './helpers.js';
 
 let engine: FakeEngine;
@@ -199,6 +199,30 @@ describe('trained checkpoints', () => {
     ]);
     expect(engine.adapters.has(adapter)).toBe(false);
     expect(engine.loads.get(adapter)).toBe(1);
+  });
+
+  it.each([false, true])('follows a request for the latest checkpoint to the newer one when its route\'s checkpoint is deleted meanwhile (stream: %s)', async (stream) => {
+    const name = `rolling-${stream}`;
+    const rolling = await createTrainedModel(app, { entity: owner.entity, project: 'proj', name, steps: [1] });
+    const modelId = `${owner.entity}/proj/${name}`;
+    const [first] = await checkpointIds(app, rolling.id);
+    const stepAdapter = (step: number) => checkpointAdapter(app, { entity: owner.entity, project: 'proj', name, step });
+    const oldAdapter = await stepAdapter(1);
+    // Step 1 serves the request's first try, which is told to come back a second later; meanwhile step 2
+    // lands and retention deletes step 1.
+    engine.setBehaviour({ kind: 'status', status: 503, retryAfter: '1' }, 1);
+    const pending = app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { ...owner.headers, 'x-request-id': `rolling-${stream}` }, payload: chat(modelId, { stream }) });
+    await waitFor(() => engine.adapters.has(oldAdapter));
+    await addCheckpoint(app, rolling.id, 2, rolling.uri(2));
+    await sql`delete from checkpoints where id = ${first}`.execute(app.db);
+    app.events.emit('checkpoints-deleted', { entity: owner.entity, project: 'proj', model: name, steps: [1], uris: [rolling.uri(1)], ids: [first] });
+    const response = await pending;
+    expect(response.statusCode, response.body).toBe(200);
+    const answered = stream ? JSON.parse(sseData(response.body)[0]).model : response.json().model;
+    expect(answered).toBe(modelId);
+    expect(lastBody().model).toBe(await stepAdapter(2));
+    expect(engine.loads.get(oldAdapter)).toBe(1);
+    expect(await usageRow(app, `rolling-${stream}`)).toMatchObject({ model: modelId, trained_model: modelId, checkpoint_step: 2, outcome: 'success', status: 200 });
   });
 
   it('unloads the adapters of deleted checkpoints that another server process loaded into a shared engine', async () => {

@@ -1,5 +1,5 @@
 import type { CancelSignal } from './cancel.js';
-import { EngineError, engineErrorDetails, EngineFault, failureCode, RequestAbortedError, upstreamUnauthorized } from './errors.js';
+import { engineErrorDetails, EngineFault, failureCode, RequestAbortedError, RetiredAdapterError, upstreamUnauthorized } from './errors.js';
 import { isConnectError, isTimeoutError, type Replica } from './replica.js';
 
 /** Deleted checkpoints' adapter names kept refused; a request that waited past this many deletions is rare. */
@@ -60,7 +60,7 @@ export class AdapterLoader {
       // A request whose route was read before its checkpoint was deleted (waiting to retry, say): the
       // checkpoint is gone, and loading its adapter now would put it back on the engine after the unload.
       const checkpoint = adapter.checkpoint ?? adapter.name;
-      return Promise.reject(new EngineError(404, `The model \`${checkpoint}\` does not exist or you do not have access to it.`, { param: 'model' }));
+      return Promise.reject(new RetiredAdapterError(404, `The model \`${checkpoint}\` does not exist or you do not have access to it.`, { param: 'model' }));
     }
     const key = keyOf(replica, adapter.name);
     let load = this.loads.get(key);

@@ -34,6 +34,12 @@ export class EngineError extends AppError {
 }
 
 /**
+ * A 404 for the adapter of a checkpoint deleted after the request was routed to it: the gateway routes a
+ * request for a model's latest checkpoint again, to whatever is latest now.
+ */
+export class RetiredAdapterError extends EngineError {}
+
+/**
  * The engine failed, could not be reached, or timed out. The message is what the client reads: the
  * engine's own message, or what happened in words that name no replica, backend, adapter or path.
  * `detail` says where it happened, for the server log only (the error handler logs it with the error).
