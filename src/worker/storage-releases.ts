@@ -15,8 +15,10 @@ import type { WorkerClient } from './client.js';
  * unacknowledged for them, and paged past.
  */
 export class StorageReleaser {
-  /** Releases after this id were not looked at yet; those before were left for someone else. */
+  /** Releases after this id were not looked at yet, or must be again; those before were left for someone else. */
   private after: string | undefined;
+  private readonly settleMs: number;
+  private readonly now: () => number;
 
   constructor(
     private readonly client: WorkerClient,
@@ -24,27 +26,41 @@ export class StorageReleaser {
     private readonly log: Logger,
     /** Checkpoint directories that jobs read or write (running ones, and those run since the sweep began): kept. */
     private readonly inUse: () => ReadonlySet<string>,
-  ) {}
+    options: { settleMs?: number; now?: () => number } = {},
+  ) {
+    this.settleMs = options.settleMs ?? RELEASE_SETTLE_MS;
+    this.now = options.now ?? Date.now;
+  }
 
   /**
    * Goes through every release listed after the last one looked at, deleting and acknowledging what is this
-   * worker's. Someone else's releases are not listed to it again until it restarts. One whose directory a
-   * running job still uses, or that could not be deleted, is looked at again in the next sweep.
+   * worker's. One whose directory a running job still uses, or that could not be deleted, is looked at again
+   * in the next sweep. So is every release after one recorded less than `settleMs` ago: release ids are
+   * taken when a deleting transaction writes them, not when it commits, so a long one (a model delete) can
+   * commit a lower id after a higher one was listed. Someone else's older releases are not listed to this
+   * worker again until it restarts.
    */
   async sweep(signal?: AbortSignal): Promise<{ released: number; others: number; postponed: number }> {
     let released = 0;
     let others = 0;
     let postponed = 0;
-    let revisitAfter: string | undefined;
+    let cursor = this.after;
+    // Where the next sweep starts: after the last release before the first one that must be looked at again.
+    let resumeAfter = this.after;
+    let settledSoFar = true;
+    const settled = this.now() - this.settleMs;
     // Looked at first, so that the marker is written while a model's directory is there to vouch for the storage.
     const present = await this.storagePresent();
     for (;;) {
-      const page = await this.client.listReleases({ after: this.after, limit: RELEASES_PER_CALL }, signal);
+      const page = await this.client.listReleases({ after: cursor, limit: RELEASES_PER_CALL }, signal);
       const done: string[] = [];
       for (const release of page) {
+        const recent = !(Date.parse(release.created_at) <= settled);
         const directory = checkpointDirectory(release.uri, this.outputDir);
         if (directory === undefined) {
           others++;
+          settledSoFar &&= !recent;
+          if (settledSoFar) resumeAfter = release.id;
           continue;
         }
         try {
@@ -55,17 +71,19 @@ export class StorageReleaser {
           }
           this.log.info({ uri: release.uri, reason: release.reason, outcome }, 'released the storage of a deleted checkpoint');
           done.push(release.id);
+          settledSoFar &&= !recent;
         } catch (error) {
           this.log.warn({ uri: release.uri, err: (error as Error).message }, 'the storage of a deleted checkpoint is kept for now');
-          revisitAfter ??= previousId(release.id);
           postponed++;
+          settledSoFar = false;
         }
+        if (settledSoFar) resumeAfter = release.id;
       }
       if (done.length > 0) released += await this.client.acknowledgeReleases(done, signal);
-      if (page.length > 0) this.after = page[page.length - 1].id;
+      if (page.length > 0) cursor = page[page.length - 1].id;
       if (page.length < RELEASES_PER_CALL) break;
     }
-    if (revisitAfter !== undefined) this.after = revisitAfter === '0' ? undefined : revisitAfter;
+    this.after = resumeAfter;
     return { released, others, postponed };
   }
 
@@ -111,6 +129,13 @@ export class StorageReleaser {
 }
 
 /**
+ * How long after a release was recorded the worker may stop listing the releases before it: longer than a
+ * deleting transaction takes (and the clock difference between worker and server), so that every release
+ * with a lower id has committed by then.
+ */
+export const RELEASE_SETTLE_MS = 15 * 60_000;
+
+/**
  * The file in an output directory that has held checkpoint directories. Without it (and without any model's
  * directory), a release whose directory is missing is not acknowledged: the storage may just not be mounted.
  */
@@ -135,6 +160,4 @@ export function checkpointDirectory(uri: string, outputDir: string): string | un
 }
 
 /** The id just before a release id (ids are positive integers below 10^18), as the `after` that lists it again. */
-function previousId(id: string): string {
-  return (BigInt(id) - 1n).toString();
-}
+

@@ -6,7 +6,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { WorkerClient } from '../../src/worker/client.js';
-import { checkpointDirectory, STORAGE_MARKER, StorageReleaser } from '../../src/worker/storage-releases.js';
+import { checkpointDirectory, RELEASE_SETTLE_MS, STORAGE_MARKER, StorageReleaser } from '../../src/worker/storage-releases.js';
 import { createTestApp, uniqueName } from '../helpers/app.js';
 import { listen } from '../helpers/listen.js';
 import { call, createJob, createTenant, SERVER_ENV, startWorker, waitFor, waitForStatus, type Tenant } from './harness.js';
@@ -81,9 +81,9 @@ describe('releasing the storage of deleted checkpoints', () => {
     return dir;
   }
 
-  function releaser(tenant: Tenant, outputDir: string, inUse: Set<string> = new Set()) {
+  function releaser(tenant: Tenant, outputDir: string, inUse: Set<string> = new Set(), now?: () => number) {
     const client = new WorkerClient({ serverUrl: baseUrl, key: tenant.workerKey, logger: pino({ level: 'silent' }) });
-    return { releaser: new StorageReleaser(client, outputDir, pino({ level: 'silent' }), () => inUse), client };
+    return { releaser: new StorageReleaser(client, outputDir, pino({ level: 'silent' }), () => inUse, { now }), client };
   }
 
   it('deletes the output directories of deleted checkpoints and acknowledges them, leaving other storage and what is kept', async () => {
@@ -96,7 +96,8 @@ describe('releasing the storage of deleted checkpoints', () => {
     const model = await modelWithCheckpoints(tenant, [one, pathToFileURL(two).href, three, 's3://bucket/agent/4', elsewhere, path.join(outputDir, modelId, 'step-9')]);
     expect(await deleteSteps(tenant, model, [1, 2, 4, 5, 6])).toMatchObject({ deleted_count: 5 });
 
-    const { releaser: r, client } = releaser(tenant, outputDir);
+    let clock = Date.now();
+    const { releaser: r, client } = releaser(tenant, outputDir, new Set(), () => clock);
     try {
       // Steps 1 and 2 are deleted; step 6's directory never existed (gone already): acknowledged too.
       expect(await r.sweep()).toEqual({ released: 3, others: 2, postponed: 0 });
@@ -104,12 +105,41 @@ describe('releasing the storage of deleted checkpoints', () => {
       expect(fs.readdirSync(elsewhere)).toEqual(['adapter_model.safetensors']);
       expect(await listed(tenant)).toEqual(['s3://bucket/agent/4', elsewhere]);
 
-      // Deleting the last step removes the model's directory too; the releases left to others are not looked at again.
+      // Deleting the last step removes the model's directory too. The releases left to others are looked at
+      // again while they are recent (a lower id may still commit), then no more.
       await deleteSteps(tenant, model, [3]);
-      expect(await r.sweep()).toEqual({ released: 1, others: 0, postponed: 0 });
+      clock += RELEASE_SETTLE_MS + 1000;
+      expect(await r.sweep()).toEqual({ released: 1, others: 2, postponed: 0 });
       expect(fs.existsSync(path.join(outputDir, modelId))).toBe(false);
       expect(fs.readdirSync(outputDir)).toEqual([STORAGE_MARKER]);
+      expect(await r.sweep()).toEqual({ released: 0, others: 0, postponed: 0 });
       expect(await listed(tenant)).toEqual(['s3://bucket/agent/4', elsewhere]);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('finds a release committed after a higher one was listed (a long deleting transaction)', async () => {
+    const tenant = await createTenant(app);
+    const outputDir = path.join(tenant.dir, 'adapters');
+    const modelId = crypto.randomUUID();
+    const [early, late] = [1, 2].map((step) => adapterDir(outputDir, modelId, step));
+    const model = await modelWithCheckpoints(tenant, [early, late]);
+    // A long transaction (a model delete) takes its release id, then step 2's delete commits a higher one.
+    const taken = await sql<{ id: string }>`select nextval(pg_get_serial_sequence('checkpoint_releases', 'id'))::text as id`.execute(app.db);
+    await deleteSteps(tenant, model, [2]);
+    let clock = Date.now();
+    const { releaser: r, client } = releaser(tenant, outputDir, new Set(), () => clock);
+    try {
+      expect(await r.sweep()).toEqual({ released: 1, others: 0, postponed: 0 });
+      // The long transaction commits its release (the lower id) only now.
+      await sql`delete from checkpoints where model_id = ${model}`.execute(app.db);
+      await sql`insert into checkpoint_releases (id, entity_id, uri, reason) overriding system value
+        select ${taken.rows[0].id}::bigint, m.entity_id, ${early}, 'deleted' from models m where m.id = ${model}`.execute(app.db);
+      clock += 60_000;
+      expect(await r.sweep()).toEqual({ released: 1, others: 0, postponed: 0 });
+      expect([fs.existsSync(early), fs.existsSync(late)]).toEqual([false, false]);
+      expect(await listed(tenant)).toEqual([]);
     } finally {
       await client.close();
     }
