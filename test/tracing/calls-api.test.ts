@@ -249,6 +249,31 @@ describe('calls queries over HTTP', () => {
     expect(ids(nonStreaming.calls)).toEqual(['d', 'c']);
   });
 
+  it('reads keys holding dots through escaped dots in $getField, sort_by, feedback paths and table sorts, as weave does', async () => {
+    const dotted = newProject();
+    const usage = (total: number) => ({ usage: { 'Qwen/Qwen2.5-7B-Instruct': { total_tokens: total }, Qwen2: { '5-7B-Instruct': { total_tokens: 0 } } } });
+    await ingest(dotted, [
+      { id: 'x', summary: usage(10), inputs: { 'a.b': { c: 1 } } },
+      { id: 'y', summary: usage(100), inputs: { 'a.b': { c: 3 } } },
+      { id: 'z', summary: usage(40), inputs: { 'a.b': { c: 2 } } },
+    ]);
+    const tokens = String.raw`summary.usage.Qwen/Qwen2\.5-7B-Instruct.total_tokens`;
+    const over30 = await query(dotted, { query: { $expr: { $gt: [{ $convert: { input: { $getField: tokens }, to: 'double' } }, { $literal: 30 }] } } });
+    expect(ids(over30)).toEqual(['y', 'z']);
+    expect(ids(await query(dotted, { sort_by: [{ field: tokens, direction: 'desc' }] }))).toEqual(['y', 'z', 'x']);
+    expect(ids(await query(dotted, { sort_by: [{ field: String.raw`inputs.a\.b.c`, direction: 'asc' }] }))).toEqual(['x', 'z', 'y']);
+
+    for (const [id, score] of [['x', 2], ['y', 1], ['z', 3]] as const) {
+      const created = await post(app, user, '/feedback/create', { project_id: dotted, weave_ref: `weave:///${dotted}/call/${id}`, feedback_type: 'custom', payload: { 'score.v1': score } });
+      expect(created.statusCode, created.body).toBe(200);
+    }
+    expect(ids(await query(dotted, { sort_by: [{ field: String.raw`feedback.[custom].payload.score\.v1`, direction: 'desc' }] }))).toEqual(['z', 'x', 'y']);
+
+    const table = (await post(app, user, '/table/create', { table: { project_id: dotted, rows: [{ m: { 'a.b': 2 } }, { m: { 'a.b': 3 } }, { m: { 'a.b': 1 } }] } })).json();
+    const rows = (await post(app, user, '/table/query', { project_id: dotted, digest: table.digest, sort_by: [{ field: String.raw`m.a\.b`, direction: 'asc' }] })).json().rows;
+    expect(rows.map((r: { original_index: number }) => r.original_index)).toEqual([2, 0, 1]);
+  });
+
   it('projects columns and expands ref columns keeping _ref', async () => {
     const [call] = await query(project, { filter: { call_ids: ['a'] }, columns: ['inputs.n', 'summary'], expand_columns: ['inputs.model'] });
     expect(call.output).toBeNull();

@@ -1,5 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
-import { InvalidFieldError, type FieldResolver } from './expr.js';
+import { InvalidFieldError, splitFieldPath, type FieldResolver } from './expr.js';
 import type { FieldValue, SqlType } from './values.js';
 
 /**
@@ -73,7 +73,7 @@ export interface CallFieldOptions {
  * expand_columns decide which paths read through refs).
  */
 export function callFieldResolver(options: CallFieldOptions = {}): FieldResolver {
-  const expand = [...new Set(options.expandColumns ?? [])].map((column) => column.split('.')).sort((a, b) => a.length - b.length);
+  const expand = [...new Set(options.expandColumns ?? [])].map(splitFieldPath).sort((a, b) => a.length - b.length);
   return (path) => {
     if (path === 'display_name') return { kind: 'typed', type: 'text', sql: displayName };
     // Own keys only: a field named `constructor` or `__proto__` is no column (it is an unknown field, 403).
@@ -81,7 +81,7 @@ export function callFieldResolver(options: CallFieldOptions = {}): FieldResolver
     if (Object.hasOwn(DERIVED, path)) return { kind: 'typed', ...DERIVED[path] };
     if (path.startsWith('feedback.')) return feedbackField(path);
 
-    const [column, ...segments] = path.split('.');
+    const [column, ...segments] = splitFieldPath(path);
     if (!JSON_COLUMNS.has(column)) throw new InvalidFieldError(path, 'not a column of calls');
     if (column === 'summary' && segments[0] === 'weave') {
       throw new InvalidFieldError(path, 'summary.weave has only status, latency_ms and trace_name');
@@ -137,7 +137,7 @@ function feedbackField(path: string): FieldValue {
   const match = /^feedback\.\[(.+)\]\.(.+)$/.exec(path);
   if (!match) throw new InvalidFieldError(path, 'expected feedback.[<feedback_type>].payload.<path>, .runnable_ref or .trigger_ref');
   const [, type, rest] = match;
-  const [head, ...segments] = rest.split('.');
+  const [head, ...segments] = splitFieldPath(rest);
   const ofCall = sql`fb.project_id = ${col('project_id')} and fb.weave_ref = 'weave:///' || ${col('project_id')} || '/call/' || ${col('id')}`;
   const ofType = type === '*' ? sql`` : sql`and fb.feedback_type = ${type}`;
   const newest = sql`order by fb.created_at desc, fb.id desc limit 1`;

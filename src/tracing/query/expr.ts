@@ -18,6 +18,14 @@ export class InvalidFieldError extends ForbiddenError {
   }
 }
 
+/**
+ * The segments of a dotted field path, as weave splits them: a dot after a backslash is part of the key
+ * (`summary.usage.gpt-4\\.1.requests` reads the key `gpt-4.1`), so keys holding dots can be named.
+ */
+export function splitFieldPath(path: string): string[] {
+  return path.split(/(?<!\\)\./).map((segment) => segment.replaceAll('\\.', '.'));
+}
+
 const COMPARISONS = { $eq: '=', $gt: '>', $gte: '>=', $lt: '<', $lte: '<=' } as const;
 type ComparisonKey = keyof typeof COMPARISONS;
 

@@ -1,6 +1,6 @@
 import { sql, type RawBuilder } from 'kysely';
 import { InvalidRequestError } from '../../errors.js';
-import { InvalidFieldError, type FieldResolver } from './expr.js';
+import { InvalidFieldError, splitFieldPath, type FieldResolver } from './expr.js';
 import type { Operand, Query, SortBy } from './schema.js';
 import { sortExprs, type SqlType } from './values.js';
 
@@ -23,7 +23,7 @@ export function tableFieldResolver(fields: TableFields): FieldResolver {
   return (path) => {
     // Own keys only: `constructor`, `toString` or `__proto__` are unknown fields (403), not prototype members.
     if (Object.hasOwn(fields.columns, path)) return { kind: 'typed', type: fields.columns[path], sql: col(path) };
-    const [column, ...segments] = path.split('.');
+    const [column, ...segments] = splitFieldPath(path);
     if (column !== fields.json) throw new InvalidFieldError(path, `not a field of ${fields.table.replace(/^trace_/, '')}`);
     if (segments.length > MAX_SEGMENTS) throw new InvalidFieldError(path, 'path too deep');
     for (const segment of segments) {

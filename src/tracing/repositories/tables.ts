@@ -1,6 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { InvalidRequestError } from '../../errors.js';
 import { parseStoredJson } from '../json.js';
+import { splitFieldPath } from '../query/expr.js';
 import { sortExprs } from '../query/values.js';
 import { jsonbText, toInt, type Executor } from './common.js';
 
@@ -89,7 +90,7 @@ function sortKeys(field: string, direction: string): RawBuilder<unknown>[] {
   if (direction !== 'asc' && direction !== 'desc') {
     throw new InvalidRequestError(`Invalid sort direction ${JSON.stringify(direction)}: expected asc or desc`, { code: 'invalid_sort' });
   }
-  const segments = field.split('.');
+  const segments = splitFieldPath(field);
   if (segments.length > MAX_SEGMENTS || segments.some((s) => s.length === 0 || s.length > 256 || /[\u0000-\u001f\u007f]/.test(s))) {
     throw new InvalidRequestError(`Invalid sort field ${JSON.stringify(field)}: expected a dotted path into the row`, { code: 'invalid_sort' });
   }

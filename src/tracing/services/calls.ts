@@ -4,6 +4,7 @@ import { hasMarkedNumbers, unmarkNumbers } from '../../http/exact-numbers.js';
 import { isJsonObject, markHoldsExactNumbers, numberOf, parsePayloadText, payloadJsonText } from '../exact-numbers.js';
 import { uuidv7 } from '../ids.js';
 import { seeksAfter, type CallPosition } from '../query/calls.js';
+import { splitFieldPath } from '../query/expr.js';
 import { extractRefs, isWeaveRef, REF_SCHEME } from '../refs.js';
 import * as repo from '../repositories/calls.js';
 import { mapJsonbErrors, type Executor } from '../repositories/common.js';
@@ -416,9 +417,8 @@ function traceName(opName: string): string {
  * kept under `_ref`; shorter paths first, so longer ones walk through expanded values (reference §3.7).
  */
 async function expandCallColumns(db: Executor, projectId: string, calls: Record<string, unknown>[], paths: readonly string[]): Promise<void> {
-  const ordered = [...paths].sort((a, b) => a.split('.').length - b.split('.').length);
-  for (const path of ordered) {
-    const segments = path.split('.');
+  const ordered = paths.map(splitFieldPath).sort((a, b) => a.length - b.length);
+  for (const segments of ordered) {
     const sites: { parent: Record<string, unknown> | unknown[]; key: string | number; ref: string }[] = [];
     for (const call of calls) {
       let parent: unknown = call;
