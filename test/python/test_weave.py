@@ -233,6 +233,31 @@ def test_get_calls_with_filter_query_and_sort_match_the_api(stack, client, proje
     assert len(client.get_calls(filter={"op_names": [square_ref]})) == 3
 
 
+def test_get_calls_reads_usage_of_a_model_name_holding_dots_and_names_the_user(stack, client, project):
+    """weave's servers split field paths at dots not escaped with a backslash, so a usage key such as a
+    model name with a version (`Qwen2.5`) can be filtered and sorted on; include_usernames names the
+    user of each call's wb_user_id."""
+    model = "Qwen/Qwen2.5-7B-Instruct"
+
+    @weave.op
+    def chat(n: int) -> dict:
+        return {"model": model, "usage": {"prompt_tokens": n, "completion_tokens": n, "total_tokens": 2 * n}}
+
+    for n in (5, 50, 20):
+        chat(n)
+    client.flush()
+
+    field = "summary.usage." + model.replace(".", "\\.") + ".total_tokens"
+    found = client.get_calls(
+        query={"$expr": {"$gt": [{"$getField": field}, {"$literal": 30}]}},
+        sort_by=[{"field": field, "direction": "desc"}],
+        include_usernames=True,
+    )
+    assert [c.summary["usage"][model]["total_tokens"] for c in found] == [100, 40]
+    assert [c.wb_username for c in found] == [stack.username, stack.username]
+    assert [c.wb_username for c in client.get_calls()] == [None, None, None]
+
+
 def test_get_calls_reads_every_call_across_pages_while_calls_are_deleted(stack, client, project):
     """The SDK reads get_calls() in pages of 1,000 by offset. Deleting a call of a page already read does
     not make the next page skip the call after it (each page starts after the last call of the one before)."""

@@ -274,6 +274,16 @@ describe('calls queries over HTTP', () => {
     expect(rows.map((r: { original_index: number }) => r.original_index)).toEqual([2, 0, 1]);
   });
 
+  it('names the user of each call with include_usernames, even when the columns leave wb_user_id out', async () => {
+    const named = newProject();
+    await ingest(named, [{ id: 'u1' }, { id: 'u2' }]);
+    const full = await query(named, { include_usernames: true });
+    expect(full.map((c) => [c.id, c.wb_username])).toEqual([['u1', user.username], ['u2', user.username]]);
+    const narrow = await query(named, { include_usernames: true, columns: ['id'] });
+    expect(narrow.map((c) => c.wb_username)).toEqual([user.username, user.username]);
+    expect((await query(named))[0]).not.toHaveProperty('wb_username');
+  });
+
   it('projects columns and expands ref columns keeping _ref', async () => {
     const [call] = await query(project, { filter: { call_ids: ['a'] }, columns: ['inputs.n', 'summary'], expand_columns: ['inputs.model'] });
     expect(call.output).toBeNull();

@@ -1,4 +1,5 @@
 import { channel } from 'node:diagnostics_channel';
+import { sql } from 'kysely';
 import { InvalidRequestError } from '../../errors.js';
 import { hasMarkedNumbers, unmarkNumbers } from '../../http/exact-numbers.js';
 import { isJsonObject, markHoldsExactNumbers, numberOf, parsePayloadText, payloadJsonText } from '../exact-numbers.js';
@@ -253,6 +254,7 @@ function listArgs(projectId: string, body: Omit<CallsQueryBody, 'project_id'>): 
     for (const path of body.expand_columns ?? []) columns.add(path.split('.')[0]);
     // weave returns the summary that carries the costs even when `columns` leaves it out.
     if (body.include_costs) columns.add('summary');
+    if (body.include_usernames) columns.add('wb_user_id');
     // The derived summary.weave needs these (reference §3.7).
     if (columns.has('summary')) for (const c of ['ended_at', 'exception', 'display_name']) columns.add(c);
   }
@@ -310,6 +312,7 @@ async function finish(
   if (body.expand_columns?.length && body.return_expanded_column_values !== false) await expandCallColumns(deps.db, projectId, calls, body.expand_columns);
   const withSummary = calls.filter((call) => call.summary !== null && typeof call.summary === 'object');
   if (body.include_costs && withSummary.length) await addCosts(deps, projectId, withSummary);
+  if (body.include_usernames) await addUsernames(deps, calls);
   if (body.include_feedback && withSummary.length) {
     // summary.weave.feedback: the feedback whose weave_ref is the call's ref (reference §3.6).
     const byCall = await feedbackByCall(deps, projectId, withSummary.map((call) => call.id as string));
@@ -322,6 +325,14 @@ async function finish(
     }
   }
   return calls;
+}
+
+/** include_usernames: `wb_username`, the name of the user each call's `wb_user_id` names (null for none). */
+async function addUsernames(deps: TracingDeps, calls: Record<string, unknown>[]): Promise<void> {
+  const ids = [...new Set(calls.map((call) => call.wb_user_id).filter((id): id is string => typeof id === 'string'))];
+  const rows = ids.length === 0 ? [] : await deps.db.selectFrom('users').select(['id', 'username']).where(sql<boolean>`id::text = any(${ids}::text[])`).execute();
+  const names = new Map(rows.map((row) => [row.id, row.username]));
+  for (const call of calls) call.wb_username = typeof call.wb_user_id === 'string' ? (names.get(call.wb_user_id) ?? null) : null;
 }
 
 /** The calls of a query in batches, read as the consumer asks for them (see readInBatches). */
