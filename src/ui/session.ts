@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { checkCsrf, principalOf, readCookie, SESSION_COOKIE } from '../auth/plugin.js';
 import type { Principal } from '../auth/principal.js';
 import { SESSION_MAX_MS } from '../auth/service.js';
+import { SystemCheckResponse } from '../health/routes.js';
 import { ForbiddenError, UnauthorizedError } from '../errors.js';
 import { listProjects } from './projects.js';
 
@@ -18,8 +19,9 @@ function whoami(principal: Principal): z.infer<typeof Whoami> {
 }
 
 /**
- * The web UI's session (an API key exchanged for an HttpOnly cookie; the auth hook reads it) and the
- * project list it starts from. Errors are the training form `{"detail": ...}`.
+ * The web UI's session (an API key exchanged for an HttpOnly cookie; the auth hook reads it), the
+ * project list it starts from, and the system check as the admin page reads it. Errors are the training
+ * form `{"detail": ...}`.
  */
 export const sessionRoutes: FastifyPluginAsyncZod = async (app) => {
   const tags = ['ui'];
@@ -77,6 +79,23 @@ export const sessionRoutes: FastifyPluginAsyncZod = async (app) => {
       if (token) await app.auth.endSession(token);
       reply.header('set-cookie', `${SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0`);
       return reply.status(204).send(null);
+    },
+  );
+
+  app.get(
+    '/ui/api/system-check',
+    {
+      schema: {
+        tags,
+        summary: 'The system check, for the admin page',
+        description:
+          "`/v1/system-check`'s checks, answered 200 with `healthy` false when one fails: a failing check is what the page shows, not a failed request (which a browser logs as an error).",
+        response: { 200: z.object({ healthy: z.boolean(), checks: SystemCheckResponse }) },
+      },
+    },
+    async () => {
+      const checks = await app.systemChecks.run();
+      return { healthy: Object.values(checks).every((check) => check.success), checks: checks as z.infer<typeof SystemCheckResponse> };
     },
   );
 

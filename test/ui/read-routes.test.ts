@@ -37,6 +37,23 @@ describe('GET /v1/projects', () => {
   });
 });
 
+describe('GET /ui/api/system-check', () => {
+  it('answers 200 with the checks of /v1/system-check and whether all passed, and needs a session or key', async () => {
+    const user = await createUserWithKey(app);
+    const plain = await app.inject({ method: 'GET', url: '/v1/system-check' });
+    const reply = await call(app, user.headers, 'GET', '/ui/api/system-check');
+    expect(reply.status).toBe(200);
+    // No trainer worker has called in on this app: gpu_queue fails, as /v1/system-check's 503 says.
+    expect(plain.statusCode).toBe(503);
+    expect(Object.keys(reply.body.checks)).toEqual(Object.keys(plain.json()));
+    expect(reply.body.healthy).toBe(false);
+    expect(reply.body.checks.gpu_queue.success).toBe(false);
+    expect(reply.body.checks.database.success).toBe(true);
+    const anonymous = await app.inject({ method: 'GET', url: '/ui/api/system-check' });
+    expect(anonymous.statusCode).toBe(401);
+  });
+});
+
 describe('GET /v1/projects across entities', () => {
   it('includes the projects of the teams the user belongs to', async () => {
     const user = await createUserWithKey(app);

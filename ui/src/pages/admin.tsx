@@ -72,10 +72,7 @@ function Admin() {
   );
   const keyOf = (id: string | null) => keys.data?.data.find((k) => k.id === id);
   const backups = useLoad('backups', () => api<Backups>('/v1/admin/backups'));
-  const checks = useLoad('checks', async () => {
-    const response = await fetch('/v1/system-check', { credentials: 'same-origin' });
-    return (await response.json()) as Record<string, Check>;
-  });
+  const checks = useLoad('checks', () => api<{ healthy: boolean; checks: Record<string, Check> }>('/ui/api/system-check'));
   const [secret, setSecret] = useState<string | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
   const [done, setDone] = useState<string | undefined>(undefined);
@@ -108,10 +105,11 @@ function Admin() {
       </div>
       <section>
         <h2>System check</h2>
+        <Problem error={checks.error} />
         <div class="table-scroll">
           <table aria-label="System check">
             <tbody>
-              {Object.entries(checks.data ?? {}).map(([name, c]) => (
+              {Object.entries(checks.data?.checks ?? {}).map(([name, c]) => (
                 <tr key={name}>
                   <td>{name}</td>
                   <td>
