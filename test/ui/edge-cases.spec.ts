@@ -112,6 +112,35 @@ describe('trace page', () => {
   });
 });
 
+describe('a phone-sized screen', () => {
+  it('fits every page in 375 pixels: the page never scrolls sideways and the header spans it', async () => {
+    const project = `${user.entity}/${model.project}`;
+    await upsertCalls(server.app, user, project, [{ id: 'narrow-root', trace_id: 'narrow', op_name: 'agent.narrow', startedAt: new Date('2026-11-20T10:00:00Z') }]);
+    const job = (await call(server.app, user.headers, 'GET', `/v1/preview/training-jobs?model_id=${model.id}&limit=1`)).body.data[0];
+    const w = await signedIn();
+    await w.page.setViewportSize({ width: 375, height: 800 });
+    const pages: [string, string][] = [
+      ['/ui/', 'Projects'],
+      [`/ui/p/${user.entity}/${model.project}/models`, 'Models'],
+      [`/ui/models/${model.id}`, model.name],
+      [`/ui/models/${model.id}/rollouts?split=train&step=1`, 'Rollouts at step 1'],
+      [`/ui/jobs/${job.id}`, `job ${job.id.slice(0, 8)}`],
+      [`/ui/p/${user.entity}/${model.project}/traces`, 'Traces'],
+      [`/ui/p/${user.entity}/${model.project}/traces/narrow`, 'Trace narrow'],
+      [`/ui/p/${user.entity}/${model.project}/usage`, 'Usage'],
+    ];
+    for (const [path, heading] of pages) {
+      await w.page.goto(`${server.url}${path}`);
+      await w.page.getByRole('heading', { name: heading, exact: false }).first().waitFor();
+      await w.page.waitForLoadState('networkidle');
+      const widths = await w.page.evaluate(() => ({ page: document.documentElement.scrollWidth, header: document.querySelector('header.top')!.getBoundingClientRect().width }));
+      expect([path, widths]).toEqual([path, { page: 375, header: 375 }]);
+    }
+    w.expectClean();
+    await w.context.close();
+  });
+});
+
 describe('trace tree', () => {
   it('moves the selection with the keys a tree takes, and keeps the error mark of a long op name in view', async () => {
     const project = `${user.entity}/tree-keys`;
