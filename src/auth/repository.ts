@@ -147,14 +147,14 @@ export function toKeyOwner(row: {
   };
 }
 
-/** The live (unrevoked) key with this hash and its owner. */
-export async function findKeyOwner(db: Executor, args: { keyHash: string }): Promise<KeyOwner | undefined> {
+/** The live (unrevoked) key with this hash, or this id, and its owner. */
+export async function findKeyOwner(db: Executor, args: { keyHash: string } | { keyId: string }): Promise<KeyOwner | undefined> {
   const row = await db
     .selectFrom('api_keys')
     .innerJoin('users', 'users.id', 'api_keys.user_id')
     .innerJoin('entities', 'entities.id', 'users.entity_id')
     .select(KEY_OWNER_COLUMNS)
-    .where('api_keys.key_hash', '=', args.keyHash)
+    .where('keyHash' in args ? 'api_keys.key_hash' : 'api_keys.id', '=', 'keyHash' in args ? args.keyHash : args.keyId)
     .where('api_keys.revoked_at', 'is', null)
     .executeTakeFirst();
   return row && toKeyOwner(row);

@@ -148,6 +148,15 @@ export class AuthService {
     return principal;
   }
 
+  /**
+   * The principal of a key as it stands now, read past the cache: undefined once the key is revoked, and
+   * the entities of its user's memberships today. For requests that wait (a worker's claim) and act later.
+   */
+  async currentPrincipal(keyId: string): Promise<Principal | undefined> {
+    const owner = await repo.findKeyOwner(this.db, { keyId });
+    return owner && this.principalOf(owner, Date.now());
+  }
+
   private async principalOf(owner: repo.KeyOwner, now: number): Promise<Principal> {
     if (!owner.lastUsedAt || now - owner.lastUsedAt.getTime() >= TOUCH_INTERVAL_MS) {
       await repo.touchApiKey(this.db, { keyId: owner.keyId, at: new Date(now) });

@@ -40,6 +40,7 @@ export const trainingPlugin: FastifyPluginAsyncZod = async (app) => {
     config: app.config,
     signal,
     // After the complete committed: a failure is logged, and the next landing, sweep or apply catches up.
+    currentPrincipal: (keyId) => app.auth.currentPrincipal(keyId),
     onCheckpointLanded: (modelId) =>
       lifecycle.checkpointLanded(modelId).catch((error: unknown) => app.log.error({ err: error, model_id: modelId }, 'checkpoint retention failed')),
   });

@@ -1,7 +1,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { Principal } from '../auth/principal.js';
 import type { Config } from '../config.js';
-import { ConflictError, NotFoundError, RateLimitedError, UnprocessableError } from '../errors.js';
+import { ConflictError, NotFoundError, RateLimitedError, UnauthorizedError, UnprocessableError } from '../errors.js';
 import type { JobSignal } from './job-signal.js';
 import { checkpointUriProblem, checkWorkerEvents } from './protocol.js';
 import * as repo from './repository.js';
@@ -34,6 +34,8 @@ export interface WorkerServiceDeps {
   signal: JobSignal;
   /** Runs after a complete registered a checkpoint (the model's retention policy); never throws. */
   onCheckpointLanded?: (modelId: string) => Promise<void>;
+  /** The principal of a key as it stands now (undefined once revoked), for a claim that waited. */
+  currentPrincipal?: (keyId: string) => Promise<Principal | undefined>;
 }
 
 function staleLease(jobId: string): ConflictError {
@@ -110,6 +112,11 @@ export class WorkerService {
         if (left <= 0) return undefined;
         this.watchOtherProcesses();
         await signal.wait(left, seen, abort);
+        if (signal.isClosed || abort?.aborted) return undefined;
+        // The key may have been revoked, or its user taken out of a team, while the claim waited.
+        const now = await this.deps.currentPrincipal?.(principal.keyId);
+        if (this.deps.currentPrincipal && !now) throw new UnauthorizedError('Invalid or revoked API key.');
+        if (now) claimArgs.reach = reachOf(now);
       }
     } finally {
       if (waits) this.stopWaiting(principal.keyId);

@@ -166,6 +166,37 @@ describe('claiming', () => {
     expect((await waiting)?.job.id).toBe(jobId);
   });
 
+  it('a waiting claim whose key is revoked meanwhile answers 401 and takes no job queued after', async () => {
+    const { user, model, baseModel } = await userWithModel(app);
+    const { key, record } = await app.auth.createKey({ username: user.username, kind: 'worker' });
+    const worker = new ScriptedWorker(app, { authorization: `Bearer ${key}` }, [baseModel]);
+    const waiting = worker.call('POST', '/v1/workers/claim', { worker_id: worker.workerId, base_models: [baseModel], wait_seconds: 20 });
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    await app.auth.revokeKey({ keyId: record.id });
+    const queued = await call(app, user.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()] });
+    const reply = await waiting;
+    expect([reply.status, reply.body]).toEqual([401, { detail: 'Invalid or revoked API key.' }]);
+    expect((await getJob(user, queued.body.id)).status).toBe('QUEUED');
+  });
+
+  it('a waiting claim of a member taken out of a team meanwhile takes none of the team\'s jobs', async () => {
+    const team = uniqueName('team');
+    await app.auth.createTeam({ name: team });
+    const [member, stays] = [await createUserWithKey(app), await createUserWithKey(app)];
+    for (const user of [member, stays]) await app.auth.addMember({ team, username: user.username });
+    const baseModel = uniqueName('base');
+    const model = (await call(app, member.headers, 'POST', '/v1/preview/models', { project: 'p', name: 'm', base_model: baseModel, entity: team })).body;
+    expect(model.entity).toBe(team);
+    const worker = await ScriptedWorker.create(app, member, [baseModel]);
+    const waiting = worker.claim(2);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    await app.auth.removeMember({ team, username: member.username });
+    const queued = await call(app, stays.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()] });
+    expect(queued.status, queued.text).toBe(200);
+    expect(await waiting).toBeUndefined();
+    expect((await getJob(stays, queued.body.id)).status).toBe('QUEUED');
+  });
+
   it('a waiting claim answers 204 when the app closes, without holding the shutdown', async () => {
     const closing = await createTestApp();
     const user = await createUserWithKey(closing);
