@@ -109,13 +109,17 @@ export async function historyRows(db: Executor, args: { runId: number; afterStep
   return rows.map((r) => ({ step: Number(r.step), values: JSON.parse(r.content) as Record<string, unknown> }));
 }
 
+/** How long a run file's upload URL takes bytes after createRunFiles last handed it out. */
+export const RUN_FILE_URL_HOURS = 24;
+
 export async function putRunFileTokens(db: Executor, args: { runId: number; files: { name: string; token: string }[] }): Promise<{ name: string; token: string }[]> {
   if (args.files.length === 0) return [];
-  // A file asked for again keeps its token, so a retried upload URL still works.
+  // A file asked for again keeps its token, so a retried upload URL still works, for a day from now.
+  const expiresAt = sql<Date>`now() + ${`${RUN_FILE_URL_HOURS} hours`}::interval`;
   await db
     .insertInto('wandb_run_files')
-    .values(args.files.map((f) => ({ run_id: args.runId, name: f.name, upload_token: f.token, md5: null })))
-    .onConflict((c) => c.columns(['run_id', 'name']).doNothing())
+    .values(args.files.map((f) => ({ run_id: args.runId, name: f.name, upload_token: f.token, md5: null, upload_expires_at: expiresAt })))
+    .onConflict((c) => c.columns(['run_id', 'name']).doUpdateSet({ upload_expires_at: expiresAt }))
     .execute();
   return db
     .selectFrom('wandb_run_files')
@@ -276,8 +280,14 @@ export async function setManifestExpected(db: Executor, args: { artifactId: numb
   await db.updateTable('wandb_artifacts').set({ manifest_expected_md5: args.md5, updated_at: new Date() }).where('id', '=', args.artifactId).execute();
 }
 
-export async function setManifestUploaded(db: Executor, args: { artifactId: number; md5: string }): Promise<void> {
-  await db.updateTable('wandb_artifacts').set({ manifest_md5: args.md5, updated_at: new Date() }).where('id', '=', args.artifactId).execute();
+/** Sets an artifact's uploaded manifest; answers the MD5 of the one it replaced (null: none). */
+export async function setManifestUploaded(db: Executor, args: { artifactId: number; md5: string }): Promise<string | null> {
+  const { rows } = await sql<{ previous: string | null }>`
+    update wandb_artifacts a set manifest_md5 = ${args.md5}, updated_at = now()
+    from (select manifest_md5 as previous from wandb_artifacts where id = ${args.artifactId} for update) old
+    where a.id = ${args.artifactId}
+    returning old.previous`.execute(db);
+  return rows[0]?.previous ?? null;
 }
 
 export async function updateArtifactFields(db: Executor, args: { artifactId: number; description?: string | null; metadata?: string | null }): Promise<void> {
@@ -382,15 +392,22 @@ export async function findFileByToken(
     .executeTakeFirst();
 }
 
-export async function findRunFileByToken(db: Executor, args: { token: string }): Promise<{ run_id: number; name: string; entity: string } | undefined> {
+/** The run file an upload URL names, while the URL lasts (`live`: it has not expired). */
+export async function findRunFileByToken(db: Executor, args: { token: string }): Promise<{ run_id: number; name: string; entity: string; live: boolean } | undefined> {
   return db
     .selectFrom('wandb_run_files')
     .innerJoin('wandb_runs', 'wandb_runs.id', 'wandb_run_files.run_id')
-    .select(['wandb_run_files.run_id', 'wandb_run_files.name', 'wandb_runs.entity'])
+    .select(['wandb_run_files.run_id', 'wandb_run_files.name', 'wandb_runs.entity', sql<boolean>`wandb_run_files.upload_expires_at > now()`.as('live')])
     .where('wandb_run_files.upload_token', '=', args.token)
     .executeTakeFirst();
 }
 
-export async function setRunFileMd5(db: Executor, args: { runId: number; name: string; md5: string }): Promise<void> {
-  await db.updateTable('wandb_run_files').set({ md5: args.md5 }).where('run_id', '=', args.runId).where('name', '=', args.name).execute();
+/** Sets a run file's content; answers the MD5 it had before (null: none yet). */
+export async function setRunFileMd5(db: Executor, args: { runId: number; name: string; md5: string }): Promise<string | null> {
+  const { rows } = await sql<{ previous: string | null }>`
+    update wandb_run_files f set md5 = ${args.md5}
+    from (select md5 as previous from wandb_run_files where run_id = ${args.runId} and name = ${args.name} for update) old
+    where f.run_id = ${args.runId} and f.name = ${args.name}
+    returning old.previous`.execute(db);
+  return rows[0]?.previous ?? null;
 }

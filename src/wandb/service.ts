@@ -4,9 +4,10 @@ import type { Kysely } from 'kysely';
 import type { Principal } from '../auth/principal.js';
 import type { Database } from '../db/schema.js';
 import { UNSTORABLE_CHARACTER } from '../db/refusals.js';
-import { ConflictError, InvalidRequestError, NotFoundError, PayloadTooLargeError } from '../errors.js';
+import { ConflictError, ForbiddenError, InvalidRequestError, NotFoundError, PayloadTooLargeError } from '../errors.js';
 import { CheckpointArtifacts } from './checkpoint-artifacts.js';
 import { b64ToHex, manifestDigest, md5, newToken, WandbRequestError } from './common.js';
+import * as cr from './checkpoint-repository.js';
 import * as repo from './repository.js';
 import type { ArtifactRow, ArtifactWithCollection, CollectionRow, RunRow } from './repository.js';
 
@@ -484,24 +485,45 @@ export class WandbService {
     if (!found) throw new NotFoundError('upload URL');
     if (found.artifact.state !== 'PENDING') throw new ConflictError('This artifact is committed: its manifest cannot change.');
     parseManifest(data, (m) => new InvalidRequestError(m));
-    const { hex } = await this.storeChecked(found.collection.entity, data, found.artifact.manifest_expected_md5 ?? undefined, contentMd5);
-    await repo.setManifestUploaded(this.db, { artifactId: found.artifact.id, md5: hex });
+    const { hex } = this.checked(data, found.artifact.manifest_expected_md5 ?? undefined, contentMd5);
+    const entity = found.collection.entity;
+    await this.db.transaction().execute(async (tx) => {
+      await cr.lockEntityBlobs(tx, entity);
+      await repo.putBlob(tx, { entity, md5: hex, data });
+      // A manifest sent again replaces the last one, whose bytes go unless something else names them.
+      const previous = await repo.setManifestUploaded(tx, { artifactId: found.artifact.id, md5: hex });
+      if (previous !== null && previous !== hex) await cr.deleteUnreferencedBlobs(tx, { entity, md5s: [previous] });
+    });
   }
 
   async uploadRunFile(token: string, data: Buffer, contentMd5: string | undefined): Promise<void> {
     const file = await repo.findRunFileByToken(this.db, { token });
     if (!file) throw new NotFoundError('upload URL');
-    const { hex } = await this.storeChecked(file.entity, data, undefined, contentMd5);
-    await repo.setRunFileMd5(this.db, { runId: file.run_id, name: file.name, md5: hex });
+    if (!file.live) throw new ForbiddenError(`This upload URL has expired (${repo.RUN_FILE_URL_HOURS} hours after it was handed out): ask for the file's URL again (createRunFiles).`);
+    const { hex } = this.checked(data, undefined, contentMd5);
+    await this.db.transaction().execute(async (tx) => {
+      await cr.lockEntityBlobs(tx, file.entity);
+      await repo.putBlob(tx, { entity: file.entity, md5: hex, data });
+      // A file uploaded again (the summary, the log) replaces its last content, whose bytes go unless
+      // something else names them: an upload URL holds one file, not a growing store.
+      const previous = await repo.setRunFileMd5(tx, { runId: file.run_id, name: file.name, md5: hex });
+      if (previous !== null && previous !== hex) await cr.deleteUnreferencedBlobs(tx, { entity: file.entity, md5s: [previous] });
+    });
   }
 
-  private async storeChecked(entity: string, data: Buffer, expected: string | undefined, contentMd5: string | undefined): Promise<{ hex: string }> {
+  /** The bytes' MD5 once they pass the size limit, the MD5 announced for them, and their Content-MD5. */
+  private checked(data: Buffer, expected: string | undefined, contentMd5: string | undefined): { hex: string } {
     if (data.length > this.options.maxFileBytes) throw new PayloadTooLargeError(`The file is larger than the limit of ${this.options.maxFileBytes} bytes.`);
     const digest = md5(data);
     if (expected !== undefined && digest.b64 !== expected) throw new InvalidRequestError(`The uploaded bytes have MD5 ${digest.b64}, not the ${expected} announced for this file.`);
     if (contentMd5 !== undefined && digest.b64 !== contentMd5) throw new InvalidRequestError(`The uploaded bytes have MD5 ${digest.b64}, not the Content-MD5 ${contentMd5}.`);
-    await repo.putBlob(this.db, { entity, md5: digest.hex, data });
     return { hex: digest.hex };
+  }
+
+  private async storeChecked(entity: string, data: Buffer, expected: string | undefined, contentMd5: string | undefined): Promise<{ hex: string }> {
+    const { hex } = this.checked(data, expected, contentMd5);
+    await repo.putBlob(this.db, { entity, md5: hex, data });
+    return { hex };
   }
 
   async downloadArtifactFile(token: string): Promise<Buffer | Readable> {

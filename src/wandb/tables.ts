@@ -34,6 +34,8 @@ export interface WandbRunFileTable {
   name: string;
   upload_token: string;
   md5: string | null;
+  /** When the upload URL stops taking bytes: a day after createRunFiles last handed it out. */
+  upload_expires_at: ColumnType<Date, Date | string | undefined, Date | string>;
 }
 
 export interface WandbBlobTable {

@@ -232,3 +232,27 @@ describe('SFT jobs from wandb-artifact URLs', () => {
     expect(response.json()).toEqual({ detail: `This API key cannot reach entity "${owner.entity}".` });
   });
 });
+
+describe('a manifest uploaded again', () => {
+  it('replaces the last one, whose bytes go unless something else names them', async () => {
+    const files = { 'a.txt': Buffer.from(`a ${uniqueName('x')}`) };
+    const created = await h.createArtifact(app, owner, files, { project: uniqueName('p') });
+    const id = created.data!.createArtifact.artifact.id as string;
+    // No digest announced: the manifest URL takes whatever manifest is sent, until the commit.
+    const unannounced = await gql(
+      owner,
+      'mutation($id: ID!) { createArtifactManifest(input: {artifactID: $id, name: "wandb_manifest.json", digest: "", entityName: "e", projectName: "p", runName: "r", type: FULL}) { artifactManifest { file { uploadUrl } } } }',
+      { id },
+    );
+    const url = unannounced.data!.createArtifactManifest.artifactManifest.file.uploadUrl as string;
+    const uploads = await gql(owner, FILES_MUTATION, { input: { storageLayout: 'V2', artifactFiles: [{ artifactID: id, name: 'a.txt', md5: b64md5(files['a.txt']) }] } });
+    const fileUrl = uploads.data!.createArtifactFiles.files.edges[0].node.uploadUrl as string;
+    const manifests = [JSON.stringify(manifestOf({ 'other.txt': { digest: b64md5('x'), size: 1 } })), JSON.stringify(manifestOf(h.contentsOf(files)))];
+    const md5 = (text: string) => Buffer.from(b64md5(text), 'base64').toString('hex');
+    for (const manifest of manifests) expect((await put(url, manifest)).statusCode).toBe(200);
+    const rows = await app.db.selectFrom('wandb_blobs').select('md5').where('entity', '=', owner.entity).where('md5', 'in', manifests.map(md5)).execute();
+    expect(rows.map((row) => row.md5)).toEqual([md5(manifests[1])]);
+    expect((await put(fileUrl, files['a.txt'])).statusCode).toBe(200);
+    expect((await commit(id)).errors).toBeUndefined();
+  });
+});

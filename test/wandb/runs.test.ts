@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { createTestApp, uniqueName, type TestUser } from '../helpers/app.js';
@@ -187,6 +189,47 @@ describe('W&B runs', () => {
       { detail: [{ type: 'less_than_equal', loc: ['body', 'exitcode'], msg: 'Input should be less than or equal to 2147483647', input: 3_000_000_000, ctx: { le: 2147483647 } }] },
     ]);
     expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
+  it('keeps one content per run file: an upload again replaces the last and frees its bytes, and the URL lasts a day from when it was last asked for', async () => {
+    const { project, run } = await newRun();
+    const askForUrls = async () => {
+      const response = await app.inject(
+        jsonRequest('POST', '/graphql', owner, {
+          query: 'mutation($entity: String!, $project: String!, $run: String!, $files: [String!]!) { createRunFiles(input: {entityName: $entity, projectName: $project, runName: $run, files: $files}) { files { name uploadUrl } } }',
+          variables: { entity: owner.entity, project, run, files: ['config.yaml', 'output.log'] },
+        }),
+      );
+      const files = response.json().data.createRunFiles.files as { name: string; uploadUrl: string }[];
+      return Object.fromEntries(files.map((f) => [f.name, new URL(f.uploadUrl).pathname]));
+    };
+    const urls = await askForUrls();
+    const upload = (url: string, text: string) => app.inject({ method: 'PUT', url, payload: Buffer.from(text) });
+    const md5 = (text: string) => createHash('md5').update(text).digest('hex');
+    const stored = async (...texts: string[]) => {
+      const rows = await app.db.selectFrom('wandb_blobs').select('md5').where('entity', '=', owner.entity).where('md5', 'in', texts.map(md5)).execute();
+      return texts.filter((text) => rows.some((row) => row.md5 === md5(text)));
+    };
+    const first = `lr: 0.1 ${run}`;
+    const second = `lr: 0.2 ${run}`;
+    const shared = `log ${run}`;
+    for (const [url, text] of [[urls['config.yaml'], first], [urls['config.yaml'], second]]) expect((await upload(url, text)).statusCode).toBe(200);
+    expect(await stored(first, second)).toEqual([second]);
+    // Bytes another file still names stay when one file moves on from them.
+    for (const [url, text] of [[urls['output.log'], shared], [urls['config.yaml'], shared], [urls['config.yaml'], first]]) expect((await upload(url, text)).statusCode).toBe(200);
+    expect(await stored(first, second, shared)).toEqual([first, shared]);
+
+    await sql`update wandb_run_files set upload_expires_at = now() - interval '1 second' where upload_token = ${urls['config.yaml'].split('/').at(-1)}`.execute(app.db);
+    const expired = await upload(urls['config.yaml'], second);
+    expect([expired.statusCode, expired.json()]).toEqual([
+      403,
+      { detail: "This upload URL has expired (24 hours after it was handed out): ask for the file's URL again (createRunFiles)." },
+    ]);
+    expect(await stored(first, second)).toEqual([first]);
+    // Asked for again, the file keeps its URL, which takes bytes for another day.
+    expect(await askForUrls()).toEqual(urls);
+    expect((await upload(urls['config.yaml'], second)).statusCode).toBe(200);
+    expect(await stored(first, second)).toEqual([second]);
   });
 
   it('answers another tenant 404 for the run\'s stream and history', async () => {
