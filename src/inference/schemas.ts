@@ -257,6 +257,8 @@ type RequestShape = z.infer<typeof ChatCompletionRequestShape>;
 const CompletionRequestShape = z
   .object({
     ...samplingFields,
+    // 0 only with echo (checked below).
+    max_tokens: nullable(int().min(0)),
     prompt: nullable(z.union([text(), list(text()).min(1), tokenIds().min(1), list(tokenIds().min(1)).min(1)])),
     prompt_embeds: nullable(z.union([text(), list(text())])),
     suffix: nullable(text()),
@@ -335,14 +337,21 @@ export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequest>;
 
 export const CompletionRequest = CompletionRequestShape.superRefine((body, ctx) => {
   if ((body.prompt == null) === (body.prompt_embeds == null)) {
-    ctx.addIssue({ code: 'custom', path: ['prompt'], message: 'Value error, exactly one of `prompt` or `prompt_embeds` must be given', input: body.prompt ?? null });
+    ctx.addIssue({ code: 'custom', path: ['prompt'], message: 'exactly one of `prompt` or `prompt_embeds` must be given', input: body.prompt ?? null });
+  }
+  // vLLM scores a prompt without generating: `echo` with max_tokens 0 (echo_without_generation).
+  if (body.max_tokens === 0 && body.echo !== true) {
+    ctx.addIssue({ code: 'custom', path: ['max_tokens'], message: 'max_tokens must be at least 1, or 0 with `echo` (the prompt scored, nothing generated)', input: 0 });
   }
   crossFieldRules({ ...body, logprobs: undefined } as unknown as RequestShape, ctx);
 });
 export type CompletionRequest = z.infer<typeof CompletionRequest>;
 export const COMPLETION_FIELDS: readonly string[] = Object.keys(CompletionRequestShape.shape);
 
-/** vLLM's /tokenize: a prompt (TokenizeCompletionRequest) or chat messages (TokenizeChatRequest). */
+/**
+ * vLLM's /tokenize: a prompt (TokenizeCompletionRequest) or chat messages (TokenizeChatRequest); with
+ * both, vLLM tokenizes the messages, and so does the engine the body is sent to.
+ */
 export const TokenizeRequest = z
   .object({
     model: nullable(name()),
@@ -359,8 +368,8 @@ export const TokenizeRequest = z
   })
   .loose()
   .superRefine((body, ctx) => {
-    if ((body.prompt == null) === (body.messages == null)) {
-      ctx.addIssue({ code: 'custom', path: ['prompt'], message: 'Value error, send either `prompt` or `messages`', input: body.prompt ?? null });
+    if (body.prompt == null && body.messages == null) {
+      ctx.addIssue({ code: 'custom', path: ['prompt'], message: 'send `prompt` or `messages`', input: null });
     }
   });
 export type TokenizeRequest = z.infer<typeof TokenizeRequest>;

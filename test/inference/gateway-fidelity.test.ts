@@ -299,8 +299,6 @@ describe('text completions, tokenize and detokenize', () => {
     expect([prioritized.statusCode, prioritized.json().tokens]).toEqual([200, [72, 105]]);
     expect((await post('/detokenize', { model: 'fake/base-model', tokens: [72, 105], priority: 5 })).json()).toEqual({ prompt: 'Hi' });
 
-    const both = await post('/tokenize', { model: 'fake/base-model', prompt: 'Hi', messages: [] });
-    expect(both.statusCode).toBe(422);
     const unknown = await post('/detokenize', { model: `${owner.entity}/proj/agent`, tokens: [1] }, other);
     expect(unknown.statusCode).toBe(404);
     expect(unknown.json().error.code).toBe('model_not_found');

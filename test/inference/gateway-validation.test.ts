@@ -106,6 +106,35 @@ describe('chat completion validation (422 detail form plus the OpenAI envelope)'
     expect((await post(chat('fake/base-model', { priority: 0 }))).statusCode).toBe(200);
   });
 
+  it('takes max_tokens 0 on a completion only with echo (the prompt scored, nothing generated), as vLLM does', async () => {
+    const complete = (body: Record<string, unknown>) =>
+      app.inject({ method: 'POST', url: '/v1/completions', headers: user.headers, payload: { model: 'fake/base-model', prompt: 'the sky is', ...body } });
+    const scored = await complete({ max_tokens: 0, echo: true, logprobs: 0 });
+    expect(scored.statusCode, scored.body).toBe(200);
+    expect(engine.completionRequests().at(-1)!.body).toMatchObject({ max_tokens: 0, echo: true, logprobs: 0 });
+    const refused = await complete({ max_tokens: 0 });
+    expect([refused.statusCode, refused.json().detail]).toEqual([
+      422,
+      [valueError(['max_tokens'], 0, 'max_tokens must be at least 1, or 0 with `echo` (the prompt scored, nothing generated)')],
+    ]);
+    const chatZero = await post(chat('fake/base-model', { max_tokens: 0, echo: true }));
+    expect([chatZero.statusCode, chatZero.json().detail[0].loc]).toEqual([422, ['body', 'max_tokens']]);
+  });
+
+  it('tokenizes the messages when /tokenize gets both a prompt and messages, as vLLM does, and needs one of them', async () => {
+    const tokenize = (body: Record<string, unknown>) => app.inject({ method: 'POST', url: '/tokenize', headers: user.headers, payload: { model: 'fake/base-model', ...body } });
+    const messages = [{ role: 'user', content: 'Hi' }];
+    const both = await tokenize({ prompt: 'Hi', messages });
+    expect(both.statusCode, both.body).toBe(200);
+    expect(engine.requests.at(-1)).toMatchObject({ path: '/tokenize', body: { prompt: 'Hi', messages } });
+    const neither = await tokenize({});
+    // Nothing was sent at `prompt`, so the detail has no input, as for the completion below.
+    const absent = (error: string) => ({ type: 'value_error', loc: ['body', 'prompt'], msg: `Value error, ${error}`, ctx: { error } });
+    expect([neither.statusCode, neither.json().detail]).toEqual([422, [absent('send `prompt` or `messages`')]]);
+    const completion = await app.inject({ method: 'POST', url: '/v1/completions', headers: user.headers, payload: { model: 'fake/base-model' } });
+    expect([completion.statusCode, completion.json().detail]).toEqual([422, [absent('exactly one of `prompt` or `prompt_embeds` must be given')]]);
+  });
+
   it('accepts prefill with add_generation_prompt sent as false', async () => {
     const response = await post(chat('fake/base-model', { continue_final_message: true, add_generation_prompt: false }));
     expect(response.statusCode).toBe(200);
