@@ -535,6 +535,51 @@ describe('rollouts', () => {
     await w.context.close();
   });
 
+  it('is reached from the model page by keys (a step typed, Enter), and shows tools, additional histories and captured exchanges', async () => {
+    const rich = (await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'agent-rich', base_model: 'base-rich' })).body;
+    const tools = [{ type: 'function', function: { name: 'move', parameters: { type: 'object' } } }];
+    const trajectories = [
+      {
+        reward: 1,
+        messages_and_choices: [{ role: 'user', content: 'Play.' }, { message: { role: 'assistant', content: 'I move left.' }, finish_reason: 'stop' }],
+        tools,
+        additional_histories: [{ messages_and_choices: [{ role: 'user', content: 'Summarize the game.' }, { role: 'assistant', content: 'Won at 2048.' }] }],
+      },
+      {
+        reward: 0,
+        exchanges: {
+          chat_completions: [
+            { request: { messages: [{ role: 'user', content: 'What is 2+2?' }] }, response: { choices: [{ index: 0, message: { role: 'assistant', content: '4' }, finish_reason: 'stop' }] } },
+          ],
+          completions: [{ request: { prompt: 'The sky is' }, response: { choices: [{ text: ' blue' }] } }],
+        },
+      },
+    ];
+    expect((await call(server.app, user.headers, 'POST', `/v1/preview/models/${rich.id}/log`, { split: 'train', trajectory_groups: [{ trajectories }] })).status).toBe(200);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${rich.id}`);
+    const form = w.page.getByRole('form', { name: 'Open rollouts' });
+    const step = form.locator('input[name="rollout_step"]');
+    await step.waitFor();
+    // The last step logged, typed over.
+    expect(await step.inputValue()).toBe('0');
+    await step.focus();
+    await w.page.keyboard.press('Control+A');
+    await w.page.keyboard.type('0');
+    await w.page.keyboard.press('Enter');
+    await w.page.getByRole('heading', { name: 'Rollouts at step 0, split train' }).waitFor();
+    const [played, captured] = [w.page.locator('article.trajectory').nth(0), w.page.locator('article.trajectory').nth(1)];
+    await played.waitFor();
+    expect(await played.locator('details.tools summary').textContent()).toBe('Tools: move');
+    expect(await played.locator(':scope > .messages pre').allTextContents()).toEqual(['Play.', 'I move left.']);
+    expect(await played.getByRole('region', { name: 'Additional history 1' }).locator('pre').allTextContents()).toEqual(['Summarize the game.', 'Won at 2048.']);
+    expect(await captured.getByRole('region', { name: 'Exchanges: chat_completions' }).locator('.bubble pre').allTextContents()).toEqual(['What is 2+2?', '4']);
+    const completions = captured.getByRole('region', { name: 'Exchanges: completions' });
+    expect(JSON.parse((await completions.locator('pre.json').textContent())!)).toEqual(trajectories[1].exchanges!.completions[0]);
+    w.expectClean();
+    await w.context.close();
+  });
+
   it('shows the groups of a step whose rewards span more than a double holds (±1e308)', async () => {
     const wide = (await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'agent-wide', base_model: 'base-wide' })).body;
     const trajectories = [1e308, -1e308, 0].map((reward, i) => ({ reward, messages_and_choices: [{ role: 'user', content: `t${i}` }] }));

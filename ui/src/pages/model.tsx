@@ -96,6 +96,8 @@ export function ModelPage(props: { id: string }) {
     return rows.length ? [{ label: 'loss', x: rows.map((c) => c.step), y: rows.map((c) => c.metrics['loss/train'] ?? c.metrics.loss) }] : [];
   }, [checkpoints.rows]);
   const defaultSplit = bySplit.has('train') ? 'train' : [...bySplit.keys()][0];
+  const lastStep = reward.reduce((last, s) => Math.max(last, s.x.at(-1) ?? -1), -1);
+  const rolloutsAt = (step: number | string) => navigate(`${appPath`/models/${id}/rollouts`}?split=${encodeURIComponent(defaultSplit)}&step=${step}`);
 
   const m = model.data;
   return (
@@ -131,7 +133,22 @@ export function ModelPage(props: { id: string }) {
           <label>
             <input type="checkbox" name="log" checked={log} onChange={(e) => setLog((e.currentTarget as HTMLInputElement).checked)} /> log scale
           </label>
-          <span class="muted">Click a point to see the rollouts logged at that step.</span>
+          <span class="muted">Click a point to see the rollouts logged at that step, or name the step:</span>
+          {reward.length > 0 && (
+            <form
+              class="controls"
+              aria-label="Open rollouts"
+              onSubmit={(e) => {
+                e.preventDefault();
+                rolloutsAt(((e.currentTarget as HTMLFormElement).elements.namedItem('rollout_step') as HTMLInputElement).value);
+              }}
+            >
+              <label>
+                Step <input name="rollout_step" type="number" min="0" step="1" required placeholder={String(lastStep)} defaultValue={String(lastStep)} />
+              </label>
+              <button type="submit">Open rollouts</button>
+            </form>
+          )}
         </div>
         {metrics.data && reward.length === 0 && <p class="empty">No rewards logged yet: `model.log(groups)` or a training step writes them.</p>}
         {reward.length > 0 && (
@@ -140,7 +157,7 @@ export function ModelPage(props: { id: string }) {
             series={reward}
             smoothing={smoothing}
             log={log}
-            onPick={(step) => navigate(`${appPath`/models/${id}/rollouts`}?split=${encodeURIComponent(defaultSplit)}&step=${step}`)}
+            onPick={rolloutsAt}
           />
         )}
         <p class="muted note">

@@ -1,13 +1,19 @@
 import { useMemo } from 'preact/hooks';
 import { allPages } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
-import { asMessages, Messages } from '../lib/messages.js';
+import { asMessages, Messages, toMessage } from '../lib/messages.js';
 import { appPath, location, setQuery } from '../lib/router.js';
 import { fmt, Link, Loading, Problem, QueryInput } from '../lib/ui.js';
 
-interface Trajectory {
-  reward?: number;
+interface History {
   messages_and_choices?: unknown[];
+  tools?: unknown[] | null;
+}
+interface Trajectory extends History {
+  reward?: number;
+  additional_histories?: History[];
+  /** Request and response pairs a client captured (`chat_completions`, `completions`, `responses`, `messages`). */
+  exchanges?: Record<string, unknown>;
   metrics?: Record<string, unknown>;
 }
 interface Group {
@@ -33,6 +39,54 @@ export function histogram(rewards: number[]): { lo: number; hi: number; count: n
   const bins = Array.from({ length: max > min ? BINS : 1 }, (_, i) => ({ lo: min + i * width, hi: min + (i + 1) * width, count: 0 }));
   for (const r of rewards) bins[Math.min(bins.length - 1, Math.floor(r / width - min / width))].count += 1;
   return bins;
+}
+
+/** The name of a tool as a chat request lists it (`{type: "function", function: {name}}`), else its JSON. */
+function toolName(tool: unknown): string {
+  const name = (tool as { function?: { name?: unknown } } | null)?.function?.name;
+  return typeof name === 'string' ? name : JSON.stringify(tool);
+}
+
+/** A conversation: its messages as bubbles (or as JSON when they are no chat messages), and its tools. */
+function HistoryView(props: { history: History }) {
+  const items = props.history.messages_and_choices;
+  const tools = props.history.tools ?? [];
+  return (
+    <>
+      {tools.length > 0 && (
+        <details class="tools">
+          <summary>Tools: {tools.map(toolName).join(', ')}</summary>
+          <pre class="json">{JSON.stringify(tools, null, 2)}</pre>
+        </details>
+      )}
+      {items && items.length > 0 && (asMessages(items) ? <Messages messages={asMessages(items)!} /> : <pre class="json">{JSON.stringify(items, null, 2)}</pre>)}
+    </>
+  );
+}
+
+/**
+ * A trajectory's captured exchanges, by kind: a pair whose request holds chat messages (and whose response
+ * holds choices) as bubbles, anything else as JSON text.
+ */
+function ExchangesView(props: { exchanges: Record<string, unknown> | undefined }) {
+  const kinds = Object.entries(props.exchanges ?? {}).filter((entry): entry is [string, unknown[]] => Array.isArray(entry[1]) && entry[1].length > 0);
+  return (
+    <>
+      {kinds.map(([kind, pairs]) => (
+        <section class="exchanges" key={kind} aria-label={`Exchanges: ${kind}`}>
+          <h5>
+            Exchanges: {kind} ({pairs.length})
+          </h5>
+          {pairs.map((pair, i) => {
+            const p = (pair ?? {}) as { request?: { messages?: unknown }; response?: { choices?: unknown[] } };
+            const asked = asMessages(p.request?.messages);
+            const answered = p.response?.choices?.map(toMessage).filter((m) => m !== undefined);
+            return asked ? <Messages key={i} messages={[...asked, ...(answered ?? [])]} /> : <pre key={i} class="json">{JSON.stringify(pair, null, 2)}</pre>;
+          })}
+        </section>
+      ))}
+    </>
+  );
 }
 
 /** The largest step the API stores (an `integer` column). */
@@ -124,7 +178,14 @@ export function RolloutsPage(props: { modelId: string }) {
                     {ts.map((t, j) => (
                       <article class="trajectory" key={j}>
                         <h4>reward {fmt(t.reward ?? 0, 4)}</h4>
-                        <Messages messages={asMessages(t.messages_and_choices) ?? []} />
+                        <HistoryView history={t} />
+                        {(t.additional_histories ?? []).map((h, k) => (
+                          <section class="history" key={k} aria-label={`Additional history ${k + 1}`}>
+                            <h5>Additional history {k + 1}</h5>
+                            <HistoryView history={h} />
+                          </section>
+                        ))}
+                        <ExchangesView exchanges={t.exchanges} />
                       </article>
                     ))}
                   </div>
