@@ -380,6 +380,33 @@ describe('model page', () => {
     await w.context.close();
   });
 
+  it('labels a linear axis at any magnitude (1e300, 1e-17, 1e-300), each label distinct and with room to show whole', async () => {
+    const values: Record<string, number[]> = { huge: [1e300, 2e300, 3e300], tiny: [1e-17, 1.2e-17, 1.4e-17], near_1e_300: [1e-300, 2e-300, 3e-300], spread: [-1.5e308, 0, 1.5e308] };
+    const lines = [0, 1, 2].map((step) => JSON.stringify({ _step: step, ...Object.fromEntries(Object.entries(values).map(([key, v]) => [key, v[step]])) }));
+    const m = await modelWithHistory('extremes', lines);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${m.id}`);
+    for (const [key, v] of Object.entries(values)) {
+      const chart = w.page.locator(`[data-chart="${key}"]`);
+      await chart.locator('canvas').waitFor();
+      await w.page.waitForFunction((k) => document.querySelector(`[data-chart="${k}"]`)?.hasAttribute('data-y-ticks'), key);
+      const [lo, hi] = [Number(await chart.getAttribute('data-y-min')), Number(await chart.getAttribute('data-y-max'))];
+      // The axis spans the values, and is of their size: not 0 to 100 for values near 1e-300.
+      expect([key, lo <= v[0] && hi >= v[2], hi - lo <= 2 * (v[2] - v[0]) || hi / 2 - lo / 2 <= v[2] - v[0]]).toEqual([key, true, true]);
+      const ticks: string[] = JSON.parse((await chart.getAttribute('data-y-ticks'))!);
+      // Labelled (as densely as uPlot's 30 pixels between ticks allows), each label a number on the axis, told apart.
+      expect([key, ticks.length >= 1, new Set(ticks).size === ticks.length, ticks.every((t) => Number(t) >= lo && Number(t) <= hi)]).toEqual([key, true, true, true]);
+      const widest = await w.page.evaluate((labels) => {
+        const ctx = document.createElement('canvas').getContext('2d')!;
+        ctx.font = '12px sans-serif';
+        return Math.max(...labels.map((label) => ctx.measureText(label).width));
+      }, ticks);
+      expect(Number(await chart.getAttribute('data-y-axis-width'))).toBeGreaterThan(widest);
+    }
+    w.expectClean();
+    await w.context.close();
+  });
+
   it('shows a small value in the hover legend as the axis writes it, not rounded to 0', async () => {
     const m = await modelWithHistory('small-lr', [0, 1, 2].map((step) => `{"_step": ${step}, "learning_rate": 3.5e-6}`));
     const w = await signedIn();

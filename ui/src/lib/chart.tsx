@@ -4,10 +4,48 @@ import uPlot from 'uplot';
 const STEP_INCREMENTS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000];
 
 /** A y tick: small values such as learning rates (1e-5) in exponent form rather than rounded to 0. */
-function formatTick(value: number): string {
+function formatTick(value: number, digits = 1): string {
   if (value === 0 || !Number.isFinite(value)) return String(value);
   const size = Math.abs(value);
-  return size < 1e-3 || size >= 1e6 ? value.toExponential(1) : String(Number(value.toPrecision(4)));
+  return size < 1e-3 || size >= 1e6 ? value.toExponential(digits) : String(Number(value.toPrecision(digits + 3)));
+}
+
+/**
+ * Tick labels with as many digits as it takes to write each tick as it is (1.25e-17, not 1.3e-17) and
+ * to tell them apart. Ticks come multiplied back by a power of ten (linearFactor), so a part in 1e-9 is
+ * float noise, not a digit.
+ */
+export function formatTicks(values: number[]): string[] {
+  const faithful = (label: string, v: number) => Math.abs(Number(label) - v) <= Math.abs(v) * 1e-9;
+  for (let digits = 1; digits < 8; digits++) {
+    const labels = values.map((v) => formatTick(v, digits));
+    if (new Set(labels).size === labels.length && labels.every((label, i) => faithful(label, values[i]))) return labels;
+  }
+  return values.map((v) => formatTick(v, 8));
+}
+
+/**
+ * What a linear axis's values are divided by before uPlot sees them: a power of ten when they are beyond
+ * the magnitudes uPlot places ticks at (it finds no tick step past about 1e16 or below 1e-15, and draws
+ * such values on a 0 to 100 axis with no labels), else 1. Ticks and the legend multiply it back.
+ */
+export function linearFactor(values: Iterable<number | null>): number {
+  let largest = 0;
+  for (const v of values) if (v !== null && Number.isFinite(v) && Math.abs(v) > largest) largest = Math.abs(v);
+  if (largest === 0) return 1;
+  const exponent = Math.floor(Math.log10(largest));
+  return exponent > 12 || exponent < -12 ? 10 ** exponent : 1;
+}
+
+const AXIS_FONT = '12px sans-serif';
+let measurer: CanvasRenderingContext2D | null = null;
+
+/** The width of a tick label as the axis draws it. */
+function labelWidth(text: string): number {
+  measurer ??= document.createElement('canvas').getContext('2d');
+  if (!measurer) return 7 * text.length;
+  measurer.font = AXIS_FONT;
+  return measurer.measureText(text).width;
 }
 
 /** How long a click on a chart waits for a second one (a double-click) before it opens the step. */
@@ -141,6 +179,8 @@ export function Chart(props: ChartProps) {
     const opts: uPlot.Series[] = [{ label: props.xLabel ?? 'step' }];
     const uBands: uPlot.Band[] = [];
     let min = Infinity;
+    let yLabels: string[] = [];
+    let yAxisWidth = 0;
     const runs = props.series.flatMap(nonFiniteRuns);
     props.series.forEach((s, i) => {
       const color = COLORS[i % COLORS.length];
@@ -158,15 +198,18 @@ export function Chart(props: ChartProps) {
       // The legend names a non-finite value at its step rather than showing no value.
       const marks = new Map((s.nonFinite ?? []).map((p) => [p.x, p.value]));
       // Values as the axis writes them, so that a learning rate of 3.5e-6 is not shown as 0.
-      const value = (_u: uPlot, v: number | null, _s: number, idx: number | null) => (v === null ? (idx === null ? '--' : (marks.get(xs[idx]) ?? '--')) : formatTick(v));
+      const value = (_u: uPlot, v: number | null, _s: number, idx: number | null) => (v === null ? (idx === null ? '--' : (marks.get(xs[idx]) ?? '--')) : formatTick(v * factor));
       opts.push({ label: smoothing > 0 ? `${s.label} (raw)` : s.label, stroke: smoothing > 0 ? `${color}55` : color, width: 1.5, spanGaps: true, value });
       if (smoothing > 0) {
         data.push(ema(cols[i], smoothing));
-        opts.push({ label: `${s.label} (smoothed)`, stroke: color, width: 2, spanGaps: true, value: (_u, v) => (v === null ? '--' : formatTick(v)) });
+        opts.push({ label: `${s.label} (smoothed)`, stroke: color, width: 2, spanGaps: true, value: (_u, v) => (v === null ? '--' : formatTick(v * factor)) });
       }
     });
     // Log scale: true log when every value is positive, else asinh (log-like, and defined at 0 and below).
     const distr = props.log ? (min > 0 ? 3 : 4) : 1;
+    // Values at magnitudes uPlot cannot place ticks at go to it divided by a power of ten (linear axes only).
+    const factor = distr === 1 && !props.fraction ? linearFactor(data.slice(1).flat()) : 1;
+    if (factor !== 1) for (let i = 1; i < data.length; i++) data[i] = data[i].map((v) => (v === null ? null : v / factor));
     const chart = new uPlot(
       {
         width: Math.max(el.clientWidth, 300),
@@ -175,19 +218,31 @@ export function Chart(props: ChartProps) {
         bands: uBands,
         scales: {
           x: { time: false },
-          y: props.fraction ? { range: (_u, lo, hi) => [Math.min(0, lo ?? 0), Math.max(1, hi ?? 1)] } : { distr },
+          y: props.fraction
+            ? { range: (_u, lo, hi) => [Math.min(0, lo ?? 0), Math.max(1, hi ?? 1)] }
+            : { distr },
         },
-        // Steps are whole numbers: no tick between two of them.
-        axes: [{ label: props.xLabel ?? 'step', incrs: STEP_INCREMENTS }, { values: (_u, splits) => splits.map(formatTick), size: 60 }],
+        axes: [
+          // Steps are whole numbers: no tick between two of them.
+          { label: props.xLabel ?? 'step', incrs: STEP_INCREMENTS },
+          {
+            font: AXIS_FONT,
+            values: (_u, splits) => (yLabels = formatTicks(splits.map((v) => v * factor))),
+            // As wide as the widest label (-1.5e+308 as well as 0.5), plus the tick and the gap.
+            size: (_u, values) => (yAxisWidth = Math.ceil(Math.max(30, ...(values ?? []).map(labelWidth))) + 18),
+          },
+        ],
         cursor: { drag: { x: true, y: false } },
         legend: { live: true },
         hooks: {
           draw: [
             (u) => {
               drawNonFinite(u, runs);
-              // The y axis's drawn range, for tests (the ticks themselves are painted on the canvas).
-              el.dataset.yMin = String(u.scales.y.min);
-              el.dataset.yMax = String(u.scales.y.max);
+              // The y axis's drawn range, labels and room, for tests (the ticks themselves are painted on the canvas).
+              el.dataset.yMin = String(u.scales.y.min! * factor);
+              el.dataset.yMax = String(u.scales.y.max! * factor);
+              el.dataset.yTicks = JSON.stringify(yLabels);
+              el.dataset.yAxisWidth = String(yAxisWidth);
             },
           ],
         },
