@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import type { ApiKeyRecord, UserRecord } from '../auth/service.js';
+import type { ApiKeyRecord, TeamRecord, UserRecord } from '../auth/service.js';
 
 /** User, team and key management, and backups, for admins; the CLI calls these while a server holds the database. */
 
@@ -48,6 +48,10 @@ export const CreateKeyBody = z.object({
 
 export function userJson(user: UserRecord): z.infer<typeof User> {
   return { id: user.id, username: user.username, entity: user.entity, is_admin: user.isAdmin, created_at: user.createdAt.toISOString() };
+}
+
+export function teamJson(team: TeamRecord) {
+  return { ...team, created_at: team.created_at.toISOString() };
 }
 
 export function keyJson(key: ApiKeyRecord): z.infer<typeof ApiKey> {
@@ -118,6 +122,31 @@ export const adminRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get('/users', { config, schema: { tags, summary: 'List users', response: { 200: z.object({ data: z.array(User) }) } } }, async () => ({
     data: (await app.auth.listUsers()).map(userJson),
   }));
+
+  app.get(
+    '/teams',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'List teams',
+        description: 'Every team with its members and their roles, oldest team first.',
+        response: {
+          200: z.object({
+            data: z.array(
+              z.object({
+                id: z.string(),
+                name: z.string(),
+                created_at: z.string(),
+                members: z.array(z.object({ username: z.string(), role: z.enum(['admin', 'member']) })),
+              }),
+            ),
+          }),
+        },
+      },
+    },
+    async () => ({ data: (await app.auth.listTeams()).map(teamJson) }),
+  );
 
   app.post(
     '/teams',

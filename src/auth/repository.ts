@@ -91,6 +91,34 @@ export async function listUsers(db: Executor): Promise<UserRecord[]> {
   return rows.map(toUser);
 }
 
+export interface TeamRecord {
+  id: string;
+  name: string;
+  created_at: Date;
+  members: { username: string; role: 'admin' | 'member' }[];
+}
+
+/** Every team with its members (by username), oldest team first. */
+export async function listTeams(db: Executor): Promise<TeamRecord[]> {
+  const rows = await db
+    .selectFrom('entities')
+    .leftJoin('memberships', 'memberships.entity_id', 'entities.id')
+    .leftJoin('users', 'users.id', 'memberships.user_id')
+    .select(['entities.id', 'entities.name', 'entities.created_at', 'users.username', 'memberships.role'])
+    .where('entities.kind', '=', 'team')
+    .orderBy('entities.created_at')
+    .orderBy('entities.name')
+    .orderBy('users.username')
+    .execute();
+  const teams = new Map<string, TeamRecord>();
+  for (const row of rows) {
+    let team = teams.get(row.id);
+    if (!team) teams.set(row.id, (team = { id: row.id, name: row.name, created_at: row.created_at, members: [] }));
+    if (row.username !== null && row.role !== null) team.members.push({ username: row.username, role: row.role });
+  }
+  return [...teams.values()];
+}
+
 export async function countUsers(db: Executor): Promise<number> {
   const row = await db.selectFrom('users').select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow();
   return Number(row.n);

@@ -10,7 +10,7 @@ import type { KeyKind, Principal } from './principal.js';
 import * as repo from './repository.js';
 import * as sessions from './sessions.js';
 
-export type { ApiKeyRecord, UserRecord } from './repository.js';
+export type { ApiKeyRecord, TeamRecord, UserRecord } from './repository.js';
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -63,6 +63,10 @@ export class AuthService {
 
   listUsers(): Promise<repo.UserRecord[]> {
     return repo.listUsers(this.db);
+  }
+
+  listTeams(): Promise<repo.TeamRecord[]> {
+    return repo.listTeams(this.db);
   }
 
   async createTeam(args: { name: string }): Promise<{ id: string; name: string }> {

@@ -1,11 +1,12 @@
 import type { ApiKeyRecord, AuthService, UserRecord } from '../auth/service.js';
-import { keyJson, userJson } from '../admin/routes.js';
+import { keyJson, teamJson, userJson } from '../admin/routes.js';
 
 /** What the CLI manages, the same whether it opens the database itself or asks the running server. */
 export interface AdminClient {
   createUser(username: string, isAdmin: boolean): Promise<unknown>;
   listUsers(): Promise<unknown>;
   createTeam(name: string): Promise<unknown>;
+  listTeams(): Promise<unknown>;
   addMember(team: string, username: string, role: 'admin' | 'member'): Promise<unknown>;
   removeMember(team: string, username: string): Promise<unknown>;
   createKey(username: string, name: string | undefined, kind: 'user' | 'worker'): Promise<unknown>;
@@ -20,6 +21,7 @@ export function directClient(auth: AuthService): AdminClient {
     createUser: async (username, isAdmin) => userJson(await auth.createUser({ username, isAdmin })),
     listUsers: async () => users(await auth.listUsers()),
     createTeam: (name) => auth.createTeam({ name }),
+    listTeams: async () => ({ data: (await auth.listTeams()).map(teamJson) }),
     addMember: async (team, username, role) => {
       await auth.addMember({ team, username, role });
       return { team, username, role };
@@ -90,6 +92,7 @@ export function httpClient(baseUrl: string, key: string): AdminClient {
     createUser: (username, isAdmin) => call('POST', '/users', { username, is_admin: isAdmin }),
     listUsers: () => call('GET', '/users'),
     createTeam: (name) => call('POST', '/teams', { name }),
+    listTeams: () => call('GET', '/teams'),
     addMember: (team, username, role) => call('POST', `/teams/${encodeURIComponent(team)}/members`, { username, role }),
     removeMember: (team, username) => call('DELETE', `/teams/${encodeURIComponent(team)}/members/${encodeURIComponent(username)}`),
     createKey: (username, name, kind) => call('POST', '/keys', { username, name, kind }),

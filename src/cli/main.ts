@@ -24,6 +24,7 @@ const USAGE = `Usage: npm run cli -- <command>
   users create <username> [--admin]         create a user (and the user's own entity)
   users list
   teams create <name>                       create a team entity
+  teams list                                every team with its members
   teams add-member <team> <username> [--role admin|member]
   teams remove-member <team> <username>     the user's keys and workers stop reaching the team
   keys create <username> [--name NAME] [--kind user|worker]
@@ -117,6 +118,9 @@ async function run(argv: string[], config: Config): Promise<unknown> {
         return client.listUsers();
       case 'teams create':
         return client.createTeam(need(1)[0]);
+      case 'teams list':
+        need(0);
+        return client.listTeams();
       case 'teams add-member': {
         const [team, username] = need(2);
         return client.addMember(team, username, role);

@@ -140,6 +140,31 @@ describe('tenancy', () => {
     expect([...otherPrincipal.entities]).toEqual([other.entity]);
   });
 
+  it('lists every team with its members and roles, to admins only', async () => {
+    const { owner, other } = await createTenants(app);
+    const admin = await createUserWithKey(app, { isAdmin: true });
+    const [team, empty] = [uniqueName('team'), uniqueName('team')];
+    await app.auth.createTeam({ name: team });
+    await app.auth.createTeam({ name: empty });
+    await app.auth.addMember({ team, username: owner.username, role: 'admin' });
+    await app.auth.addMember({ team, username: other.username });
+    const listed = await app.inject({ method: 'GET', url: '/v1/admin/teams', headers: admin.headers });
+    expect(listed.statusCode).toBe(200);
+    const byName = new Map<string, any>(listed.json().data.map((t: { name: string }) => [t.name, t]));
+    // Members come by username in the database's collation; compared here in any order.
+    expect({ ...byName.get(team), members: new Set(byName.get(team).members.map(JSON.stringify)) }).toEqual({
+      id: expect.any(String),
+      name: team,
+      created_at: expect.stringMatching(/Z$/),
+      members: new Set([{ username: owner.username, role: 'admin' }, { username: other.username, role: 'member' }].map((m) => JSON.stringify(m))),
+    });
+    expect(byName.get(empty)).toMatchObject({ name: empty, members: [] });
+    // Users' own entities are no teams.
+    expect(byName.has(owner.entity)).toBe(false);
+    const notAdmin = await app.inject({ method: 'GET', url: '/v1/admin/teams', headers: owner.headers });
+    expect(notAdmin.statusCode).toBe(403);
+  });
+
   it('removing a user from a team ends its keys\' reach into the team at once; a second removal is a 404', async () => {
     const { owner } = await createTenants(app);
     const admin = await createUserWithKey(app, { isAdmin: true });

@@ -108,6 +108,10 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     const cli = start('src/cli/main.ts', ['users', 'create', 'carol']);
     expect(await cli.exited).toBe(0);
     expect(JSON.parse(cli.out())).toMatchObject({ username: 'carol', entity: 'carol', is_admin: false });
+    for (const args of [['teams', 'create', 'crew'], ['teams', 'add-member', 'crew', 'carol']]) expect(await start('src/cli/main.ts', args).exited).toBe(0);
+    const teamsCli = start('src/cli/main.ts', ['teams', 'list']);
+    expect(await teamsCli.exited).toBe(0);
+    expect(JSON.parse(teamsCli.out()).data).toEqual([{ id: expect.any(String), name: 'crew', created_at: expect.any(String), members: [{ username: 'carol', role: 'member' }] }]);
     const keyCli = start('src/cli/main.ts', ['keys', 'create', 'carol', '--kind', 'worker'], { TRAINYARD_URL: url });
     expect(await keyCli.exited).toBe(0);
     expect(JSON.parse(keyCli.out())).toMatchObject({ username: 'carol', kind: 'worker', key: expect.stringMatching(/^ty_/) });
@@ -154,6 +158,9 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     const list = start('src/cli/main.ts', ['keys', 'list', '--user', 'carol']);
     expect(await list.exited).toBe(0);
     expect(JSON.parse(list.out()).data).toEqual([expect.objectContaining({ username: 'carol', kind: 'worker', last_used_at: null })]);
+    const teams = start('src/cli/main.ts', ['teams', 'list']);
+    expect(await teams.exited).toBe(0);
+    expect(JSON.parse(teams.out()).data.map((team: { name: string; members: unknown[] }) => [team.name, team.members])).toEqual([['crew', [{ username: 'carol', role: 'member' }]]]);
 
     // Restored from the backup: carol's worker key, made before it, is there.
     const dave = start('src/cli/main.ts', ['users', 'create', 'dave']); // after the backup

@@ -543,6 +543,28 @@ describe('admin', () => {
     await w.context.close();
   });
 
+  it('lists the teams with their members, and a team created and a member added from the page show at once', async () => {
+    const team = `crew-${Date.now().toString(36)}`;
+    const w = await signedIn(admin);
+    await w.page.goto(`${server.url}/ui/admin`);
+    const teams = w.page.getByRole('table', { name: 'Teams' });
+    await teams.waitFor();
+    await w.page.locator('input[name="team"]').first().fill(team);
+    await w.page.getByRole('button', { name: 'Create team' }).click();
+    const row = teams.locator(`tr[data-team="${team}"]`);
+    await row.waitFor();
+    expect(await row.locator('td').allTextContents()).toEqual([team, 'none']);
+    await w.page.locator('input[name="team"]').last().fill(team);
+    await w.page.locator('input[name="member"]').fill(user.username);
+    await w.page.getByRole('button', { name: 'Add member' }).click();
+    await row.locator('td', { hasText: user.username }).waitFor();
+    const listed = (await call(server.app, admin.headers, 'GET', '/v1/admin/teams')).body.data.find((t: { name: string }) => t.name === team);
+    expect(listed.members).toEqual([{ username: user.username, role: 'member' }]);
+    expect(await row.locator('td').allTextContents()).toEqual([team, user.username]);
+    w.expectClean();
+    await w.context.close();
+  });
+
   it('brings the outcome of a form far down the page into view', async () => {
     const w = await signedIn(admin);
     await w.page.setViewportSize({ width: 1280, height: 500 });

@@ -63,6 +63,7 @@ export function AdminPage() {
 function Admin() {
   const users = useLoad('users', () => api<{ data: User[] }>('/v1/admin/users'));
   const keys = useLoad('keys', () => api<{ data: Key[] }>('/v1/admin/keys'));
+  const teams = useLoad('teams', () => api<{ data: { id: string; name: string; members: { username: string; role: string }[] }[] }>('/v1/admin/teams'));
   // The first page, the 100 most recently seen: one row per worker id and key (two tenants may name theirs alike).
   const workers = useLoad('workers', () =>
     api<{
@@ -251,12 +252,34 @@ function Admin() {
       </section>
       <section>
         <h2>Teams</h2>
+        <Problem error={teams.error} />
+        <div class="table-scroll">
+          <table aria-label="Teams">
+            <thead>
+              <tr>
+                <th>Team</th>
+                <th>Members</th>
+              </tr>
+            </thead>
+            <tbody>
+              {(teams.data?.data ?? []).map((t) => (
+                <tr key={t.id} data-team={t.name}>
+                  <td>{t.name}</td>
+                  <td>{t.members.length ? t.members.map((m) => `${m.username}${m.role === 'admin' ? ' (admin)' : ''}`).join(', ') : <span class="muted">none</span>}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
         <form
           class="controls"
           onSubmit={(e) => {
             e.preventDefault();
             const form = e.currentTarget as HTMLFormElement;
-            void run(() => api('/v1/admin/teams', { method: 'POST', body: { name: field(form, 'team') } }), 'Team created.');
+            void run(async () => {
+              await api('/v1/admin/teams', { method: 'POST', body: { name: field(form, 'team') } });
+              teams.reload();
+            }, 'Team created.');
           }}
         >
           <input name="team" required placeholder="team name" />
@@ -267,10 +290,10 @@ function Admin() {
           onSubmit={(e) => {
             e.preventDefault();
             const form = e.currentTarget as HTMLFormElement;
-            void run(
-              () => api(appPath`/v1/admin/teams/${field(form, 'team')}/members`, { method: 'POST', body: { username: field(form, 'member') } }),
-              'Member added.',
-            );
+            void run(async () => {
+              await api(appPath`/v1/admin/teams/${field(form, 'team')}/members`, { method: 'POST', body: { username: field(form, 'member') } });
+              teams.reload();
+            }, 'Member added.');
           }}
         >
           <input name="team" required placeholder="team" />
