@@ -153,12 +153,25 @@ export class AuthService {
   }
 
   /**
-   * The principal of a key as it stands now, read past the cache: undefined once the key is revoked, and
-   * the entities of its user's memberships today. For requests that wait (a worker's claim) and act later.
+   * The principal of a key by its id, as a new request with it would get: undefined once the key is
+   * revoked, and the entities of its user's memberships, at once after a change made in this process and
+   * within the cache's TTL after another's. For requests that wait (a worker's claim) and act later;
+   * cached beside the keys (under `id:<key id>`), so that waiters woken together cost one read.
    */
   async currentPrincipal(keyId: string): Promise<Principal | undefined> {
+    const slot = `id:${keyId}`;
+    const now = Date.now();
+    const cached = this.cache.get(slot);
+    if (cached && cached.expiresAt > now) return cached.principal;
+    const changes = this.changes;
     const owner = await repo.findKeyOwner(this.db, { keyId });
-    return owner && this.principalOf(owner, Date.now());
+    if (!owner) {
+      this.cache.delete(slot);
+      return undefined;
+    }
+    const principal = await this.principalOf(owner, now);
+    if (this.cacheTtlMs > 0 && this.changes === changes) this.cache.set(slot, { principal, expiresAt: now + this.cacheTtlMs });
+    return principal;
   }
 
   private async principalOf(owner: repo.KeyOwner, now: number): Promise<Principal> {
