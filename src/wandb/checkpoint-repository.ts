@@ -144,10 +144,6 @@ export async function findCheckpointFileByToken(db: Executor, args: { token: str
 }
 
 /**
- * Drops blobs of an entity that nothing references any more: no stored artifact's file or manifest and
- * no run file. A pushed checkpoint's bytes are blobs only until they are written to its directory.
- */
-/**
  * Serializes, per entity and until the transaction ends, what stores a blob and then names it (a run
  * file or a manifest uploaded again) and what deletes the blobs nothing names: otherwise a delete could
  * take a blob between another upload's store and its reference to it.
@@ -156,7 +152,12 @@ export async function lockEntityBlobs(db: Executor, entity: string): Promise<voi
   await sql`select pg_advisory_xact_lock(hashtextextended(${`wandb-blobs:${entity}`}, 0))`.execute(db);
 }
 
-/** Deletes these blobs of the entity where nothing names them any more; run it in a transaction (it takes lockEntityBlobs). */
+/**
+ * Drops these blobs of an entity where nothing references them any more: no stored artifact's file or
+ * manifest and no run file. A pushed checkpoint's bytes are blobs only until they are written to its
+ * directory. Run it in a transaction, after any row lock the transaction takes (it takes lockEntityBlobs
+ * last, as every caller does, so that no two transactions wait on each other).
+ */
 export async function deleteUnreferencedBlobs(db: Executor, args: { entity: string; md5s: string[] }): Promise<void> {
   if (args.md5s.length === 0) return;
   await lockEntityBlobs(db, args.entity);

@@ -280,14 +280,17 @@ export async function setManifestExpected(db: Executor, args: { artifactId: numb
   await db.updateTable('wandb_artifacts').set({ manifest_expected_md5: args.md5, updated_at: new Date() }).where('id', '=', args.artifactId).execute();
 }
 
-/** Sets an artifact's uploaded manifest; answers the MD5 of the one it replaced (null: none). */
-export async function setManifestUploaded(db: Executor, args: { artifactId: number; md5: string }): Promise<string | null> {
-  const { rows } = await sql<{ previous: string | null }>`
-    update wandb_artifacts a set manifest_md5 = ${args.md5}, updated_at = now()
-    from (select manifest_md5 as previous from wandb_artifacts where id = ${args.artifactId} for update) old
-    where a.id = ${args.artifactId}
-    returning old.previous`.execute(db);
-  return rows[0]?.previous ?? null;
+/**
+ * Locks a PENDING artifact's row until the transaction ends (a commit waits for it, and it for a commit);
+ * undefined when the artifact is no longer PENDING. Answers the MD5 of its uploaded manifest (null: none).
+ */
+export async function lockPendingArtifact(db: Executor, args: { artifactId: number }): Promise<{ manifestMd5: string | null } | undefined> {
+  const row = await db.selectFrom('wandb_artifacts').select('manifest_md5').where('id', '=', args.artifactId).where('state', '=', 'PENDING').forUpdate().executeTakeFirst();
+  return row && { manifestMd5: row.manifest_md5 };
+}
+
+export async function setManifestUploaded(db: Executor, args: { artifactId: number; md5: string }): Promise<void> {
+  await db.updateTable('wandb_artifacts').set({ manifest_md5: args.md5, updated_at: new Date() }).where('id', '=', args.artifactId).execute();
 }
 
 export async function updateArtifactFields(db: Executor, args: { artifactId: number; description?: string | null; metadata?: string | null }): Promise<void> {
@@ -402,12 +405,12 @@ export async function findRunFileByToken(db: Executor, args: { token: string }):
     .executeTakeFirst();
 }
 
-/** Sets a run file's content; answers the MD5 it had before (null: none yet). */
-export async function setRunFileMd5(db: Executor, args: { runId: number; name: string; md5: string }): Promise<string | null> {
-  const { rows } = await sql<{ previous: string | null }>`
-    update wandb_run_files f set md5 = ${args.md5}
-    from (select md5 as previous from wandb_run_files where run_id = ${args.runId} and name = ${args.name} for update) old
-    where f.run_id = ${args.runId} and f.name = ${args.name}
-    returning old.previous`.execute(db);
-  return rows[0]?.previous ?? null;
+/** Locks a run file's row until the transaction ends; answers the MD5 of its content (null: none yet). */
+export async function lockRunFile(db: Executor, args: { runId: number; name: string }): Promise<string | null> {
+  const row = await db.selectFrom('wandb_run_files').select('md5').where('run_id', '=', args.runId).where('name', '=', args.name).forUpdate().executeTakeFirst();
+  return row?.md5 ?? null;
+}
+
+export async function setRunFileMd5(db: Executor, args: { runId: number; name: string; md5: string }): Promise<void> {
+  await db.updateTable('wandb_run_files').set({ md5: args.md5 }).where('run_id', '=', args.runId).where('name', '=', args.name).execute();
 }

@@ -488,10 +488,15 @@ export class WandbService {
     const { hex } = this.checked(data, found.artifact.manifest_expected_md5 ?? undefined, contentMd5);
     const entity = found.collection.entity;
     await this.db.transaction().execute(async (tx) => {
+      // The artifact's row first, then the entity's blobs, in the order a commit takes them. A commit that
+      // came first leaves the manifest it checked alone.
+      const pending = await repo.lockPendingArtifact(tx, { artifactId: found.artifact.id });
+      if (!pending) throw new ConflictError('This artifact is committed: its manifest cannot change.');
       await cr.lockEntityBlobs(tx, entity);
       await repo.putBlob(tx, { entity, md5: hex, data });
       // A manifest sent again replaces the last one, whose bytes go unless something else names them.
-      const previous = await repo.setManifestUploaded(tx, { artifactId: found.artifact.id, md5: hex });
+      await repo.setManifestUploaded(tx, { artifactId: found.artifact.id, md5: hex });
+      const previous = pending.manifestMd5;
       if (previous !== null && previous !== hex) await cr.deleteUnreferencedBlobs(tx, { entity, md5s: [previous] });
     });
   }
@@ -502,11 +507,13 @@ export class WandbService {
     if (!file.live) throw new ForbiddenError(`This upload URL has expired (${repo.RUN_FILE_URL_HOURS} hours after it was handed out): ask for the file's URL again (createRunFiles).`);
     const { hex } = this.checked(data, undefined, contentMd5);
     await this.db.transaction().execute(async (tx) => {
+      // The file's row first, then the entity's blobs (the order every transaction takes them in).
+      const previous = await repo.lockRunFile(tx, { runId: file.run_id, name: file.name });
       await cr.lockEntityBlobs(tx, file.entity);
       await repo.putBlob(tx, { entity: file.entity, md5: hex, data });
       // A file uploaded again (the summary, the log) replaces its last content, whose bytes go unless
       // something else names them: an upload URL holds one file, not a growing store.
-      const previous = await repo.setRunFileMd5(tx, { runId: file.run_id, name: file.name, md5: hex });
+      await repo.setRunFileMd5(tx, { runId: file.run_id, name: file.name, md5: hex });
       if (previous !== null && previous !== hex) await cr.deleteUnreferencedBlobs(tx, { entity: file.entity, md5s: [previous] });
     });
   }

@@ -159,5 +159,4 @@ export function checkpointDirectory(uri: string, outputDir: string): string | un
   return path.join(path.resolve(outputDir), parts[0], parts[1]);
 }
 
-/** The id just before a release id (ids are positive integers below 10^18), as the `after` that lists it again. */
 

@@ -238,7 +238,7 @@ export async function recordReleases(
   for (let i = 0; i < released.length; i += RELEASE_BATCH) {
     await db
       .insertInto('checkpoint_releases')
-      .values(released.slice(i, i + RELEASE_BATCH).map((uri) => ({ entity_id: args.model.entity_id, uri, reason: args.reason })))
+      .values(released.slice(i, i + RELEASE_BATCH).map((uri) => ({ entity_id: args.model.entity_id, uri, reason: args.reason, created_at: sql<Date>`clock_timestamp()` })))
       .execute();
   }
 }
