@@ -443,6 +443,17 @@ describe('traces', () => {
     });
     await w.page.waitForFunction(() => [...document.querySelectorAll('[role=treeitem]')].some((e) => Number((e as HTMLElement).style.top.replace('px', '')) >= 26 * 1500));
     expect(await w.page.getByRole('treeitem').count()).toBeLessThanOrEqual(150);
+    // Keys walk the tree past the rows first drawn: the row clicked leaves the window, the keys stay with the tree.
+    await w.page.locator('.tree').evaluate((el) => {
+      el.scrollTop = 0;
+    });
+    await w.page.locator('[data-call="big-0"] button.op').click();
+    for (let i = 0; i < 60; i++) await w.page.keyboard.press('ArrowDown');
+    await w.page.waitForFunction(() => (document.querySelector('[role=treeitem][aria-selected=true]') as HTMLElement | null)?.style.top === `${26 * 60}px`);
+    expect(await w.page.evaluate(() => document.activeElement?.getAttribute('role'))).toBe('tree');
+    const selected = await w.page.locator('[role=treeitem][aria-selected=true]').getAttribute('data-call');
+    expect(new URL(w.page.url()).searchParams.get('call')).toBe(selected);
+    expect(await w.page.locator('.tree').getAttribute('aria-activedescendant')).toBe(`call-${selected}`);
     w.expectClean();
     await w.context.close();
   });

@@ -33,7 +33,8 @@ export function linearFactor(values: Iterable<number | null>): number {
   let largest = 0;
   for (const v of values) if (v !== null && Number.isFinite(v) && Math.abs(v) > largest) largest = Math.abs(v);
   if (largest === 0) return 1;
-  const exponent = Math.floor(Math.log10(largest));
+  // Not below 1e-307: 10 ** -324 is 0, and powers below 1e-307 are subnormal (imprecise).
+  const exponent = Math.max(-307, Math.floor(Math.log10(largest)));
   return exponent > 12 || exponent < -12 ? 10 ** exponent : 1;
 }
 

@@ -96,7 +96,7 @@ export function ModelPage(props: { id: string }) {
     return rows.length ? [{ label: 'loss', x: rows.map((c) => c.step), y: rows.map((c) => c.metrics['loss/train'] ?? c.metrics.loss) }] : [];
   }, [checkpoints.rows]);
   const defaultSplit = bySplit.has('train') ? 'train' : [...bySplit.keys()][0];
-  const lastStep = reward.reduce((last, s) => Math.max(last, s.x.at(-1) ?? -1), -1);
+  const lastStep = reward.reduce((last, s) => Math.max(last, s.x.at(-1) ?? 0), 0);
   const rolloutsAt = (step: number | string) => navigate(`${appPath`/models/${id}/rollouts`}?split=${encodeURIComponent(defaultSplit)}&step=${step}`);
 
   const m = model.data;
@@ -140,7 +140,8 @@ export function ModelPage(props: { id: string }) {
               aria-label="Open rollouts"
               onSubmit={(e) => {
                 e.preventDefault();
-                rolloutsAt(((e.currentTarget as HTMLFormElement).elements.namedItem('rollout_step') as HTMLInputElement).value);
+                // As a number: the field takes `1e3` and `1.0`, which the rollouts page reads as no step.
+                rolloutsAt(((e.currentTarget as HTMLFormElement).elements.namedItem('rollout_step') as HTMLInputElement).valueAsNumber);
               }}
             >
               <label>

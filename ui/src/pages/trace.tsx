@@ -83,6 +83,15 @@ export function TracePage(props: { project: string; traceId: string }) {
     setCollapsed(next);
   }
 
+  /**
+   * A click on a row's buttons leaves the focus on the tree, not on the button: rows come and go as the
+   * tree scrolls, and a focused one that goes would take the keys with it.
+   */
+  function keepTreeFocus(event: MouseEvent) {
+    event.preventDefault();
+    tree.current?.focus();
+  }
+
   /** Selects the row at `index` and scrolls the tree so that it shows. */
   function select(index: number) {
     const at = Math.max(0, Math.min(rows.length - 1, index));
@@ -143,7 +152,7 @@ export function TracePage(props: { project: string; traceId: string }) {
               aria-label="Calls"
               tabIndex={0}
               ref={tree}
-              aria-activedescendant={rows.some((r) => r.call.id === current) ? rowId(current!) : undefined}
+              aria-activedescendant={rows.slice(first, last).some((r) => r.call.id === current) ? rowId(current!) : undefined}
               onKeyDown={onKey}
               onScroll={(e) => setScroll((e.currentTarget as HTMLDivElement).scrollTop)}
             >
@@ -161,13 +170,13 @@ export function TracePage(props: { project: string; traceId: string }) {
                     data-call={r.call.id}
                   >
                     {r.hasChildren ? (
-                      <button type="button" class="twisty" tabIndex={-1} aria-label="Expand or collapse" onClick={() => toggle(r.call.id)}>
+                      <button type="button" class="twisty" tabIndex={-1} aria-label="Expand or collapse" onMouseDown={keepTreeFocus} onClick={() => toggle(r.call.id)}>
                         {collapsed.has(r.call.id) ? '▸' : '▾'}
                       </button>
                     ) : (
                       <span class="twisty" />
                     )}
-                    <button type="button" class="link op" tabIndex={-1} title={opLabel(r.call)} onClick={() => setQuery({ call: r.call.id })}>
+                    <button type="button" class="link op" tabIndex={-1} title={opLabel(r.call)} onMouseDown={keepTreeFocus} onClick={() => setQuery({ call: r.call.id })}>
                       {opLabel(r.call)}
                     </button>
                     <span class="muted">
