@@ -135,21 +135,9 @@ export class AuthService {
   }
 
   /** The principal for a raw key, or undefined when the key is unknown or revoked. */
-  async authenticate(rawKey: string): Promise<Principal | undefined> {
+  authenticate(rawKey: string): Promise<Principal | undefined> {
     const hash = hashApiKey(rawKey);
-    const now = Date.now();
-    const cached = this.cache.get(hash);
-    if (cached && cached.expiresAt > now) return cached.principal;
-
-    const changes = this.changes;
-    const owner = await repo.findKeyOwner(this.db, { keyHash: hash });
-    if (!owner) {
-      this.cache.delete(hash);
-      return undefined;
-    }
-    const principal = await this.principalOf(owner, now);
-    if (this.cacheTtlMs > 0 && this.changes === changes) this.cache.set(hash, { principal, expiresAt: now + this.cacheTtlMs });
-    return principal;
+    return this.cachedPrincipalOf(hash, () => repo.findKeyOwner(this.db, { keyHash: hash }));
   }
 
   /**
@@ -158,13 +146,18 @@ export class AuthService {
    * within the cache's TTL after another's. For requests that wait (a worker's claim) and act later;
    * cached beside the keys (under `id:<key id>`), so that waiters woken together cost one read.
    */
-  async currentPrincipal(keyId: string): Promise<Principal | undefined> {
-    const slot = `id:${keyId}`;
+  currentPrincipal(keyId: string): Promise<Principal | undefined> {
+    return this.cachedPrincipalOf(`id:${keyId}`, () => repo.findKeyOwner(this.db, { keyId }));
+  }
+
+  /** The cached principal under `slot`, else the one `read` finds, cached unless a change came meanwhile. */
+  private async cachedPrincipalOf(slot: string, read: () => Promise<repo.KeyOwner | undefined>): Promise<Principal | undefined> {
     const now = Date.now();
     const cached = this.cache.get(slot);
     if (cached && cached.expiresAt > now) return cached.principal;
+
     const changes = this.changes;
-    const owner = await repo.findKeyOwner(this.db, { keyId });
+    const owner = await read();
     if (!owner) {
       this.cache.delete(slot);
       return undefined;
