@@ -17,7 +17,6 @@ import type { WorkerClient } from './client.js';
 export class StorageReleaser {
   /** Releases after this id were not looked at yet, or must be again; those before were left for someone else. */
   private after: string | undefined;
-  private readonly settleMs: number;
   private readonly now: () => number;
 
   constructor(
@@ -26,16 +25,15 @@ export class StorageReleaser {
     private readonly log: Logger,
     /** Checkpoint directories that jobs read or write (running ones, and those run since the sweep began): kept. */
     private readonly inUse: () => ReadonlySet<string>,
-    options: { settleMs?: number; now?: () => number } = {},
+    options: { now?: () => number } = {},
   ) {
-    this.settleMs = options.settleMs ?? RELEASE_SETTLE_MS;
     this.now = options.now ?? Date.now;
   }
 
   /**
    * Goes through every release listed after the last one looked at, deleting and acknowledging what is this
    * worker's. One whose directory a running job still uses, or that could not be deleted, is looked at again
-   * in the next sweep. So is every release after one recorded less than `settleMs` ago: release ids are
+   * in the next sweep. So is every release after one recorded less than RELEASE_SETTLE_MS ago: release ids are
    * taken when a deleting transaction writes them, not when it commits, so a long one (a model delete) can
    * commit a lower id after a higher one was listed. Someone else's older releases are not listed to this
    * worker again until it restarts.
@@ -48,7 +46,7 @@ export class StorageReleaser {
     // Where the next sweep starts: after the last release before the first one that must be looked at again.
     let resumeAfter = this.after;
     let settledSoFar = true;
-    const settled = this.now() - this.settleMs;
+    const settled = this.now() - RELEASE_SETTLE_MS;
     // Looked at first, so that the marker is written while a model's directory is there to vouch for the storage.
     const present = await this.storagePresent();
     for (;;) {
