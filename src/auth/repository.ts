@@ -1,4 +1,4 @@
-import type { Kysely, Transaction } from 'kysely';
+import { sql, type Kysely, type Transaction } from 'kysely';
 import type { Database } from '../db/schema.js';
 
 export type Executor = Kysely<Database> | Transaction<Database>;
@@ -117,6 +117,13 @@ export async function listTeams(db: Executor): Promise<TeamRecord[]> {
     if (row.username !== null && row.role !== null) team.members.push({ username: row.username, role: row.role });
   }
   return [...teams.values()];
+}
+
+/** The usernames of these user ids (any text: an id that is no user's is left out). */
+export async function usernamesByIds(db: Executor, ids: readonly string[]): Promise<Map<string, string>> {
+  if (ids.length === 0) return new Map();
+  const rows = await db.selectFrom('users').select(['id', 'username']).where(sql<boolean>`id::text = any(${ids}::text[])`).execute();
+  return new Map(rows.map((row) => [row.id, row.username]));
 }
 
 export async function countUsers(db: Executor): Promise<number> {

@@ -11,6 +11,9 @@ export interface CheckResult {
 
 export type Check = () => Promise<Record<string, unknown> | void>;
 
+/** Whether every check of a run passed: `/v1/system-check` answers 200 then, and 503 otherwise. */
+export const allPassed = (results: Record<string, CheckResult>): boolean => Object.values(results).every((result) => result.success);
+
 export class SystemChecks {
   private readonly checks = new Map<string, { check: Check; usesDatabase: boolean }>();
   private databaseHold: () => Date | undefined = () => undefined;

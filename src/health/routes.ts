@@ -1,5 +1,6 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { allPassed } from './checks.js';
 
 export const HealthResponse = z.object({ status: z.literal('ok') });
 
@@ -41,7 +42,7 @@ export const healthRoutes: FastifyPluginAsyncZod = async (app) => {
     },
     async (_request, reply) => {
       const results = await app.systemChecks.run();
-      const healthy = Object.values(results).every((r) => r.success);
+      const healthy = allPassed(results);
       return reply.status(healthy ? 200 : 503).send(results as z.infer<typeof SystemCheckResponse>);
     },
   );

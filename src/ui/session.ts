@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { checkCsrf, principalOf, readCookie, SESSION_COOKIE } from '../auth/plugin.js';
 import type { Principal } from '../auth/principal.js';
 import { SESSION_MAX_MS } from '../auth/service.js';
+import { allPassed } from '../health/checks.js';
 import { SystemCheckResponse } from '../health/routes.js';
 import { ForbiddenError, UnauthorizedError } from '../errors.js';
 import { listProjects } from './projects.js';
@@ -95,7 +96,7 @@ export const sessionRoutes: FastifyPluginAsyncZod = async (app) => {
     },
     async () => {
       const checks = await app.systemChecks.run();
-      return { healthy: Object.values(checks).every((check) => check.success), checks: checks as z.infer<typeof SystemCheckResponse> };
+      return { healthy: allPassed(checks), checks: checks as z.infer<typeof SystemCheckResponse> };
     },
   );
 

@@ -162,7 +162,12 @@ describe('tenancy', () => {
     // Users' own entities are no teams.
     expect(byName.has(owner.entity)).toBe(false);
     const notAdmin = await app.inject({ method: 'GET', url: '/v1/admin/teams', headers: owner.headers });
-    expect(notAdmin.statusCode).toBe(403);
+    expect([notAdmin.statusCode, notAdmin.json()]).toEqual([403, { detail: 'This route needs an admin key.' }]);
+    const anonymous = await app.inject({ method: 'GET', url: '/v1/admin/teams' });
+    expect([anonymous.statusCode, anonymous.json()]).toEqual([
+      401,
+      { detail: 'Missing API key. Send it as "Authorization: Bearer <key>" (or HTTP Basic with the key as the password).' },
+    ]);
   });
 
   it('removing a user from a team ends its keys\' reach into the team at once; a second removal is a 404', async () => {

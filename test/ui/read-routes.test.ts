@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
-import { createTestApp, createUserWithKey } from '../helpers/app.js';
+import { createTestApp, createUserWithKey, createWorkerKey } from '../helpers/app.js';
 import { call, groupGenerationA, ScriptedWorker, userWithModel } from '../training/fixtures.js';
 
 /** The read routes the web UI needs beyond the existing API: projects, stored trajectories, recent workers. */
@@ -50,7 +50,13 @@ describe('GET /ui/api/system-check', () => {
     expect(reply.body.checks.gpu_queue.success).toBe(false);
     expect(reply.body.checks.database.success).toBe(true);
     const anonymous = await app.inject({ method: 'GET', url: '/ui/api/system-check' });
-    expect(anonymous.statusCode).toBe(401);
+    expect([anonymous.statusCode, anonymous.json()]).toEqual([
+      401,
+      { detail: 'Missing API key. Send it as "Authorization: Bearer <key>" (or HTTP Basic with the key as the password).' },
+    ]);
+    const worker = await createWorkerKey(app, user.username);
+    const refused = await app.inject({ method: 'GET', url: '/ui/api/system-check', headers: worker.headers });
+    expect([refused.statusCode, refused.json()]).toEqual([403, { detail: 'Worker keys may only call /v1/workers/*.' }]);
   });
 });
 

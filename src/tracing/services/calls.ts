@@ -1,5 +1,5 @@
 import { channel } from 'node:diagnostics_channel';
-import { sql } from 'kysely';
+import { usernamesByIds } from '../../auth/repository.js';
 import { InvalidRequestError } from '../../errors.js';
 import { hasMarkedNumbers, unmarkNumbers } from '../../http/exact-numbers.js';
 import { isJsonObject, markHoldsExactNumbers, numberOf, parsePayloadText, payloadJsonText } from '../exact-numbers.js';
@@ -330,8 +330,7 @@ async function finish(
 /** include_usernames: `wb_username`, the name of the user each call's `wb_user_id` names (null for none). */
 async function addUsernames(deps: TracingDeps, calls: Record<string, unknown>[]): Promise<void> {
   const ids = [...new Set(calls.map((call) => call.wb_user_id).filter((id): id is string => typeof id === 'string'))];
-  const rows = ids.length === 0 ? [] : await deps.db.selectFrom('users').select(['id', 'username']).where(sql<boolean>`id::text = any(${ids}::text[])`).execute();
-  const names = new Map(rows.map((row) => [row.id, row.username]));
+  const names = await usernamesByIds(deps.db, ids);
   for (const call of calls) call.wb_username = typeof call.wb_user_id === 'string' ? (names.get(call.wb_user_id) ?? null) : null;
 }
 
