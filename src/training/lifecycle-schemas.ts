@@ -1,19 +1,11 @@
 import { z } from 'zod';
+import { RETENTION_LIMITS } from './retention-limits.js';
 import { MAX_INT4, queryText, TRAINING_LIMITS } from './schemas.js';
 
 /**
  * Bodies of the checkpoint lifecycle routes (docs/training.md, "Checkpoint lifecycle"): a model's
  * retention policy, checkpoints with their lifecycle state, pins.
  */
-
-/** Bounds of a retention policy: a policy outside them is a typo, not a wish (422). */
-export const RETENTION_LIMITS = {
-  keepLatest: 10_000,
-  keepBest: 1_000,
-  /** One minute to ten years. */
-  minTtlSeconds: 60,
-  maxTtlSeconds: 315_360_000,
-} as const;
 
 /**
  * The policy as PUT sends it: every field optional, an omitted one is off (null) or `max`. Unknown keys

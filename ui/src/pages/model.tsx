@@ -1,4 +1,5 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import { RETENTION_LIMITS } from '../../../src/training/retention-limits.js';
 import { allPages, api, ApiError } from '../lib/api.js';
 import { Chart, type NonFinite, type Series } from '../lib/chart.js';
 import { useLoad } from '../lib/hooks.js';
@@ -555,11 +556,6 @@ const HOUR = 3600;
 /** A number field's value: empty is off (null). */
 const numberOrNull = (value: string) => (value.trim() === '' ? null : Number(value));
 
-/**
- * The policy's bounds (the server's RETENTION_LIMITS), checked here so that a refusal names the form's
- * fields and units (hours, where the API takes seconds).
- */
-const RETENTION_BOUNDS = { keepLatest: 10_000, keepBest: 1_000, minTtlSeconds: 60, maxTtlSeconds: 315_360_000 };
 /** The form's name for each field of the API's body, for the API's refusals. */
 const RETENTION_FIELDS: Record<string, string> = {
   keep_latest: 'Keep latest',
@@ -576,10 +572,10 @@ function retentionProblem(form: { keepLatest: number | null; keepBest: number | 
   if (!form.metric && form.keepBest !== null) return 'Keep best needs a metric to rank the checkpoints by: choose one, or clear Keep best.';
   const ttl = form.ttlSeconds;
   const ttlProblem =
-    ttl === null || (Number.isFinite(ttl) && ttl >= RETENTION_BOUNDS.minTtlSeconds && ttl <= RETENTION_BOUNDS.maxTtlSeconds)
+    ttl === null || (Number.isFinite(ttl) && ttl >= RETENTION_LIMITS.minTtlSeconds && ttl <= RETENTION_LIMITS.maxTtlSeconds)
       ? undefined
-      : `Others expire after must be from one minute (${(RETENTION_BOUNDS.minTtlSeconds / HOUR).toFixed(4)} hours) to ten years (${(RETENTION_BOUNDS.maxTtlSeconds / HOUR).toLocaleString('en-US')} hours), or empty for never.`;
-  return whole('Keep latest', form.keepLatest, RETENTION_BOUNDS.keepLatest) ?? whole('Keep best', form.keepBest, RETENTION_BOUNDS.keepBest) ?? ttlProblem;
+      : `Others expire after must be from one minute (${(RETENTION_LIMITS.minTtlSeconds / HOUR).toFixed(4)} hours) to ten years (${(RETENTION_LIMITS.maxTtlSeconds / HOUR).toLocaleString('en-US')} hours), or empty for never.`;
+  return whole('Keep latest', form.keepLatest, RETENTION_LIMITS.keepLatest) ?? whole('Keep best', form.keepBest, RETENTION_LIMITS.keepBest) ?? ttlProblem;
 }
 
 /** An API refusal with each field's problem under the form's name for it ("Keep best by: …"). */
