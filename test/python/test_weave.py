@@ -144,6 +144,11 @@ def test_publish_dataset_model_and_object_and_read_refs_back(stack, client, proj
     assert {o["object_id"] for o in objects} >= {"people", "greeter", "settings"}
     table = stack.ok("POST", "/traces/table/query", {"project_id": project, "digest": rows.table_ref.digest})["rows"]
     assert [r["val"] for r in table] == [{"name": "ada", "expected": "hi, ada"}, {"name": "bob", "expected": "hi, bob"}]
+    # What the web UI's Datasets screen reads: the datasets by base class, each naming its rows table by ref.
+    datasets = stack.ok(
+        "POST", "/traces/objs/query", {"project_id": project, "filter": {"base_object_classes": ["Dataset"], "latest_only": True}}
+    )["objs"]
+    assert [(d["object_id"], d["val"]["rows"]) for d in datasets] == [("people", f"weave:///{project}/table/{rows.table_ref.digest}")]
 
 
 

@@ -4,7 +4,7 @@ import { createModel, findEntityIds } from '../../src/training/repository.js';
 import { createUserWithKey, type TestUser } from '../helpers/app.js';
 import { call, groupGenerationA, type ScriptedWorker } from '../training/fixtures.js';
 import { openPage, signInContext, startUi, type UiServer, type WatchedPage } from './harness.js';
-import { queueJob, seedTrainedModel, upsertCalls } from './seed.js';
+import { publishDataset, queueJob, seedTrainedModel, upsertCalls } from './seed.js';
 
 /**
  * What the pages must survive: names the APIs accept but a URL must encode, malformed URLs, odd stored
@@ -116,6 +116,7 @@ describe('a phone-sized screen', () => {
   it('fits every page in 375 pixels: the page never scrolls sideways and the header spans it', async () => {
     const project = `${user.entity}/${model.project}`;
     await upsertCalls(server.app, user, project, [{ id: 'narrow-root', trace_id: 'narrow', op_name: 'agent.narrow', startedAt: new Date('2026-11-20T10:00:00Z') }]);
+    await publishDataset(server.app, user, project, 'wide', [{ prompt: 'word '.repeat(60), answer: 'x'.repeat(150) }]);
     const job = (await call(server.app, user.headers, 'GET', `/v1/preview/training-jobs?model_id=${model.id}&limit=1`)).body.data[0];
     const w = await signedIn();
     await w.page.setViewportSize({ width: 375, height: 800 });
@@ -127,6 +128,9 @@ describe('a phone-sized screen', () => {
       [`/ui/jobs/${job.id}`, `job ${job.id.slice(0, 8)}`],
       [`/ui/p/${user.entity}/${model.project}/traces`, 'Traces'],
       [`/ui/p/${user.entity}/${model.project}/traces/narrow`, 'Trace narrow'],
+      [`/ui/p/${user.entity}/${model.project}/evaluations`, 'Evaluations'],
+      [`/ui/p/${user.entity}/${model.project}/datasets`, 'Datasets'],
+      [`/ui/p/${user.entity}/${model.project}/datasets/wide`, 'wide'],
       [`/ui/p/${user.entity}/${model.project}/usage`, 'Usage'],
     ];
     for (const [path, heading] of pages) {

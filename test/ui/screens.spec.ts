@@ -4,7 +4,7 @@ import { createUserWithKey, createWorkerKey, type TestUser } from '../helpers/ap
 import { backendEntry, writeBackendsFile } from '../inference/gateway-helpers.js';
 import { call, ScriptedWorker } from '../training/fixtures.js';
 import { openPage, screenshot, signInContext, startUi, type UiServer, type WatchedPage } from './harness.js';
-import { insertMetricRows, queueJob, seedTrainedModel, upsertCalls, type SeededCall } from './seed.js';
+import { insertMetricRows, publishDataset, queueJob, seedTrainedModel, upsertCalls, type SeededCall } from './seed.js';
 
 /**
  * Every screen of the web UI on data seeded through the real APIs, checked against what the API returns.
@@ -454,6 +454,107 @@ describe('traces', () => {
     const selected = await w.page.locator('[role=treeitem][aria-selected=true]').getAttribute('data-call');
     expect(new URL(w.page.url()).searchParams.get('call')).toBe(selected);
     expect(await w.page.locator('.tree').getAttribute('aria-activedescendant')).toBe(`call-${selected}`);
+    w.expectClean();
+    await w.context.close();
+  });
+});
+
+describe('datasets and evaluations', () => {
+  const rowsOf = (n: number) => Array.from({ length: n }, (_, i) => ({ question: `q${i}`, expected: `a${i}`, meta: { difficulty: i % 3 } }));
+
+  it('lists the latest version of each dataset with its row count, and pages the rows of any version', async () => {
+    const where = `${user.entity}/evals`;
+    await publishDataset(server.app, user, where, 'qa', rowsOf(3));
+    // The second version of qa: 30 rows, the last holding numbers as a Python client writes them.
+    const rows = JSON.stringify(rowsOf(29)).slice(0, -1) + ',{"question":"q29","expected":"a29","meta":{"weight":1.0,"seed":12345678901234567890}}]';
+    await publishDataset(server.app, user, where, 'qa', rows);
+    await publishDataset(server.app, user, where, 'people', [{ name: 'ada' }, { name: 'bob', age: 36 }]);
+    const other = await createUserWithKey(server.app, { prefix: 'eve' });
+    await publishDataset(server.app, other, `${other.entity}/evals`, 'theirs', [{ secret: 1 }]);
+
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/p/${where}/datasets`);
+    const list = w.page.getByRole('table', { name: 'Datasets' });
+    await list.waitFor();
+    const cells = await list.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('td')].slice(0, 3).map((td) => td.textContent)));
+    expect(cells).toEqual([
+      ['people', 'v0', '2'],
+      ['qa', 'v1', '30'],
+    ]);
+
+    await list.getByRole('link', { name: 'qa' }).click();
+    await w.page.getByRole('heading', { name: 'qa' }).waitFor();
+    await w.page.getByText('30 rows').waitFor();
+    const table = w.page.getByRole('table', { name: 'Rows' });
+    expect(await table.locator('thead th').allTextContents()).toEqual(['#', 'expected', 'meta', 'question']);
+    expect(await table.locator('tbody tr').count()).toBe(25);
+    expect(await table.locator('tbody tr').first().locator('td').allTextContents()).toEqual(['0', 'a0', '{"difficulty":0}', 'q0']);
+    await screenshot(w.page, 'dataset');
+    await w.page.getByRole('navigation', { name: 'Pages' }).getByRole('button', { name: 'Next' }).click();
+    await table.locator('tbody tr').nth(5).waitFor({ state: 'detached' });
+    await w.page.getByText('Page 2 of 2').waitFor();
+    expect(await table.locator('tbody tr').count()).toBe(5);
+    expect(await table.locator('tbody tr').last().locator('td').allTextContents()).toEqual(['29', 'a29', '{"seed":12345678901234567890,"weight":1.0}', 'q29']);
+
+    await w.page.getByLabel('Version').selectOption('v0');
+    await w.page.getByText('3 rows').waitFor();
+    expect(new URL(w.page.url()).search).toBe('?version=v0');
+    await table.locator('tbody tr').nth(3).waitFor({ state: 'detached' });
+    expect(await table.locator('tbody tr').count()).toBe(3);
+    await w.page.reload();
+    await w.page.getByText('3 rows').waitFor();
+    expect(await w.page.getByLabel('Version').inputValue()).toBe('v0');
+
+    // The columns are every key of the page's rows, in alphabetical order; a row without one shows an empty cell.
+    await w.page.goto(`${server.url}/ui/p/${where}/datasets/people`);
+    await table.locator('tbody tr').nth(1).waitFor();
+    expect(await table.locator('thead th').allTextContents()).toEqual(['#', 'age', 'name']);
+    expect(await table.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)))).toEqual([
+      ['0', '', 'ada'],
+      ['1', '36', 'bob'],
+    ]);
+
+    // Another tenant's dataset is not readable through the page.
+    await w.page.goto(`${server.url}/ui/p/${other.entity}/evals/datasets/theirs`);
+    await w.page.getByRole('alert').waitFor();
+    expect(await w.page.getByRole('table', { name: 'Rows' }).count()).toBe(0);
+    w.expectClean([/status of 403/]);
+    await w.context.close();
+  });
+
+  it('shows each evaluation run with its model and every number of its summary, linked to its trace', async () => {
+    const where = `${user.entity}/evals-runs`;
+    const at = (s: number) => new Date(Date.parse('2026-11-21T10:00:00Z') + s * 1000);
+    const evaluate = `weave:///${where}/op/Evaluation.evaluate:d1`;
+    await upsertCalls(server.app, user, where, [
+      {
+        id: 'eval-a', trace_id: 'ta', op_name: evaluate, startedAt: at(0),
+        inputs: { self: `weave:///${where}/object/echo-eval:e1`, model: `weave:///${where}/object/Echo:m1` },
+        output: { exact: { correct: { true_count: 1, true_fraction: 0.5 } }, model_latency: { mean: 0.25 } },
+      },
+      {
+        id: 'eval-b', trace_id: 'tb', op_name: evaluate, startedAt: at(60),
+        inputs: { self: `weave:///${where}/object/echo-eval:e1`, model: `weave:///${where}/object/Shout:m2` },
+        output: { exact: { correct: { true_count: 2, true_fraction: 1 } }, judge: { passed: true }, model_latency: { mean: 0.5 } },
+      },
+      { id: 'not-eval', trace_id: 'tc', op_name: `weave:///${where}/op/Echo.predict:p1`, startedAt: at(30), output: 'A' },
+    ]);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/p/${where}/evaluations`);
+    const table = w.page.getByRole('table', { name: 'Evaluations' });
+    await table.waitFor();
+    expect(await table.locator('thead th').allTextContents()).toEqual([
+      'Evaluation', 'Model', 'Status', 'Started',
+      'exact.correct.true_count', 'exact.correct.true_fraction', 'judge.passed', 'model_latency.mean',
+    ]);
+    const rows = await table.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)));
+    expect(rows).toEqual([
+      ['echo-eval', 'Shout', 'success', '2026-11-21 10:01:00', '2', '1', 'true', '0.5000'],
+      ['echo-eval', 'Echo', 'success', '2026-11-21 10:00:00', '1', '0.5000', '—', '0.2500'],
+    ]);
+    await screenshot(w.page, 'evaluations');
+    await table.getByRole('link').nth(1).click();
+    await w.page.waitForURL(/\/traces\/ta\?call=eval-a$/);
     w.expectClean();
     await w.context.close();
   });

@@ -101,3 +101,20 @@ export async function upsertCalls(app: App, user: TestUser, project: string, cal
     if (response.statusCode !== 200) throw new Error(`upsert_batch answered ${response.statusCode}: ${response.body}`);
   }
 }
+
+/**
+ * A dataset version as `weave.publish(weave.Dataset(name=…, rows=…))` writes it: the rows through
+ * /traces/table/create, then an object whose `rows` is that table's ref. `rows` may be JSON text, to hold
+ * numbers as a Python client writes them (`1.0`).
+ */
+export async function publishDataset(app: App, user: TestUser, project: string, name: string, rows: unknown[] | string): Promise<{ digest: string; table: string }> {
+  const rowsJson = typeof rows === 'string' ? rows : JSON.stringify(rows);
+  const payload = `{"table":{"project_id":${JSON.stringify(project)},"rows":${rowsJson}}}`;
+  const table = await app.inject({ method: 'POST', url: '/traces/table/create', headers: { ...user.headers, 'content-type': 'application/json' }, payload });
+  if (table.statusCode !== 200) throw new Error(`table/create answered ${table.statusCode}: ${table.body}`);
+  const tableDigest = table.json().digest as string;
+  const val = { _type: 'Dataset', name, description: null, rows: `weave:///${project}/table/${tableDigest}`, _class_name: 'Dataset', _bases: ['Object', 'BaseModel'] };
+  const obj = await app.inject({ method: 'POST', url: '/traces/obj/create', headers: user.headers, payload: { obj: { project_id: project, object_id: name, val } } });
+  if (obj.statusCode !== 200) throw new Error(`obj/create answered ${obj.statusCode}: ${obj.body}`);
+  return { digest: obj.json().digest, table: tableDigest };
+}

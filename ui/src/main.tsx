@@ -4,6 +4,8 @@ import { api, session, type Whoami } from './lib/api.js';
 import { location, match, navigate } from './lib/router.js';
 import { Link } from './lib/ui.js';
 import { AdminPage } from './pages/admin.js';
+import { DatasetPage, DatasetsPage } from './pages/datasets.js';
+import { EvaluationsPage } from './pages/evaluations.js';
 import { JobPage } from './pages/job.js';
 import { LoginPage } from './pages/login.js';
 import { ModelPage } from './pages/model.js';
@@ -21,6 +23,9 @@ const ROUTES: [string, (params: Record<string, string>) => preact.JSX.Element][]
   ['/p/:entity/:project/models', (p) => <ModelsPage project={`${p.entity}/${p.project}`} />],
   ['/p/:entity/:project/traces', (p) => <TracesPage project={`${p.entity}/${p.project}`} />],
   ['/p/:entity/:project/traces/:trace', (p) => <TracePage project={`${p.entity}/${p.project}`} traceId={p.trace} />],
+  ['/p/:entity/:project/evaluations', (p) => <EvaluationsPage project={`${p.entity}/${p.project}`} />],
+  ['/p/:entity/:project/datasets', (p) => <DatasetsPage project={`${p.entity}/${p.project}`} />],
+  ['/p/:entity/:project/datasets/:name', (p) => <DatasetPage project={`${p.entity}/${p.project}`} name={p.name} />],
   ['/p/:entity/:project/usage', (p) => <UsagePage project={`${p.entity}/${p.project}`} />],
   ['/models/:id', (p) => <ModelPage id={p.id} />],
   ['/models/:id/rollouts', (p) => <RolloutsPage modelId={p.id} />],

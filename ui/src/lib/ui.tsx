@@ -1,6 +1,6 @@
 import type { ComponentChildren } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
-import { navigate, BASE, projectPath } from './router.js';
+import { location, navigate, BASE, projectPath, setQuery } from './router.js';
 
 /** Small shared pieces: links through the router, status badges, loading and error lines. */
 
@@ -47,10 +47,12 @@ export function when(iso: string | null | undefined): string {
 }
 
 /** Project tabs shown on every project page. */
-export function ProjectTabs(props: { project: string; active: 'models' | 'traces' | 'usage' }) {
+export function ProjectTabs(props: { project: string; active: 'models' | 'traces' | 'evaluations' | 'datasets' | 'usage' }) {
   const tabs = [
     ['models', 'Models'],
     ['traces', 'Traces'],
+    ['evaluations', 'Evaluations'],
+    ['datasets', 'Datasets'],
     ['usage', 'Usage'],
   ] as const;
   return (
@@ -86,4 +88,38 @@ export function QueryInput(props: { name: string; value: string; number?: boolea
     onChange: (e: Event) => props.onCommit((e.currentTarget as HTMLInputElement).value),
   };
   return props.number ? <input type="number" min="0" {...field} /> : <input type="text" {...field} />;
+}
+
+/** Previous and next page of a list whose page (from 0) lives in the URL's `page`; `pages` undefined while unknown. */
+export function Pager(props: { page: number; pages: number | undefined }) {
+  const { page, pages } = props;
+  return (
+    <nav class="pager" aria-label="Pages">
+      <button type="button" disabled={page === 0} onClick={() => setQuery({ page: page > 1 ? String(page - 1) : undefined })}>
+        Previous
+      </button>
+      <span>
+        Page {page + 1}
+        {pages ? ` of ${pages}` : ''}
+      </span>
+      <button type="button" disabled={pages !== undefined && page + 1 >= pages} onClick={() => setQuery({ page: String(page + 1) })}>
+        Next
+      </button>
+    </nav>
+  );
+}
+
+/** For a page past the last (an old link, rows deleted since): how many there are and a link to the last, the other query kept. */
+export function PastLastPage(props: { page: number; pages: number | undefined }) {
+  const { page, pages } = props;
+  if (pages === undefined || page < pages) return null;
+  const query = new URLSearchParams(location.value.query);
+  if (pages > 1) query.set('page', String(pages - 1));
+  else query.delete('page');
+  const search = query.toString();
+  return (
+    <p class="empty">
+      {pages === 1 ? 'There is 1 page' : `There are ${pages} pages`}: <Link to={location.value.path + (search ? `?${search}` : '')}>go to the last</Link>.
+    </p>
+  );
 }

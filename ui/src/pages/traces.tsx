@@ -3,7 +3,7 @@ import { costOf, LIST_COLUMNS, opLabel, tokensOf } from '../lib/calls.js';
 import { useLoad } from '../lib/hooks.js';
 import { appPath, location, projectPath, setQuery } from '../lib/router.js';
 import type { Call } from '../lib/types.js';
-import { Badge, fmt, Link, Loading, Problem, ProjectTabs, QueryInput, when } from '../lib/ui.js';
+import { Badge, fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, QueryInput, when } from '../lib/ui.js';
 
 const PAGE = 25;
 const SORTS: Record<string, string> = { started: 'started_at', latency: 'summary.weave.latency_ms', op: 'summary.weave.trace_name' };
@@ -77,11 +77,7 @@ export function TracesPage(props: { project: string }) {
       </form>
       <Problem error={calls.error ?? stats.error} />
       {!calls.data && !calls.error && <Loading what="traces" />}
-      {calls.data && pages !== undefined && page >= pages && (
-        <p class="empty">
-          {pages === 1 ? 'There is 1 page' : `There are ${pages} pages`}: <Link to={`${projectPath(props.project, 'traces')}${pageQuery(q, pages - 1)}`}>go to the last</Link>.
-        </p>
-      )}
+      {calls.data && <PastLastPage page={page} pages={pages} />}
       {calls.data && (
         <div class="table-scroll">
           <table aria-label="Traces">
@@ -114,27 +110,7 @@ export function TracesPage(props: { project: string }) {
           </table>
         </div>
       )}
-      <nav class="pager" aria-label="Pages">
-        <button type="button" disabled={page === 0} onClick={() => setQuery({ page: page > 1 ? String(page - 1) : undefined })}>
-          Previous
-        </button>
-        <span>
-          Page {page + 1}
-          {pages ? ` of ${pages}` : ''}
-        </span>
-        <button type="button" disabled={pages !== undefined && page + 1 >= pages} onClick={() => setQuery({ page: String(page + 1) })}>
-          Next
-        </button>
-      </nav>
+      <Pager page={page} pages={pages} />
     </main>
   );
-}
-
-/** The traces query string with another page (the filters and sort kept). */
-function pageQuery(query: URLSearchParams, page: number): string {
-  const next = new URLSearchParams(query);
-  if (page > 0) next.set('page', String(page));
-  else next.delete('page');
-  const text = next.toString();
-  return text ? `?${text}` : '';
 }
