@@ -40,7 +40,7 @@ VOLUME ["/data"]
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||8000)+'/v1/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
-# Exec form: node is PID 1 and receives SIGTERM itself; it drains requests and exits 0.
+# Exec form: the signal reaches node itself (PID 1, or the child of docker-compose's `init: true`); it drains requests and exits 0.
 STOPSIGNAL SIGTERM
 CMD ["node", "dist/src/main.js"]
 

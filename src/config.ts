@@ -21,7 +21,7 @@ const list = z
   .transform((value) => value.split(',').map((item) => item.trim()).filter(Boolean));
 
 const boolean = z
-  .enum(['true', 'false', '1', '0', 'yes', 'no'], { error: 'must be true or false' })
+  .enum(['true', 'false', '1', '0', 'yes', 'no'], { error: 'must be true or false (also 1 or 0, yes or no)' })
   .transform((value) => value === 'true' || value === '1' || value === 'yes');
 
 const EnvSchema = z.object({
@@ -146,6 +146,33 @@ export class ConfigError extends Error {
   constructor(readonly problems: string[]) {
     super(`Invalid configuration:\n${problems.map((p) => `  ${p}`).join('\n')}`);
     this.name = 'ConfigError';
+  }
+}
+
+/**
+ * A setting that parsed but could not be used at start (a DATA_DIR that is a file, a HOST that does not
+ * resolve, a DATABASE_URL whose server refuses): names the setting, for the user to fix, with the cause.
+ */
+export class StartError extends Error {
+  constructor(setting: string, cause: unknown) {
+    super(`${setting}: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    this.name = 'StartError';
+  }
+}
+
+/** Whether `error` is one of Node's system errors (`ENOTFOUND`, `EADDRINUSE`, `EEXIST`, …): the machine's answer, not a bug. */
+export function isSystemError(error: unknown): error is NodeJS.ErrnoException {
+  return error instanceof Error && typeof (error as NodeJS.ErrnoException).code === 'string' && typeof (error as NodeJS.ErrnoException).syscall === 'string';
+}
+
+/** A URL as messages may show it: its password replaced by `***`. */
+export function withoutPassword(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return '(unparsable URL)';
   }
 }
 

@@ -1,6 +1,7 @@
-import { ConfigError, loadConfig } from './config.js';
+import { ConfigError, loadConfig, StartError } from './config.js';
 import { migrateOrClose, openDatabase } from './db/index.js';
 import { DataDirLockedError } from './db/lock.js';
+import { BackendsConfigError } from './inference/backends/config.js';
 import type { RunningServer } from './server.js';
 
 async function main(): Promise<void> {
@@ -67,6 +68,8 @@ main().catch((error: unknown) => {
   // Configuration and lock problems are the user's to fix: say what, without a stack trace.
   if (error instanceof ConfigError || error instanceof DataDirLockedError) {
     process.stderr.write(`trainyard: ${error.message}\n`);
+  } else if (error instanceof StartError || error instanceof BackendsConfigError) {
+    process.stderr.write(`trainyard: failed to start: ${error.message}\n`);
   } else {
     process.stderr.write(`trainyard: failed to start: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
   }

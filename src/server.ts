@@ -1,5 +1,5 @@
 import { buildApp, type App, type AppDeps } from './app.js';
-import { localAddress, type Config } from './config.js';
+import { isSystemError, localAddress, StartError, type Config } from './config.js';
 import { forgetServerUrl, recordServerUrl } from './server-address.js';
 
 export interface RunningServer {
@@ -24,7 +24,9 @@ export async function startServer(config: Config, deps: AppDeps = {}): Promise<R
       app.addHook('onClose', async () => forgetServerUrl(config.dataDir));
     }
     if (config.bootstrapAdmin) adminKey = await app.auth.bootstrapAdmin(config.dataDir);
-    await app.listen({ port: config.port, host: config.host });
+    await app.listen({ port: config.port, host: config.host }).catch((error: unknown) => {
+      throw isSystemError(error) ? new StartError(`HOST=${config.host} PORT=${config.port}: cannot listen`, error) : error;
+    });
   } catch (error) {
     await app.close();
     throw error;

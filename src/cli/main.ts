@@ -52,21 +52,37 @@ function adminKey(config: Config): string {
   }
 }
 
+/** What `--help` prints (on stdout, exit 0). */
+class Help {
+  readonly text = USAGE;
+}
+
+/** The command line, parsed; an unknown option or a missing value is a usage error, not a crash. */
+function parseCommandLine(argv: string[]) {
+  try {
+    return parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: {
+        admin: { type: 'boolean', default: false },
+        role: { type: 'string', default: 'member' },
+        name: { type: 'string' },
+        kind: { type: 'string', default: 'user' },
+        user: { type: 'string' },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS_')) throw new UsageError(`${(error as Error).message}\n\n${USAGE}`);
+    throw error;
+  }
+}
+
 async function run(argv: string[], config: Config): Promise<unknown> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      admin: { type: 'boolean', default: false },
-      role: { type: 'string', default: 'member' },
-      name: { type: 'string' },
-      kind: { type: 'string', default: 'user' },
-      user: { type: 'string' },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  });
+  const { values, positionals } = parseCommandLine(argv);
   const [group, action, ...args] = positionals;
-  if (values.help || !group) throw new UsageError(USAGE);
+  if (values.help) return new Help();
+  if (!group) throw new UsageError(USAGE);
   const need = (count: number) => {
     if (args.length !== count) throw new UsageError(USAGE);
     return args;
@@ -78,6 +94,7 @@ async function run(argv: string[], config: Config): Promise<unknown> {
 
   const holder = config.databaseUrl ? undefined : await lockHolder(config.dataDir);
   if (group === 'migrate') {
+    if (action !== undefined) throw new UsageError(USAGE);
     if (holder !== undefined) return { migrated: [], note: `the server (pid ${holder.pid ?? 'unknown'}) holding ${config.dataDir} migrated it at start` };
     return withDatabase(config, async () => undefined, true);
   }
@@ -187,7 +204,7 @@ async function main(): Promise<void> {
   try {
     const config = loadConfig();
     const result = await run(process.argv.slice(2), config);
-    process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+    process.stdout.write(`${result instanceof Help ? result.text : JSON.stringify(result, null, 2)}\n`);
   } catch (error) {
     const known = [UsageError, RefusedError, ConfigError, DataDirLockedError, AppError, HttpAdminError].some((type) => error instanceof type);
     const message = error instanceof Error ? (known ? error.message : (error.stack ?? error.message)) : String(error);

@@ -5,7 +5,7 @@ import { Kysely, Migrator, PostgresDialect, sql, type MigrationResult, type Quer
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import { migrations } from '../../migrations/index.js';
-import type { Config } from '../config.js';
+import { isSystemError, StartError, withoutPassword, type Config } from '../config.js';
 import { completeRestore } from './backup.js';
 import { DatabaseUnavailable } from './faults.js';
 import { GuardedQueryCompiler } from './limits.js';
@@ -175,11 +175,24 @@ export async function openDatabase(config: Config, options: OpenOptions = { init
   if (config.databaseUrl) {
     const url = config.databaseUrl;
     const connectMs = config.databasePoolTimeoutMs;
-    return postgresHandle(createPgPool(url, config.databasePoolSize, { connectMs, statementMs: config.databaseStatementTimeoutMs }), () =>
+    const handle = postgresHandle(createPgPool(url, config.databasePoolSize, { connectMs, statementMs: config.databaseStatementTimeoutMs }), () =>
       createPgPool(url, 1, { connectMs, statementMs: 0 }),
     );
+    // A server that is not there, or refuses the URL's user or database, is the setting's problem: say so once, here.
+    try {
+      await handle.check();
+    } catch (error) {
+      await handle.close();
+      throw new StartError(`DATABASE_URL=${withoutPassword(url)}`, error);
+    }
+    return handle;
   }
-  const lock = await acquireDataDirLock(config.dataDir);
+  let lock: DataDirLock;
+  try {
+    lock = await acquireDataDirLock(config.dataDir);
+  } catch (error) {
+    throw isSystemError(error) ? new StartError(`DATA_DIR=${config.dataDir}`, error) : error;
+  }
   try {
     const completed = await completeRestore(config.dataDir, new Date());
     const dataDir = pgliteDataPath(config.dataDir);

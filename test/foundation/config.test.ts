@@ -59,7 +59,7 @@ describe('configuration', () => {
     expect(() => loadConfig({ DATABASE_URL: 'mysql://x' })).toThrow(
       'DATABASE_URL="mysql://x": must be a postgres:// or postgresql:// URL',
     );
-    expect(() => loadConfig({ BOOTSTRAP_ADMIN: 'maybe' })).toThrow('BOOTSTRAP_ADMIN="maybe": must be true or false');
+    expect(() => loadConfig({ BOOTSTRAP_ADMIN: 'maybe' })).toThrow('BOOTSTRAP_ADMIN="maybe": must be true or false (also 1 or 0, yes or no)');
   });
 
   it('keeps backups out of the database\'s own directory', () => {

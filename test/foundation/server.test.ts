@@ -264,4 +264,48 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     expect(await bad.exited).toBe(1);
     expect(bad.err()).toBe('trainyard: Invalid configuration:\n  PORT="eighty": must be an integer from 0 to 65535\n');
   });
+
+  it('answers --help with the usage, and an unknown option or a stray argument with a usage error', async () => {
+    const help = start('src/cli/main.ts', ['--help']);
+    expect(await help.exited).toBe(0);
+    expect(help.out()).toMatch(/^Usage: npm run cli -- <command>\n/);
+    expect(help.err()).toBe('');
+
+    const unknown = start('src/cli/main.ts', ['users', 'list', '--bogus']);
+    expect(await unknown.exited).toBe(2);
+    expect(unknown.err()).toMatch(/^Unknown option '--bogus'\. [^\n]*\n\nUsage: npm run cli -- <command>\n/);
+
+    const stray = start('src/cli/main.ts', ['migrate', 'extra']);
+    expect(await stray.exited).toBe(2);
+    expect(stray.err()).toMatch(/^Usage: npm run cli -- <command>\n/);
+    expect(stray.out()).toBe('');
+  });
+
+  it('names the setting that could not be used at start, without a stack trace', async () => {
+    const file = path.join(dataDir, 'a-file');
+    fs.writeFileSync(file, '');
+    const notADirectory = start('src/main.ts', [], { DATA_DIR: file });
+    expect(await notADirectory.exited).toBe(1);
+    expect(notADirectory.err()).toBe(`trainyard: failed to start: DATA_DIR=${file}: EEXIST: file already exists, mkdir '${file}'\n`);
+
+    const noServer = start('src/main.ts', [], { DATA_DIR: path.join(dataDir, 'unused'), DATABASE_URL: 'postgres://someone:secret@127.0.0.1:1/trainyard' });
+    expect(await noServer.exited).toBe(1);
+    expect(noServer.err()).toBe('trainyard: failed to start: DATABASE_URL=postgres://someone:***@127.0.0.1:1/trainyard: connect ECONNREFUSED 127.0.0.1:1\n');
+
+    const missing = path.join(dataDir, 'no-such-backends.json');
+    const noBackends = start('src/main.ts', [], { DATA_DIR: path.join(dataDir, 'backends'), BACKENDS_FILE: missing });
+    expect(await noBackends.exited).toBe(1);
+    expect(noBackends.err()).toMatch(new RegExp(`^trainyard: failed to start: Invalid backends file ${missing}:\n  [^\n]+\n$`));
+
+    const taken = net.createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const port = (taken.address() as net.AddressInfo).port;
+    try {
+      const busy = start('src/main.ts', [], { DATA_DIR: path.join(dataDir, 'busy'), PORT: String(port) });
+      expect(await busy.exited).toBe(1);
+      expect(busy.err()).toBe(`trainyard: failed to start: HOST=127.0.0.1 PORT=${port}: cannot listen: listen EADDRINUSE: address already in use 127.0.0.1:${port}\n`);
+    } finally {
+      taken.close();
+    }
+  });
 });
