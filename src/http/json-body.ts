@@ -62,6 +62,11 @@ export function parseJsonBody(text: string, options: { rejectNul?: boolean; plai
   return value;
 }
 
+/** Where in `value` the first string or key holding U+0000 or a lone UTF-16 surrogate is (PostgreSQL stores neither); undefined when none does. */
+export function unstorableStringAt(value: unknown): (string | number)[] | undefined {
+  return pathOf(value, [], (s) => UNSTORABLE_CHARACTER.test(s));
+}
+
 /** A `\uD800`-`\uDFFF` escape, in either case. */
 const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/;
 

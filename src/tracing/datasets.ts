@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/index.js';
 import { ForbiddenError, InvalidRequestError, NotFoundError } from '../errors.js';
+import { JsonLinesError, readJsonLines } from '../http/json-lines.js';
 import { toPlainJson } from './json.js';
 import { parseRef, REF_SCHEME, refProjectId, type WeaveRef } from './refs.js';
 import * as files from './repositories/files.js';
@@ -27,7 +28,7 @@ export async function resolveTrainingRows(db: Kysely<Database>, args: { entities
     requireEntity(args.entities, entity, `${entity}/${project}`);
     const content = await files.readFileContent(db, { projectId: `${entity}/${project}`, digest });
     if (!content) throw new NotFoundError('file', undefined, { message: `File ${digest} not found in ${entity}/${project}` });
-    return parseJsonLines(content.toString('utf8'), url);
+    return jsonLinesRows(content, url);
   }
 
   const ref = parseRef(url);
@@ -77,17 +78,11 @@ async function tableRows(db: Kysely<Database>, projectId: string, digest: string
   return rows.map((r) => toPlainJson(r.val));
 }
 
-function parseJsonLines(text: string, url: string): unknown[] {
-  const rows: unknown[] = [];
-  const lines = text.split('\n');
-  for (let i = 0; i < lines.length; i++) {
-    const line = lines[i].trim();
-    if (!line) continue;
-    try {
-      rows.push(JSON.parse(line));
-    } catch (error) {
-      throw new InvalidRequestError(`Training data ${url}: line ${i + 1} is not valid JSON (${(error as Error).message}).`, { code: 'invalid_jsonl' });
-    }
+function jsonLinesRows(bytes: Uint8Array, url: string): unknown[] {
+  try {
+    return readJsonLines(bytes);
+  } catch (error) {
+    if (error instanceof JsonLinesError) throw new InvalidRequestError(`Training data ${url}: ${error.message}.`, { code: 'invalid_jsonl' });
+    throw error;
   }
-  return rows;
 }

@@ -28,7 +28,7 @@ export const trainingPlugin: FastifyPluginAsyncZod = async (app) => {
   const signal = new JobSignal();
   const sftData = new SftDataResolver({
     resolveTracingRows: (args) => resolveTrainingRows(db, args),
-    readWandbArtifact: (principal, url) => app.wandb.datasetText(principal, url),
+    readWandbArtifact: (principal, url) => app.wandb.datasetBytes(principal, url),
     allowHttpUrls: app.config.sftAllowHttpUrls,
     maxHttpBytes: app.config.bodyLimitBytes,
   });

@@ -380,7 +380,7 @@ export const ExperimentalTrainingConfig = z
     kl_penalty_source: z.enum(['current_learner', 'sample']).nullish(),
     kl_penalty_step_lag: z.int().min(1).nullish(),
     kl_ref_adapter_path: z.string().max(TRAINING_LIMITS.checkpointUri).nullish(),
-    learning_rate: z.number().nullish(),
+    learning_rate: z.number().positive().nullish(),
     logprob_calculation_chunk_size: z.int().min(1).nullish(),
     loss_fn: z.enum(['cispo', 'ppo']).nullish(),
     mask_prob_ratio: z.boolean().nullish(),
@@ -418,7 +418,7 @@ export const SFTMetricLoggingConfig = z
 export const SFTTrainingConfig = z
   .object({
     batch_size: z.union([z.int().min(1), z.literal('auto')]).nullish(),
-    learning_rate: z.union([z.number(), z.array(z.number()).min(1).max(TRAINING_LIMITS.messages)]).nullish(),
+    learning_rate: z.union([z.number().positive(), z.array(z.number().positive()).min(1).max(TRAINING_LIMITS.messages)]).nullish(),
     assistant_turns: z.enum(['all', 'last']).nullish(),
     metric_logging: SFTMetricLoggingConfig.nullish(),
   })
@@ -451,7 +451,7 @@ export type CreateSFTTrainingJob = z.output<typeof CreateSFTTrainingJob>;
 /** One SFT training row as the worker receives it (ART's `train.jsonl` line). */
 export const SFTRow = z
   .object({
-    messages: z.array(z.record(z.string(), z.unknown())).min(1).max(TRAINING_LIMITS.messages),
+    messages: z.array(z.looseObject({ role: z.string() })).min(1).max(TRAINING_LIMITS.messages),
     tools: z.array(Tool).max(TRAINING_LIMITS.items).nullish(),
   })
   .loose();

@@ -3,6 +3,8 @@ import type { Principal } from '../auth/principal.js';
 import { AppError, ForbiddenError, UnprocessableError } from '../errors.js';
 import { isRefusedValue } from '../db/refusals.js';
 import { boundedDepth } from '../http/json-depth.js';
+import { unstorableStringAt } from '../http/json-body.js';
+import { JsonLinesError, readJsonLines } from '../http/json-lines.js';
 import { WandbRequestError } from '../wandb/service.js';
 import { SFTRow } from './schemas.js';
 
@@ -18,8 +20,8 @@ const StoredRow = boundedDepth(SFTRow);
  */
 
 export type ResolveTracingRows = (args: { entities: ReadonlySet<string>; url: string }) => Promise<unknown[]>;
-/** The JSONL text of a `wandb-artifact:///` URL's `train.jsonl`; throws WandbRequestError when it names nothing usable. */
-export type ReadWandbArtifact = (principal: Principal, url: string) => Promise<string>;
+/** The bytes of a `wandb-artifact:///` URL's `train.jsonl`; throws WandbRequestError when it names nothing usable. */
+export type ReadWandbArtifact = (principal: Principal, url: string) => Promise<Buffer>;
 
 const LOC = ['body', 'training_data_url'];
 const HTTP_TIMEOUT_MS = 30_000;
@@ -28,19 +30,14 @@ function unresolvable(url: string, why: string): UnprocessableError {
   return new UnprocessableError(`Value error, training_data_url ${url} cannot be used: ${why}`, LOC, { input: url, ctx: { error: why } });
 }
 
-/** Splits JSON Lines text into values; blank lines are skipped. */
-export function parseJsonLines(text: string, url: string): unknown[] {
-  const rows: unknown[] = [];
-  const lines = text.split('\n');
-  for (const [index, line] of lines.entries()) {
-    if (line.trim() === '') continue;
-    try {
-      rows.push(JSON.parse(line));
-    } catch {
-      throw unresolvable(url, `line ${index + 1} is not valid JSON`);
-    }
+/** The rows of a JSON Lines file (src/http/json-lines.ts); a problem is the 422 on `training_data_url`. */
+export function jsonLinesRows(bytes: Uint8Array, url: string): unknown[] {
+  try {
+    return readJsonLines(bytes);
+  } catch (error) {
+    if (error instanceof JsonLinesError) throw unresolvable(url, error.message);
+    throw error;
   }
-  return rows;
 }
 
 export class SftDataResolver {
@@ -69,6 +66,10 @@ export class SftDataResolver {
         const where = issue.path.length ? ` at ${issue.path.join('.')}` : '';
         throw unresolvable(url, `row ${index} is not a training row (${issue.message}${where}); each row needs "messages", a list of chat messages`);
       }
+      const unstorable = unstorableStringAt(row);
+      if (unstorable) {
+        throw unresolvable(url, `row ${index} holds U+0000 or a lone UTF-16 surrogate${unstorable.length ? ` at ${unstorable.join('.')}` : ''}, which cannot be stored; remove or replace it`);
+      }
     }
     return rows;
   }
@@ -89,9 +90,9 @@ export class SftDataResolver {
   private async fromWandbArtifact(principal: Principal, url: string): Promise<unknown[]> {
     const read = this.options.readWandbArtifact;
     if (!read) throw unresolvable(url, 'this server does not serve W&B artifacts');
-    let text: string;
+    let bytes: Buffer;
     try {
-      text = await read(principal, url);
+      bytes = await read(principal, url);
     } catch (error) {
       if (error instanceof WandbRequestError) {
         if (error.message.startsWith('This API key cannot reach entity')) throw new ForbiddenError(error.message, { param: 'training_data_url' });
@@ -99,7 +100,7 @@ export class SftDataResolver {
       }
       throw error;
     }
-    return parseJsonLines(text, url);
+    return jsonLinesRows(bytes, url);
   }
 
   private async fetchHttp(url: string): Promise<unknown[]> {
@@ -136,6 +137,6 @@ export class SftDataResolver {
       if (error instanceof UnprocessableError) throw error;
       throw unresolvable(url, `the download failed (${error instanceof Error ? error.message : String(error)})`);
     }
-    return parseJsonLines(Buffer.concat(chunks).toString('utf8'), url);
+    return jsonLinesRows(Buffer.concat(chunks), url);
   }
 }

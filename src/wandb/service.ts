@@ -559,11 +559,11 @@ export class WandbService {
   // SFT data
 
   /**
-   * The `train.jsonl` text of the dataset artifact a `wandb-artifact:///entity/project/name:alias` URL
+   * The `train.jsonl` bytes of the dataset artifact a `wandb-artifact:///entity/project/name:alias` URL
    * names. Throws WandbRequestError for a URL that names nothing usable and for an entity the key
    * cannot reach (the SFT resolver turns those into its 422 and 403).
    */
-  async datasetText(principal: Principal, url: string): Promise<string> {
+  async datasetBytes(principal: Principal, url: string): Promise<Buffer> {
     const match = /^wandb-artifact:\/\/\/([^/]+)\/([^/]+)\/([^/:]+)(?::([^/:]+))?$/.exec(url);
     if (!match) throw new WandbRequestError('expected wandb-artifact:///<entity>/<project>/<artifact>:<version or alias>');
     const [, entity, project, name, alias = 'latest'] = match;
@@ -574,7 +574,7 @@ export class WandbService {
     const file = (await this.files(found.artifact)).find((f) => f.name === 'train.jsonl');
     if (!file) throw new WandbRequestError(`artifact ${entity}/${project}/${name}:${alias} has no train.jsonl`);
     const data = await repo.readBlob(this.db, { entity, md5: b64ToHex(file.md5) });
-    return data!.toString('utf8');
+    return data!;
   }
 }
 

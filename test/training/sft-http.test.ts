@@ -28,6 +28,11 @@ beforeAll(async () => {
     if (request.url === '/huge.jsonl') return void response.end('x'.repeat(2 * 1024 * 1024));
     if (request.url === '/broken.jsonl') return void response.end('{"messages": [}\n');
     if (request.url === '/deep.jsonl') return void response.end(`${JSON.stringify(rowNesting(256))}\n${JSON.stringify(rowNesting(257))}\n`);
+    if (request.url === '/bom.jsonl') return void response.end(`\ufeff${rows.map((row) => JSON.stringify(row)).join('\r\n')}\r\n`);
+    if (request.url === '/latin1.jsonl') return void response.end(Buffer.from('{"messages": [{"role": "user", "content": "caf\xe9"}]}\n', 'latin1'));
+    if (request.url === '/nul.jsonl') return void response.end(`${JSON.stringify(rows[0])}\n{"messages": [{"role": "user", "content": "a\\u0000b"}]}\n`);
+    if (request.url === '/surrogate.jsonl') return void response.end('{"messages": [{"role": "user", "content": "\\ud800"}]}\n');
+    if (request.url === '/no-role.jsonl') return void response.end('{"messages": [{"content": "hi"}]}\n');
     if (request.url === '/redirect') return void response.writeHead(302, { location: '/train.jsonl' }).end();
     response.writeHead(404).end('no such file');
   });
@@ -56,8 +61,57 @@ describe('SFT data from http(s) URLs', () => {
     const why = async (path: string) => (await create(model.id, `${filesUrl}${path}`)).body.detail[0].ctx.error;
     expect(await why('/missing.jsonl')).toBe('the server answered HTTP 404');
     expect(await why('/huge.jsonl')).toBe('it is larger than the limit of 1048576 bytes');
-    expect(await why('/broken.jsonl')).toBe('line 1 is not valid JSON');
+    expect(await why('/broken.jsonl')).toBe('line 1 is not valid JSON (Unexpected token \'}\', "{"messages": [}" is not valid JSON)');
     expect(await why('/redirect')).toBe('the server answered HTTP 302');
+  });
+
+  it('reads a file with a byte order mark and CRLF line ends as its rows', async () => {
+    const { model, baseModel } = await userWithModel(app, user);
+    const job = await create(model.id, `${filesUrl}/bom.jsonl`);
+    expect(job.status, job.text).toBe(200);
+    const worker = await ScriptedWorker.create(app, user, [baseModel]);
+    expect(await worker.inputs((await worker.claim())!)).toEqual(rows);
+  });
+
+  it('a file that is not UTF-8, a row holding U+0000 or a lone surrogate, or a message without a role is a 422 naming why', async () => {
+    const { model } = await userWithModel(app, user);
+    const url = `${filesUrl}/latin1.jsonl`;
+    const latin1 = await create(model.id, url);
+    expect([latin1.status, latin1.body]).toEqual([
+      422,
+      {
+        detail: [
+          {
+            type: 'value_error',
+            loc: ['body', 'training_data_url'],
+            msg: `Value error, training_data_url ${url} cannot be used: it is not UTF-8 text (save it as UTF-8)`,
+            input: url,
+            ctx: { error: 'it is not UTF-8 text (save it as UTF-8)' },
+          },
+        ],
+      },
+    ]);
+    const why = async (path: string) => (await create(model.id, `${filesUrl}${path}`)).body.detail[0].ctx.error;
+    expect(await why('/nul.jsonl')).toBe('row 1 holds U+0000 or a lone UTF-16 surrogate at messages.0.content, which cannot be stored; remove or replace it');
+    expect(await why('/surrogate.jsonl')).toBe('row 0 holds U+0000 or a lone UTF-16 surrogate at messages.0.content, which cannot be stored; remove or replace it');
+    expect(await why('/no-role.jsonl')).toBe(
+      'row 0 is not a training row (Invalid input: expected string, received undefined at messages.0.role); each row needs "messages", a list of chat messages',
+    );
+    const jobs = await call(app, user.headers, 'GET', `/v1/preview/training-jobs?model_id=${model.id}`);
+    expect(jobs.body.data).toEqual([]);
+  });
+
+  it('a learning rate that is not positive is a 422 at creation, not a failed job', async () => {
+    const { model } = await userWithModel(app, user);
+    for (const learning_rate of [0, -1e-5, [1e-5, 0]]) {
+      const response = await call(app, user.headers, 'POST', '/v1/preview/sft-training-jobs', { model_id: model.id, training_data_url: `${filesUrl}/train.jsonl`, config: { learning_rate } });
+      expect(response.status, JSON.stringify(learning_rate)).toBe(422);
+    }
+    const response = await call(app, user.headers, 'POST', '/v1/preview/sft-training-jobs', { model_id: model.id, training_data_url: `${filesUrl}/train.jsonl`, config: { learning_rate: 0 } });
+    expect(response.body).toEqual({
+      detail: [{ type: 'greater_than', loc: ['body', 'config', 'learning_rate'], msg: 'Input should be greater than 0', input: 0, ctx: { gt: 0 } }],
+    });
+    expect((await call(app, user.headers, 'GET', `/v1/preview/training-jobs?model_id=${model.id}`)).body.data).toEqual([]);
   });
 
   it('a row nested past the storage bound of 256 levels is a 422 naming the row', async () => {
