@@ -1,9 +1,11 @@
+import { createHash } from 'node:crypto';
 import { gzipSync } from 'node:zlib';
 import { context as otelContext, diag, DiagLogLevel, SpanStatusCode, trace as otelTrace, type DiagLogger } from '@opentelemetry/api';
 import { OTLPTraceExporter as HttpExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { OTLPTraceExporter as ProtoExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, SimpleSpanProcessor, type SpanExporter } from '@opentelemetry/sdk-trace-base';
+import protobuf from 'protobufjs/minimal.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { decodeTraceResponse } from '../../src/tracing/otel/protobuf.js';
@@ -260,4 +262,226 @@ describe('the OTLP routes by hand', () => {
     expect(garbage.statusCode).toBe(400);
     expect(garbage.json().reason).toMatch(/^The body is not a valid OTLP ExportTraceServiceRequest \(protobuf\): /);
   });
+
+  /** OTLP/JSON AnyValue text: `levels` arrayValues around the int 1, built as text (JSON.stringify recurses). */
+  const deepJson = (levels: number) => `${'{"arrayValue":{"values":['.repeat(levels)}{"intValue":"1"}${']}}'.repeat(levels)}`;
+  /** An export as text with each `"@deep@"` placeholder replaced by `deep`. */
+  const withDeep = (body: unknown, deep: string) => JSON.stringify(body).replaceAll('"@deep@"', deep);
+  const TOO_DEEP = 'nests more than 256 levels of arrays and key-value lists, the most that is stored';
+
+  describe('attribute values nested past the stored bound', () => {
+    it('reject only the span holding an OTLP/JSON value nested 257 or 10,000 levels, as partial success, and store the others', async () => {
+      const project = `${user.entity}/${uniqueName('deep')}`;
+      const spans = [
+        span({ spanId: '0000000000000001', name: 'fine' }),
+        span({ spanId: '0000000000000002', name: 'at the bound', attributes: [{ key: 'input', value: '@256@' }] }),
+        span({ spanId: '0000000000000003', name: 'one past', attributes: [{ key: 'input', value: '@257@' }] }),
+        span({ spanId: '0000000000000004', name: 'very deep', attributes: [{ key: 'a', value: { stringValue: 'x' } }, { key: 'input', value: '@deep@' }] }),
+        span({ spanId: '0000000000000005', name: 'deep event', events: [{ name: 'e', timeUnixNano: '1735689600500000000', attributes: [{ key: 'payload', value: '@deep@' }] }] }),
+      ];
+      const text = withDeep(otlp(spans), deepJson(10_000)).replace('"@256@"', deepJson(256)).replace('"@257@"', deepJson(257));
+      const response = await send(text, { authorization: basicAuth(user.key), project_id: project });
+      expect(response.statusCode, response.body.slice(0, 300)).toBe(200);
+      expect(response.json()).toEqual({
+        partialSuccess: {
+          rejectedSpans: 4,
+          errorMessage:
+            '4 span(s) rejected: ' +
+            // At the bound the value is read, and what would be stored is refused as before (inputs hold it one level down).
+            'span 0000000000000002 "at the bound": inputs nests more than 256 levels of objects and arrays, the most that is stored; ' +
+            `span 0000000000000003 "one past": attribute "input" ${TOO_DEEP}; ` +
+            `span 0000000000000004 "very deep": attribute "input" ${TOO_DEEP}; ` +
+            `span 0000000000000005 "deep event": event attribute "payload" ${TOO_DEEP}`,
+        },
+      });
+      expect((await calls(project)).map((call) => call.id)).toEqual(['0000000000000001']);
+    });
+
+    it('fail an OTLP/JSON export whose resource attribute nests 10,000 levels with a 400', async () => {
+      const project = `${user.entity}/${uniqueName('deep')}`;
+      const body = { resourceSpans: [{ resource: { attributes: [{ key: 'deep', value: '@deep@' }] }, scopeSpans: [{ scope: { name: 's' }, spans: [span()] }] }] };
+      const response = await send(withDeep(body, deepJson(10_000)), { authorization: basicAuth(user.key), project_id: project });
+      expect(response.statusCode).toBe(400);
+      expect(response.json()).toEqual({ reason: `The body is not an OTLP/JSON ExportTraceServiceRequest: resource attribute "deep" ${TOO_DEEP}` });
+      expect(await calls(project)).toEqual([]);
+    });
+
+    it('reject only the span holding a protobuf value nested 10,000 levels, and read on after it', async () => {
+      const project = `${user.entity}/${uniqueName('deep')}`;
+      const request = pbRequest([
+        // The deep attribute comes before the span's id and name: the reader skips it and reads them.
+        pbSpan({ spanId: '0000000000000001', name: 'deep first', attributes: [['input', 10_000]] }),
+        pbSpan({ spanId: '0000000000000002', name: 'deep link', links: [['context', 10_000]] }),
+        pbSpan({ spanId: '0000000000000003', name: 'fine', attributes: [['input', 3]] }),
+      ]);
+      const response = await send(request, { authorization: basicAuth(user.key), 'content-type': 'application/x-protobuf', project_id: project });
+      expect(response.statusCode, response.body.slice(0, 300)).toBe(200);
+      expect(decodeTraceResponse(response.rawPayload)).toEqual({
+        rejectedSpans: 2,
+        errorMessage: `2 span(s) rejected: span 0000000000000001 "deep first": attribute "input" ${TOO_DEEP}; span 0000000000000002 "deep link": link attribute "context" ${TOO_DEEP}`,
+      });
+      const stored = await calls(project);
+      expect(stored.map((call) => [call.id, call.inputs])).toEqual([['0000000000000003', { input: [[[1]]] }]]);
+    });
+
+    it('fail a protobuf export whose scope attribute nests 10,000 levels with a 400', async () => {
+      const project = `${user.entity}/${uniqueName('deep')}`;
+      const request = pbRequest([pbSpan({ spanId: '0000000000000001', name: 'fine' })], [['deep', 10_000]]);
+      const response = await send(request, { authorization: basicAuth(user.key), 'content-type': 'application/x-protobuf', project_id: project });
+      expect(response.statusCode).toBe(400);
+      expect(response.json()).toEqual({ reason: `The body is not a valid OTLP ExportTraceServiceRequest (protobuf): scope attribute "deep" ${TOO_DEEP}` });
+      expect(await calls(project)).toEqual([]);
+    });
+
+    it('reject only the span with a dotted attribute key of more segments than are stored, naming the key cut short', async () => {
+      const project = `${user.entity}/${uniqueName('deep')}`;
+      const attr = (key: string) => ({ key, value: { stringValue: 'v' } });
+      const spans = [
+        span({ spanId: '0000000000000001', name: '256 segments', attributes: [attr(Array(256).fill('k').join('.'))] }),
+        span({ spanId: '0000000000000002', name: '257 segments', attributes: [attr(Array(257).fill('k').join('.'))] }),
+        span({ spanId: '0000000000000003', name: '10,000 segments', attributes: [attr(Array(10_000).fill('a').join('.'))] }),
+      ];
+      const response = await send(otlp(spans), { authorization: basicAuth(user.key), project_id: project });
+      expect(response.statusCode, response.body.slice(0, 300)).toBe(200);
+      const cut = `${'k.'.repeat(32)}…`;
+      expect(response.json()).toEqual({
+        partialSuccess: {
+          rejectedSpans: 2,
+          errorMessage:
+            `2 span(s) rejected: span 0000000000000002 "257 segments": attribute "${cut}" has 257 dot-separated segments, more than the 256 levels of objects that are stored; ` +
+            `span 0000000000000003 "10,000 segments": attribute "${'a.'.repeat(32)}…" has 10000 dot-separated segments, more than the 256 levels of objects that are stored`,
+        },
+      });
+      expect((await calls(project)).map((call) => call.id)).toEqual(['0000000000000001']);
+    });
+  });
+
+  it('never stores a call that ends before it starts, whatever langfuse.startTime and langfuse.endTime say', async () => {
+    const project = `${user.entity}/${uniqueName('langfuse')}`;
+    const time = (key: string, value: string) => ({ key, value: { stringValue: value } });
+    const spans = [
+      // The span itself ends at 00:00:01; langfuse says it started at 00:00:05.
+      span({ spanId: '0000000000000001', attributes: [time('langfuse.startTime', '2025-01-01T00:00:05Z')] }),
+      span({ spanId: '0000000000000002', attributes: [time('langfuse.startTime', '2025-01-01T00:00:05.5Z'), time('langfuse.endTime', '2025-01-01T00:00:03Z')] }),
+      span({ spanId: '0000000000000003', attributes: [time('langfuse.startTime', '2025-01-01T00:00:00.5Z')] }),
+    ];
+    const response = await send(otlp(spans), { authorization: basicAuth(user.key), project_id: project });
+    expect(response.json()).toEqual({});
+    const stored = new Map((await calls(project)).map((call) => [call.id, [call.started_at, call.ended_at, call.summary.weave.latency_ms]]));
+    expect(Object.fromEntries(stored)).toEqual({
+      '0000000000000001': ['2025-01-01T00:00:05.000000Z', '2025-01-01T00:00:05.000000Z', 0],
+      '0000000000000002': ['2025-01-01T00:00:05.500000Z', '2025-01-01T00:00:05.500000Z', 0],
+      '0000000000000003': ['2025-01-01T00:00:00.500000Z', '2025-01-01T00:00:01.000000Z', 500],
+    });
+  });
+
+  it('cuts a long span name to an op name never mid code point', async () => {
+    const project = `${user.entity}/${uniqueName('opname')}`;
+    // 118 characters and then emoji: the cut at 119 would fall between the halves of a surrogate pair.
+    const name = `${'o'.repeat(118)}${'😀'.repeat(10)}`;
+    const response = await send(otlp([span({ name })]), { authorization: basicAuth(user.key), project_id: project });
+    expect(response.json()).toEqual({});
+    const [call] = await calls(project);
+    expect(call.op_name).toBe(`${'o'.repeat(118)}_${createHash('sha256').update(name).digest('hex').slice(0, 8)}`);
+  });
+
+  describe('OTLP/JSON boolValue and intValue', () => {
+    it('read true and false as JSON booleans or text, and int64s as whole numbers or decimal digits', async () => {
+      const project = `${user.entity}/${uniqueName('values')}`;
+      const attributes = [
+        { key: 'b.json_false', value: { boolValue: false } },
+        { key: 'b.text_false', value: { boolValue: 'false' } },
+        { key: 'b.text_true', value: { boolValue: 'true' } },
+        { key: 'b.null', value: { boolValue: null } },
+        { key: 'i.text', value: { intValue: '-42' } },
+        { key: 'i.number', value: { intValue: 7 } },
+        { key: 'i.whole_float', value: { intValue: 3.0 } },
+      ];
+      const response = await send(otlp([span({ attributes })]), { authorization: basicAuth(user.key), project_id: project });
+      expect(response.json()).toEqual({});
+      const [call] = await calls(project);
+      const { otel_span: _, ...tree } = call.attributes;
+      expect(tree).toEqual({ b: { json_false: false, text_false: false, text_true: true, null: false }, i: { text: -42, number: 7, whole_float: 3 } });
+    });
+
+    const NOT_INT64 = 'is not an int64 (a whole number from -2^63 to 2^63-1, as a JSON number or decimal digits in a string)';
+    it.each([
+      ['the text "no"', { boolValue: 'no' }, 'boolValue "no" is not a boolean (true or false)'],
+      ['the number 1', { boolValue: 1 }, 'boolValue 1 is not a boolean (true or false)'],
+      ['an object', { boolValue: {} }, 'boolValue an object is not a boolean (true or false)'],
+      ['letters', { intValue: 'abc' }, `intValue "abc" ${NOT_INT64}`],
+      ['a fraction', { intValue: 1.5 }, `intValue 1.5 ${NOT_INT64}`],
+      ['empty text', { intValue: '' }, `intValue "" ${NOT_INT64}`],
+      ['digits past int64', { intValue: '9223372036854775808' }, `intValue "9223372036854775808" ${NOT_INT64}`],
+      ['an array', { intValue: [1] }, `intValue an array ${NOT_INT64}`],
+      ['long text, named cut short', { intValue: 'x'.repeat(1000) }, `intValue "${'x'.repeat(64)}…" ${NOT_INT64}`],
+    ])('refuse the export with a 400 naming the value: %s', async (_, value, message) => {
+      const project = `${user.entity}/${uniqueName('values')}`;
+      const response = await send(otlp([span({ attributes: [{ key: 'v', value }] })]), { authorization: basicAuth(user.key), project_id: project });
+      expect(response.statusCode).toBe(400);
+      expect(response.json()).toEqual({ reason: `The body is not an OTLP/JSON ExportTraceServiceRequest: ${message}` });
+      expect(await calls(project)).toEqual([]);
+    });
+  });
 });
+
+/** A protobuf AnyValue of `levels` arrayValues around the int 1; iterative, as the writer's forks are. */
+function pbDeep(writer: protobuf.Writer, levels: number): void {
+  for (let i = 0; i < levels; i++) writer.uint32((5 << 3) | 2).fork().uint32((1 << 3) | 2).fork();
+  writer.uint32((3 << 3) | 0).int64(1);
+  for (let i = 0; i < 2 * levels; i++) writer.ldelim();
+}
+
+/** A KeyValue (field `no` of its message) whose value nests `levels` arrays. */
+function pbAttribute(writer: protobuf.Writer, no: number, [key, levels]: [string, number]): void {
+  writer.uint32((no << 3) | 2).fork().uint32((1 << 3) | 2).string(key).uint32((2 << 3) | 2).fork();
+  pbDeep(writer, levels);
+  writer.ldelim().ldelim();
+}
+
+interface PbSpanSpec {
+  spanId: string;
+  name: string;
+  attributes?: [string, number][];
+  links?: [string, number][];
+}
+
+/** A fixed64 time field, as its two little-endian halves. */
+function pbTime(writer: protobuf.Writer, no: number, nanos: bigint): void {
+  writer.uint32((no << 3) | 1).fixed32(Number(nanos & 0xffffffffn)).fixed32(Number(nanos >> 32n));
+}
+
+/** A Span's fields, its attributes and links first. */
+function pbSpan(spec: PbSpanSpec): (writer: protobuf.Writer) => void {
+  return (writer) => {
+    for (const attribute of spec.attributes ?? []) pbAttribute(writer, 9, attribute);
+    for (const link of spec.links ?? []) {
+      writer.uint32((13 << 3) | 2).fork().uint32((1 << 3) | 2).bytes(Buffer.from('0af7651916cd43dd8448eb211c80319c', 'hex'));
+      writer.uint32((2 << 3) | 2).bytes(Buffer.from('00f067aa0ba902b7', 'hex'));
+      pbAttribute(writer, 4, link);
+      writer.ldelim();
+    }
+    writer.uint32((1 << 3) | 2).bytes(Buffer.from('0af7651916cd43dd8448eb211c80319c', 'hex'));
+    writer.uint32((2 << 3) | 2).bytes(Buffer.from(spec.spanId, 'hex'));
+    writer.uint32((5 << 3) | 2).string(spec.name);
+    pbTime(writer, 7, 1735689600000000000n);
+    pbTime(writer, 8, 1735689601000000000n);
+  };
+}
+
+/** An ExportTraceServiceRequest of one resource and one scope (with `scopeAttributes`) holding `spans`. */
+function pbRequest(spans: ((writer: protobuf.Writer) => void)[], scopeAttributes: [string, number][] = []): Buffer {
+  const writer = protobuf.Writer.create();
+  writer.uint32((1 << 3) | 2).fork(); // resource_spans
+  writer.uint32((2 << 3) | 2).fork(); // scope_spans
+  writer.uint32((1 << 3) | 2).fork().uint32((1 << 3) | 2).string('s'); // scope
+  for (const attribute of scopeAttributes) pbAttribute(writer, 3, attribute);
+  writer.ldelim();
+  for (const write of spans) {
+    writer.uint32((2 << 3) | 2).fork();
+    write(writer);
+    writer.ldelim();
+  }
+  writer.ldelim().ldelim();
+  return Buffer.from(writer.finish());
+}

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../http/json-depth.js';
 import { ExactNumber, isJsonObject, numberOf, parsePayloadText } from '../exact-numbers.js';
 import { isValidIsoDateTime, TRACING_LIMITS } from '../schemas/common.js';
-import { SPAN_KINDS, STATUS_CODES, STATUS_ERROR, type AttrValue, type KeyValue, type OtlpResourceSpans, type OtlpScope, type OtlpSpan } from './model.js';
+import { cutText, shortText, SPAN_KINDS, STATUS_CODES, STATUS_ERROR, type AttrValue, type KeyValue, type OtlpResourceSpans, type OtlpScope, type OtlpSpan } from './model.js';
 
 /**
  * Span → call (reference §6, after weave's opentelemetry/constants.py and attributes.py): ids, op name,
@@ -75,7 +75,9 @@ const EXCEPTION_MESSAGE = path('exception.message');
 
 /**
  * `a.b.c` keys as nested objects; a key that is both a value and a prefix of another rejects the span,
- * and so does a `__proto__` segment (it would otherwise reach Object.prototype).
+ * and so does a `__proto__` segment (it would otherwise reach Object.prototype), and a key of more
+ * segments than a stored value may nest levels (its objects could not be stored, and listify, which
+ * recurses, would overflow the stack on a key of thousands).
  */
 export function unflatten(attributes: readonly KeyValue[]): Tree {
   const root: Tree = {};
@@ -85,6 +87,9 @@ export function unflatten(attributes: readonly KeyValue[]): Tree {
     if (key === '__proto__') throw new SpanRejected(`attribute ${JSON.stringify(key)} has a __proto__ segment`);
     if (key.includes('.')) {
       const parts = key.split('.');
+      if (parts.length > MAX_JSON_DEPTH) {
+        throw new SpanRejected(`attribute ${JSON.stringify(shortText(key))} has ${parts.length} dot-separated segments, more than the ${MAX_JSON_DEPTH} levels of objects that are stored`);
+      }
       if (parts.includes('__proto__')) throw new SpanRejected(`attribute ${JSON.stringify(key)} has a __proto__ segment`);
       for (let i = 0; i < parts.length - 1; i++) {
         const part = parts[i];
@@ -187,14 +192,14 @@ function langfuseTime(value: AttrValue | undefined, what: string): string | unde
   if (typeof value !== 'string' || Number.isNaN(Date.parse(value))) return undefined;
   const iso = new Date(value).toISOString();
   if (!isValidIsoDateTime(iso)) throw new SpanRejected(`${what} ${JSON.stringify(value)} is out of range (years 1 to 9999)`);
-  return iso;
+  // With microseconds, as isoFromNanos writes them, so that the two compare as text.
+  return `${iso.slice(0, -1)}000Z`;
 }
 
 /** A display name cut to the bound of the call routes (as weave's SDK elides long ones), never mid code point. */
 function displayName(name: string | null): string | null {
   if (name === null || name.length <= TRACING_LIMITS.callNameLength) return name;
-  const cut = name.slice(0, TRACING_LIMITS.callNameLength - 3);
-  return `${/[\ud800-\udbff]$/.test(cut) ? cut.slice(0, -1) : cut}...`;
+  return `${cutText(name, TRACING_LIMITS.callNameLength - 3)}...`;
 }
 
 /** An id the call routes bound: past it, SpanRejected (cutting it would merge distinct ids). */
@@ -203,10 +208,11 @@ function bounded(value: string | null, attribute: string, max: number): string |
   return value;
 }
 
+/** A span name as an op name: past MAX_OP_NAME, cut (never mid code point), `_` and 8 hex of its sha256. */
 function opName(name: string): string {
   if (name.length <= MAX_OP_NAME) return name;
   const hash = createHash('sha256').update(name).digest('hex').slice(0, 8);
-  return `${name.slice(0, MAX_OP_NAME - 9)}_${hash}`;
+  return `${cutText(name, MAX_OP_NAME - 9)}_${hash}`;
 }
 
 /** Key/values as one object, as Object.fromEntries makes it (a later repeat wins; `__proto__` is a plain key). */
@@ -293,6 +299,7 @@ export function spanToCall(context: SpanContext, span: OtlpSpan): OtelCall {
   if (span.parentSpanId !== '' && !PARENT_ID.test(span.parentSpanId)) throw new SpanRejected(`invalid parent span id ${JSON.stringify(span.parentSpanId)}`);
   if (span.name === '') throw new SpanRejected(`span ${span.spanId} has no name`);
   if (span.startTimeUnixNano === 0n) throw new SpanRejected(`span ${span.spanId} has no start time`);
+  if (span.unreadable !== undefined) throw new SpanRejected(span.unreadable);
 
   const tree = unflatten(span.attributes);
   let events: Map<string, Tree[]> | undefined;
@@ -339,7 +346,9 @@ export function spanToCall(context: SpanContext, span: OtlpSpan): OtelCall {
 
   const startedAt = langfuseTime(get(tree, LANGFUSE_START), 'langfuse.startTime') ?? isoFromNanos(span.startTimeUnixNano, 'startTimeUnixNano');
   const endNanos = span.endTimeUnixNano >= span.startTimeUnixNano ? span.endTimeUnixNano : span.startTimeUnixNano;
-  const endedAt = langfuseTime(get(tree, LANGFUSE_END), 'langfuse.endTime') ?? isoFromNanos(endNanos, 'endTimeUnixNano');
+  const end = langfuseTime(get(tree, LANGFUSE_END), 'langfuse.endTime') ?? isoFromNanos(endNanos, 'endTimeUnixNano');
+  // A call never ends before it starts (a langfuse.startTime after the span's end would make its latency negative).
+  const endedAt = end < startedAt ? startedAt : end;
 
   const str = (parts: readonly string[]): string | null => {
     const v = get(tree, parts);

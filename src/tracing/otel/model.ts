@@ -1,3 +1,4 @@
+import { MAX_JSON_DEPTH } from '../../http/json-depth.js';
 import type { ExactNumber } from '../exact-numbers.js';
 
 /**
@@ -47,6 +48,8 @@ export interface OtlpSpan {
   droppedLinksCount: number;
   status: { code: number; message: string };
   flags: number;
+  /** Why the decoder could not read the span whole (an attribute nested too deep); the mapping rejects it. */
+  unreadable?: string;
 }
 
 export interface OtlpScope {
@@ -74,6 +77,34 @@ export interface OtlpTraceRequest {
 export const SPAN_KINDS = ['SPAN_KIND_UNSPECIFIED', 'SPAN_KIND_INTERNAL', 'SPAN_KIND_SERVER', 'SPAN_KIND_CLIENT', 'SPAN_KIND_PRODUCER', 'SPAN_KIND_CONSUMER'];
 export const STATUS_CODES = ['STATUS_CODE_UNSET', 'STATUS_CODE_OK', 'STATUS_CODE_ERROR'];
 export const STATUS_ERROR = 2;
+
+/** The first `max` UTF-16 units of `text`, one fewer when the last would split a surrogate pair. */
+export function cutText(text: string, max: number): string {
+  const cut = text.slice(0, max);
+  return /[\ud800-\udbff]$/.test(cut) ? cut.slice(0, -1) : cut;
+}
+
+/** `text` cut to `max` characters (never mid code point) and `…`, for messages that name a client's value. */
+export function shortText(text: string, max = 64): string {
+  return text.length <= max ? text : `${cutText(text, max)}…`;
+}
+
+/**
+ * A decoder met an AnyValue nesting deeper than MAX_JSON_DEPTH levels of arrays and key-value lists: it
+ * stops there (a value deeper than that could not be stored, and reading it recursively could overflow
+ * the stack), and the attribute's reader names the attribute (attributeTooDeep).
+ */
+export class ValueTooDeep extends Error {}
+
+/** Throws ValueTooDeep for an array or key-value list `levels` levels down (the outermost is 1) past MAX_JSON_DEPTH. */
+export function checkDepth(levels: number): void {
+  if (levels > MAX_JSON_DEPTH) throw new ValueTooDeep();
+}
+
+/** The message of an attribute (`where`: of a span, `event`, `link`, `resource`, `scope`) nested past MAX_JSON_DEPTH. */
+export function attributeTooDeep(key: string, where?: string): string {
+  return `${where ? `${where} ` : ''}attribute ${JSON.stringify(shortText(key))} nests more than ${MAX_JSON_DEPTH} levels of arrays and key-value lists, the most that is stored`;
+}
 
 export function emptySpan(): OtlpSpan {
   return {

@@ -1,7 +1,7 @@
 import protobuf from 'protobufjs/minimal.js';
 import { InvalidRequestError } from '../../errors.js';
 import { ExactOtlpNumbers } from '../exact-numbers.js';
-import { emptySpan, type AttrValue, type KeyValue, type OtlpEvent, type OtlpLink, type OtlpResourceSpans, type OtlpScope, type OtlpScopeSpans, type OtlpSpan, type OtlpTraceRequest } from './model.js';
+import { attributeTooDeep, checkDepth, emptySpan, ValueTooDeep, type AttrValue, type KeyValue, type OtlpEvent, type OtlpLink, type OtlpResourceSpans, type OtlpScope, type OtlpScopeSpans, type OtlpSpan, type OtlpTraceRequest } from './model.js';
 
 /**
  * OTLP/HTTP protobuf: `opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest` decoded with
@@ -46,8 +46,8 @@ function message(reader: protobuf.Reader, length: number, each: (field: number) 
   }
 }
 
-/** An AnyValue, its typed numbers kept by `numbers`. */
-function anyValue(reader: Reader, length: number, numbers: ExactOtlpNumbers): AttrValue {
+/** An AnyValue `levels` arrays and key-value lists down, its typed numbers kept by `numbers` (ValueTooDeep past MAX_JSON_DEPTH). */
+function anyValue(reader: Reader, length: number, numbers: ExactOtlpNumbers, levels: number): AttrValue {
   let value: AttrValue = null;
   message(reader, length, (field) => {
     switch (field) {
@@ -56,16 +56,18 @@ function anyValue(reader: Reader, length: number, numbers: ExactOtlpNumbers): At
       case 3: value = int64Value(reader, numbers); return true;
       case 4: value = numbers.double(reader.double()); return true;
       case 5: {
+        checkDepth(levels + 1);
         const values: AttrValue[] = [];
-        message(reader, reader.uint32(), (f) => (f === 1 ? (values.push(anyValue(reader, reader.uint32(), numbers)), true) : false));
+        message(reader, reader.uint32(), (f) => (f === 1 ? (values.push(anyValue(reader, reader.uint32(), numbers, levels + 1)), true) : false));
         value = values;
         return true;
       }
       case 6: {
+        checkDepth(levels + 1);
         const out: Record<string, AttrValue> = {};
         message(reader, reader.uint32(), (f) => {
           if (f !== 1) return false;
-          const kv = keyValue(reader, reader.uint32(), numbers);
+          const kv = keyValue(reader, reader.uint32(), numbers, levels + 1);
           out[kv.key] = kv.value;
           return true;
         });
@@ -79,25 +81,56 @@ function anyValue(reader: Reader, length: number, numbers: ExactOtlpNumbers): At
   return value;
 }
 
-/** A KeyValue of a span, event or link; of a resource or scope, with `ExactOtlpNumbers.plain`. */
-function keyValue(reader: Reader, length: number, numbers = reader.numbers): KeyValue {
+/** A KeyValue whose value is `levels` arrays and key-value lists down. */
+function keyValue(reader: Reader, length: number, numbers: ExactOtlpNumbers, levels: number): KeyValue {
   const kv: KeyValue = { key: '', value: null };
   message(reader, length, (field) => {
     if (field === 1) kv.key = reader.string();
-    else if (field === 2) kv.value = anyValue(reader, reader.uint32(), numbers);
+    else if (field === 2) kv.value = anyValue(reader, reader.uint32(), numbers, levels);
     else return false;
     return true;
   });
   return kv;
 }
 
-function event(reader: Reader, length: number): OtlpEvent {
+/**
+ * An attribute (a top-level KeyValue) of `length` bytes, or, when its value nests past MAX_JSON_DEPTH,
+ * its key alone (`tooDeep`): the value is skipped whole, and the reader continues after the attribute.
+ */
+function attribute(reader: Reader, length: number, numbers: ExactOtlpNumbers): KeyValue | { tooDeep: string } {
+  const start = reader.pos;
+  try {
+    return keyValue(reader, length, numbers, 0);
+  } catch (error) {
+    if (!(error instanceof ValueTooDeep)) throw error;
+  }
+  reader.pos = start;
+  let key = '';
+  message(reader, length, (field) => (field === 1 ? ((key = reader.string()), true) : false));
+  return { tooDeep: key };
+}
+
+/** Reads an attribute of `span` (or of its event or link, `where`) into `into`; one nested too deep makes the span unreadable. */
+function spanAttribute(reader: Reader, span: OtlpSpan, into: KeyValue[], where?: string): void {
+  const kv = attribute(reader, reader.uint32(), reader.numbers);
+  if ('tooDeep' in kv) span.unreadable ??= attributeTooDeep(kv.tooDeep, where);
+  else into.push(kv);
+}
+
+/** A resource's or scope's attribute; one nested too deep (it is copied into every span) fails the request. */
+function sharedAttribute(reader: Reader, where: string): KeyValue {
+  const kv = attribute(reader, reader.uint32(), ExactOtlpNumbers.plain);
+  if ('tooDeep' in kv) throw new Error(attributeTooDeep(kv.tooDeep, where));
+  return kv;
+}
+
+function event(reader: Reader, length: number, span: OtlpSpan): OtlpEvent {
   const e: OtlpEvent = { timeUnixNano: 0n, name: '', attributes: [], droppedAttributesCount: 0 };
   message(reader, length, (field) => {
     switch (field) {
       case 1: e.timeUnixNano = fixed64(reader); return true;
       case 2: e.name = reader.string(); return true;
-      case 3: e.attributes.push(keyValue(reader, reader.uint32())); return true;
+      case 3: spanAttribute(reader, span, e.attributes, 'event'); return true;
       case 4: e.droppedAttributesCount = reader.uint32(); return true;
       default: return false;
     }
@@ -105,14 +138,14 @@ function event(reader: Reader, length: number): OtlpEvent {
   return e;
 }
 
-function link(reader: Reader, length: number): OtlpLink {
+function link(reader: Reader, length: number, span: OtlpSpan): OtlpLink {
   const l: OtlpLink = { traceId: '', spanId: '', traceState: '', attributes: [], droppedAttributesCount: 0, flags: 0 };
   message(reader, length, (field) => {
     switch (field) {
       case 1: l.traceId = hex(reader.bytes()); return true;
       case 2: l.spanId = hex(reader.bytes()); return true;
       case 3: l.traceState = reader.string(); return true;
-      case 4: l.attributes.push(keyValue(reader, reader.uint32())); return true;
+      case 4: spanAttribute(reader, span, l.attributes, 'link'); return true;
       case 5: l.droppedAttributesCount = reader.uint32(); return true;
       case 6: l.flags = reader.fixed32(); return true;
       default: return false;
@@ -133,11 +166,11 @@ function span(reader: Reader, length: number): OtlpSpan {
       case 6: s.kind = reader.int32(); return true;
       case 7: s.startTimeUnixNano = fixed64(reader); return true;
       case 8: s.endTimeUnixNano = fixed64(reader); return true;
-      case 9: s.attributes.push(keyValue(reader, reader.uint32())); return true;
+      case 9: spanAttribute(reader, s, s.attributes); return true;
       case 10: s.droppedAttributesCount = reader.uint32(); return true;
-      case 11: s.events.push(event(reader, reader.uint32())); return true;
+      case 11: s.events.push(event(reader, reader.uint32(), s)); return true;
       case 12: s.droppedEventsCount = reader.uint32(); return true;
-      case 13: s.links.push(link(reader, reader.uint32())); return true;
+      case 13: s.links.push(link(reader, reader.uint32(), s)); return true;
       case 14: s.droppedLinksCount = reader.uint32(); return true;
       case 15:
         message(reader, reader.uint32(), (f) => {
@@ -159,7 +192,7 @@ function scope(reader: Reader, length: number): OtlpScope {
   message(reader, length, (field) => {
     if (field === 1) sc.name = reader.string();
     else if (field === 2) sc.version = reader.string();
-    else if (field === 3) sc.attributes.push(keyValue(reader, reader.uint32(), ExactOtlpNumbers.plain));
+    else if (field === 3) sc.attributes.push(sharedAttribute(reader, 'scope'));
     else return false;
     return true;
   });
@@ -182,7 +215,7 @@ function resourceSpans(reader: Reader, length: number): OtlpResourceSpans {
   const rs: OtlpResourceSpans = { resource: { attributes: [] }, scopeSpans: [], schemaUrl: '' };
   message(reader, length, (field) => {
     if (field === 1) {
-      message(reader, reader.uint32(), (f) => (f === 1 ? (rs.resource.attributes.push(keyValue(reader, reader.uint32(), ExactOtlpNumbers.plain)), true) : false));
+      message(reader, reader.uint32(), (f) => (f === 1 ? (rs.resource.attributes.push(sharedAttribute(reader, 'resource')), true) : false));
     } else if (field === 2) rs.scopeSpans.push(scopeSpans(reader, reader.uint32()));
     else if (field === 3) rs.schemaUrl = reader.string();
     else return false;
