@@ -1,6 +1,8 @@
 """Jobs through the trainer's entry point: SFT lowers the loss, adapters load back with peft and reproduce the trained
-logits, optimizer state carries over, nothing-to-train batches still give a checkpoint, bad jobs exit 3 naming why."""
+logits, optimizer state carries over, nothing-to-train RL batches still give a checkpoint, bad jobs exit 3 naming why, and so do SFT jobs with nothing to train
+and training that diverges, before any adapter is saved."""
 import json
+import math
 import os
 
 import pytest
@@ -254,3 +256,44 @@ def test_an_adapter_that_does_not_load_onto_the_base_model_exits_3_naming_it_and
     code, events, err = run_job(capsys, spec, "--device", "cpu")
     assert code == 3 and events == []
     assert last_line(err) == f"trainyard_trainer: base_checkpoint_uri {adapter!r} has no adapter_model.safetensors"
+
+
+def assert_failed_without_a_checkpoint(code, events, err, out, message):
+    assert code == 3, err
+    assert last_line(err).startswith(f"trainyard_trainer: {message}"), last_line(err)
+    assert "checkpoint" not in [e["type"] for e in events]
+    assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        # Adam's first step at this rate makes the weights infinite: the second batch's loss is NaN.
+        (sft_rows(), "training diverged: the loss or its gradient became non-finite at gradient step 2 (loss nan, gradient norm nan); "
+                     "the learning rate (1e+308) may be too high"),
+        # One batch: its loss and gradient were finite, the weights it leaves are not.
+        (sft_rows()[:2], "training diverged: the adapter's weights became non-finite after gradient step 1; the learning rate (1e+308) may be too high"),
+    ],
+    ids=["several batches", "one batch"],
+)
+def test_sft_that_diverges_exits_3_before_the_step_is_applied_or_an_adapter_saved(tmp_path, capsys, model_dir, rows, message):
+    spec, out = write_job(str(tmp_path), "sft", model_dir, rows, sft_config={"batch_size": 2, "learning_rate": 1e308})
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert_failed_without_a_checkpoint(code, events, err, out, message)
+    assert all(math.isfinite(e["data"]["loss"]) for e in events if e["type"] == "gradient_step")
+
+
+def test_rl_that_diverges_exits_3_before_an_adapter_is_saved(tmp_path, capsys, model_dir, tokenizer):
+    spec, out = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer), config={"learning_rate": 1e308, "packed_sequence_length": 16})
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert_failed_without_a_checkpoint(code, events, err, out, "training diverged: the loss or its gradient became non-finite at gradient step 2")
+
+
+def test_sft_with_nothing_to_train_exits_3_saying_how_many_rows_were_too_long_or_had_no_assistant_turn(tmp_path, capsys, model_dir):
+    user = {"role": "user", "content": "hi"}
+    long_row = {"messages": [{"role": "user", "content": "say one word please " * 4}, {"role": "assistant", "content": "yes"}]}
+    spec, out = write_job(str(tmp_path), "sft", model_dir, [{"messages": [user]}, long_row, {"messages": [user, user]}])
+    code, events, err = run_job(capsys, spec, "--device", "cpu", "--max-seq-length", "16")
+    assert_failed_without_a_checkpoint(code, events, err, out, "no SFT row has a token to train: of 3 rows, 1 are longer than the maximum sequence "
+                                                              "length (16 tokens) and were dropped, and 2 have no assistant turn to train")
+    assert events == []

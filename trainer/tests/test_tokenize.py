@@ -1,4 +1,5 @@
 """Tokenization with a tiny tokenizer and chat template: only sampled tokens are trainable."""
+import copy
 import math
 
 import pytest
@@ -94,6 +95,36 @@ def test_sft_masks_only_assistant_turns_or_only_the_last(tokenizer):
     assert [tokenizer.convert_ids_to_tokens(t) for t, m in zip(last.token_ids, last.mask) if m] == ["maybe", "<|im_end|>"]
     with pytest.raises(InputError, match="assistant_turns=last needs the last message to be an assistant message"):
         sft_sequence(tokenizer, {"messages": row["messages"][:3]}, "last")
+
+
+def default_system_prompt_tokenizer(tokenizer):
+    """The tiny tokenizer with the opening of Qwen2.5's chat template: a default system prompt when the conversation
+    does not start with a system message."""
+    from tiny import CHAT_TEMPLATE
+
+    qwen = copy.deepcopy(tokenizer)
+    qwen.chat_template = ("{%- if messages[0].role != 'system' %}<|im_start|>system\nanswer please<|im_end|>\n{% endif %}" + CHAT_TEMPLATE)
+    return qwen
+
+
+@pytest.mark.parametrize("template", ["tiny", "default system prompt"])
+def test_sft_trains_an_assistant_turn_that_opens_the_conversation_like_any_other(tokenizer, template):
+    if template == "default system prompt":
+        tokenizer = default_system_prompt_tokenizer(tokenizer)
+    row = {"messages": [{"role": "assistant", "content": "hello"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}]}
+    seq = sft_sequence(tokenizer, row, "all")
+    assert seq.token_ids == ids(tokenizer, tokenizer.apply_chat_template(row["messages"], tokenize=False))
+    trained = [tokenizer.convert_ids_to_tokens(t) for t, m in zip(seq.token_ids, seq.mask) if m]
+    assert trained == ["hello", "<|im_end|>", "yes", "<|im_end|>"]
+    assert tokenizer.convert_ids_to_tokens(seq.token_ids[seq.mask.index(1) - 2 : seq.mask.index(1)]) == ["<|im_start|>", "assistant"]
+
+
+def test_an_opening_assistant_turn_whose_header_depends_on_its_content_is_refused_naming_the_row(tokenizer):
+    odd = copy.deepcopy(tokenizer)
+    odd.chat_template = "{%- for m in messages %}<|im_start|>{{ m.content|length }} {{ m.content }}<|im_end|>\n{% endfor %}"
+    row = {"messages": [{"role": "assistant", "content": "hello"}, {"role": "user", "content": "hi"}]}
+    with pytest.raises(InputError, match=r"^inputs line 4: the chat template renders the assistant turn that opens the conversation in a way"):
+        sft_sequence(odd, row, "all", where="inputs line 4")
 
 
 def qwen3_tokenizer():

@@ -1,7 +1,7 @@
 """The trainer command of trainyard-worker: `python -m trainyard_trainer [options] SPEC_PATH` (docs/trainer.md).
 
 Exit codes: 0 with a checkpoint line; 3 when retrying cannot help (a bad config key, unusable inputs, an unknown
-spec_version), the reason printed last on stderr; 1 for anything else (the job is retried)."""
+spec_version, training that diverges), the reason printed last on stderr; 1 for anything else (the job is retried)."""
 from __future__ import annotations
 
 import argparse

@@ -34,6 +34,28 @@ def make_optimizer(params: list[torch.nn.Parameter], lr: float, weight_decay: fl
     return torch.optim.AdamW(params, lr=lr, betas=BETAS, eps=EPS, weight_decay=weight_decay, fused=fused or None)
 
 
+class Diverged(ConfigError):
+    """Training that became non-finite (exit 3): the same job and learning rate diverge again when retried."""
+
+
+def finite_step(step: int, loss: float, grad_norm: torch.Tensor, lr: float) -> float:
+    """The gradient norm of gradient step `step` (from 1) as a float, checked with the loss before the optimizer
+    applies the step: a non-finite one fails the job, as clipping would turn every gradient into NaN."""
+    norm = float(grad_norm)
+    if not (math.isfinite(loss) and math.isfinite(norm)):
+        raise Diverged(f"training diverged: the loss or its gradient became non-finite at gradient step {step} (loss {loss}, gradient norm {norm}); "
+                       f"the learning rate ({lr:g}) may be too high")
+    return norm
+
+
+def check_finite_weights(params: list[torch.nn.Parameter], steps: int, lr: float) -> None:
+    """Fails the job before its adapter is saved when the last optimizer step made a weight non-finite (its loss and
+    gradients were finite: only the next step's would show it)."""
+    if params and not bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
+        raise Diverged(f"training diverged: the adapter's weights became non-finite after gradient step {steps}; "
+                       f"the learning rate ({lr:g}) may be too high")
+
+
 def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """Continues a saved state in `optimizer`'s implementation, whichever one saved it: the moments and step counts are
     the same, only `fused`/`foreach` (which loading would otherwise take from the saved groups) are kept."""
@@ -183,7 +205,7 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
     events.training_started(len(steps))
     totals: dict[str, float] = {}
     counts: dict[str, int] = {}
-    for step_rows in steps:
+    for n, step_rows in enumerate(steps, 1):
         started = time.perf_counter()
         mine = step_rows[distributed.rank()] if distributed.rank() < len(step_rows) else []
         step_tokens = sum(sum(r.mask[1:]) for row in step_rows for r in row)
@@ -215,14 +237,14 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
         if kl_on:
             sums.setdefault("kl", 0.0)
         sums = distributed.all_reduce_sums(_with_metric_keys(sums), params)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+        grad_norm = finite_step(n, sums["loss"] / step_tokens, torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM), config.learning_rate)
         optimizer.step()
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # the step's time includes its queued GPU work
         elapsed = time.perf_counter() - started
         data = {
             "loss": sums["loss"] / step_tokens,
-            "grad_norm": float(grad_norm),
+            "grad_norm": grad_norm,
             "learning_rate": config.learning_rate,
             **metrics_from_sums(sums),
             "num_tokens": sums["num_tokens"],
@@ -233,6 +255,7 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
         for key, value in data.items():
             totals[key] = totals.get(key, 0.0) + value
             counts[key] = counts.get(key, 0) + 1
+    check_finite_weights(params, len(steps), config.learning_rate)
 
     if events.is_main_process():
         if kl_on and reference is not None:

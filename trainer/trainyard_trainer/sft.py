@@ -10,9 +10,9 @@ from . import events
 from .config import ConfigError, parse_sft_config
 from .model import Options, as_tensor, packed_logprobs, save_adapter, trainable_parameters
 from .packing import plan
-from .rl import load_optimizer, make_optimizer
+from .rl import check_finite_weights, finite_step, load_optimizer, make_optimizer
 from .source import ColdSource
-from .tokenize import sft_sequence
+from .tokenize import InputError, sft_sequence
 
 MAX_GRAD_NORM = 1.0
 WEIGHT_DECAY = 0.0
@@ -34,6 +34,11 @@ def run(spec: dict[str, Any], rows: list[Any], options: Options, device: torch.d
     batches = [sequences[k : k + config.batch_size] for k in range(0, len(sequences), config.batch_size)]
     # Batches without a trainable token are skipped and do not consume a learning-rate entry.
     batches = [b for b in batches if sum(sum(s.mask[1:]) for s in b)]
+    if not batches:
+        # A checkpoint of an untrained adapter would report a loss of 0 and win "best by lowest loss".
+        untrained = sum(1 for seq in sequences if not sum(seq.mask[1:]))
+        raise InputError(f"no SFT row has a token to train: of {len(rows)} rows, {dropped} are longer than the maximum sequence length "
+                         f"({options.max_seq_length} tokens) and were dropped, and {untrained} have no assistant turn to train")
     if isinstance(config.learning_rate, list) and len(config.learning_rate) < len(batches):
         raise ConfigError(f"sft_config.learning_rate has {len(config.learning_rate)} entries for {len(batches)} batches")
 
@@ -67,7 +72,7 @@ def run(spec: dict[str, Any], rows: list[Any], options: Options, device: torch.d
             loss.backward()
             losses.append(loss.detach())  # read after the batch: a read waits for the GPU
         total = sum(float(loss) for loss in losses)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+        grad_norm = finite_step(b + 1, total, torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM), lr)
         optimizer.step()
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # the step's time includes its queued GPU work
@@ -75,7 +80,7 @@ def run(spec: dict[str, Any], rows: list[Any], options: Options, device: torch.d
         tokens = sum(len(s.token_ids) for s in batch)
         data = {
             "loss": total,
-            "grad_norm": float(grad_norm),
+            "grad_norm": grad_norm,
             "learning_rate": lr,
             "num_trajectories": len(batch),
             "num_tokens": tokens,
@@ -86,13 +91,14 @@ def run(spec: dict[str, Any], rows: list[Any], options: Options, device: torch.d
         events.gradient_step(data)
         for key in ("loss", "grad_norm", "learning_rate", "tokens_per_second"):
             totals[key] = totals.get(key, 0.0) + data[key]
+    check_finite_weights(params, len(batches), lr)
     if events.is_main_process():
         saved_state = {"kind": "sft", "state": optimizer.state_dict()}
         with events.timed("save_seconds"):
             save_adapter(model, spec["output_dir"], base_model, saved_state)
         source.saved(model, spec["output_dir"], saved_state)
-    n = max(len(batches), 1)
-    metrics = {"loss/train": totals.get("loss", 0.0) / n, "loss/grad_norm": totals.get("grad_norm", 0.0) / n,
-               "loss/learning_rate": totals.get("learning_rate", 0.0) / n, "throughput/train_tok_per_s": totals.get("tokens_per_second", 0.0) / n,
+    n = len(batches)
+    metrics = {"loss/train": totals["loss"] / n, "loss/grad_norm": totals["grad_norm"] / n,
+               "loss/learning_rate": totals["learning_rate"] / n, "throughput/train_tok_per_s": totals["tokens_per_second"] / n,
                "data/step_num_gradient_steps": len(batches), "data/step_num_dropped_trajectories": dropped}
     events.checkpoint(spec["output_dir"], metrics)

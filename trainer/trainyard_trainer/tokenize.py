@@ -293,11 +293,23 @@ def _spliced_sequence(tokenizer: Any, items: list[Any], trainable: list[int], to
     return seq
 
 
+def _header(tokenizer: Any, message: dict[str, Any], tools: Any, kwargs: dict[str, Any], where: str) -> str:
+    """The text a template renders before the content of `message` when it opens the conversation: templates refuse
+    an empty conversation, so the turn is rendered alone with a placeholder for its content."""
+    text = render(tokenizer, [{**message, "content": _PLACEHOLDER.format(0)}], tools, kwargs, where, add_generation_prompt=False)
+    start = text.find(_PLACEHOLDER.format(0))
+    if start < 0:
+        raise InputError(f"{where}: the chat template dropped the assistant turn that opens the conversation")
+    return text[:start]
+
+
 def sft_sequence(tokenizer: Any, row: Any, assistant_turns: str, kwargs: dict[str, Any] | None = None, where: str = "row") -> Sequence:
     """An SFT row to tokens, with the assistant turns (or the last one) as the only trainable tokens.
 
     The span of assistant turn i is the text between the render of messages[:i] with a generation prompt and the
-    render of messages[:i+1]: the turn's content, tool calls and end-of-turn marker.
+    render of messages[:i+1]: the turn's content, tool calls and end-of-turn marker. A turn that opens the
+    conversation has no messages before it to render: its span starts where the render of that turn alone puts its
+    content (after its header and any default system prompt of the template).
     """
     if not isinstance(row, dict) or not isinstance(row.get("messages"), list) or not row["messages"]:
         raise InputError(f"{where}: an SFT row must be an object with a non-empty messages list")
@@ -316,8 +328,11 @@ def sft_sequence(tokenizer: Any, row: Any, assistant_turns: str, kwargs: dict[st
     full = render(tokenizer, messages, tools, kwargs, where, add_generation_prompt=False)
     spans = []
     for i in assistant:
-        before = render(tokenizer, messages[:i], tools, kwargs, where, add_generation_prompt=True)
+        before = render(tokenizer, messages[:i], tools, kwargs, where, add_generation_prompt=True) if i else _header(tokenizer, messages[0], tools, kwargs, where)
         after = render(tokenizer, messages[: i + 1], tools, kwargs, where, add_generation_prompt=False)
+        if i == 0 and not after.startswith(before):
+            raise InputError(f"{where}: the chat template renders the assistant turn that opens the conversation in a way the trainer cannot split "
+                             "(the text before its content depends on the content); start the row with a user or system message")
         if not (after.startswith(before) and full.startswith(after)):
             raise InputError(f"{where}: the chat template renders assistant turn {i} differently in a longer conversation; use assistant_turns=last")
         spans.append((len(before), len(after)))
