@@ -388,6 +388,15 @@ def test_threads_group_calls(stack, client, project, write_path):
     assert sorted((c["inputs"]["text"], c["thread_id"]) for c in calls) == [("again", "conversation-1"), ("hello", "conversation-1"), ("outside", None)]
     threads = stack.jsonl("/traces/threads/stream_query", {"project_id": project})
     assert [(t["thread_id"], t["turn_count"]) for t in threads] == [("conversation-1", 2)]
+    # What the web UI's thread page asks for: the thread's turn calls (those whose turn_id is their own id), in order.
+    turns = read_calls(
+        stack,
+        project,
+        filter={"thread_ids": ["conversation-1"]},
+        query={"$expr": {"$eq": [{"$getField": "turn_id"}, {"$getField": "id"}]}},
+        sort_by=[{"field": "started_at", "direction": "asc"}],
+    )
+    assert [c["inputs"]["text"] for c in turns] == ["hello", "again"]
 
 
 def test_openai_integration_traces_a_chat_completion_through_the_gateway(stack, client, project, write_path):

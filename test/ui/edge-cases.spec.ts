@@ -115,7 +115,13 @@ describe('trace page', () => {
 describe('a phone-sized screen', () => {
   it('fits every page in 375 pixels: the page never scrolls sideways and the header spans it', async () => {
     const project = `${user.entity}/${model.project}`;
-    await upsertCalls(server.app, user, project, [{ id: 'narrow-root', trace_id: 'narrow', op_name: 'agent.narrow', startedAt: new Date('2026-11-20T10:00:00Z') }]);
+    await upsertCalls(server.app, user, project, [
+      { id: 'narrow-root', trace_id: 'narrow', op_name: 'agent.narrow', startedAt: new Date('2026-11-20T10:00:00Z') },
+      {
+        id: 'narrow-turn', trace_id: 'narrow-t', op_name: 'agent.respond', thread_id: 'narrow-thread', turn_id: 'narrow-turn', startedAt: new Date('2026-11-20T10:01:00Z'),
+        inputs: { messages: [{ role: 'user', content: 'word '.repeat(80) }] }, output: { long: 'y'.repeat(300) },
+      },
+    ]);
     await publishDataset(server.app, user, project, 'wide', [{ prompt: 'word '.repeat(60), answer: 'x'.repeat(150) }]);
     const job = (await call(server.app, user.headers, 'GET', `/v1/preview/training-jobs?model_id=${model.id}&limit=1`)).body.data[0];
     const w = await signedIn();
@@ -128,6 +134,8 @@ describe('a phone-sized screen', () => {
       [`/ui/jobs/${job.id}`, `job ${job.id.slice(0, 8)}`],
       [`/ui/p/${user.entity}/${model.project}/traces`, 'Traces'],
       [`/ui/p/${user.entity}/${model.project}/traces/narrow`, 'Trace narrow'],
+      [`/ui/p/${user.entity}/${model.project}/threads`, 'Threads'],
+      [`/ui/p/${user.entity}/${model.project}/threads/narrow-thread`, 'Thread narrow-thread'],
       [`/ui/p/${user.entity}/${model.project}/evaluations`, 'Evaluations'],
       [`/ui/p/${user.entity}/${model.project}/datasets`, 'Datasets'],
       [`/ui/p/${user.entity}/${model.project}/datasets/wide`, 'wide'],

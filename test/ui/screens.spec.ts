@@ -459,6 +459,53 @@ describe('traces', () => {
   });
 });
 
+describe('threads', () => {
+  it('lists the threads by last update with their turn counts, and shows a thread\'s turns in order with what went in and out', async () => {
+    const where = `${user.entity}/chats`;
+    const at = (s: number) => new Date(Date.parse('2026-11-22T09:00:00Z') + s * 1000);
+    const reply = (content: string) => ({ choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }] });
+    const turn = (thread: string, n: number, s: number, question: string, output: unknown): SeededCall[] => [
+      {
+        id: `${thread}-t${n}`, trace_id: `${thread}-trace-${n}`, op_name: 'agent.respond', thread_id: thread, turn_id: `${thread}-t${n}`, startedAt: at(s), latencyMs: 200 * n,
+        inputs: { messages: [{ role: 'user', content: question }] },
+        output,
+      },
+      // A call inside the turn: same thread and turn, not a turn of its own.
+      { id: `${thread}-t${n}-tool`, trace_id: `${thread}-trace-${n}`, parent_id: `${thread}-t${n}`, op_name: 'tool.search', thread_id: thread, turn_id: `${thread}-t${n}`, startedAt: at(s + 0.05), output: 'found' },
+    ];
+    await upsertCalls(server.app, user, where, [
+      ...turn('support-1', 1, 0, 'Where is my order?', reply('It ships today.')),
+      ...turn('support-2', 1, 10, 'Can I return shoes?', reply('Yes, within 30 days.')),
+      ...turn('support-1', 2, 60, 'Thanks! And the invoice?', reply('Sent to your email.')),
+      ...turn('support-1', 3, 120, 'Got it.', { not: 'a chat answer' }),
+    ]);
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/p/${where}/threads`);
+    const list = w.page.getByRole('table', { name: 'Threads' });
+    await list.waitFor();
+    const rows = await list.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)));
+    expect(rows.map((r) => r.slice(0, 2))).toEqual([
+      ['support-1', '3'],
+      ['support-2', '1'],
+    ]);
+    expect(rows[0].slice(2, 4)).toEqual(['2026-11-22 09:00:00', '2026-11-22 09:02:00']);
+    await screenshot(w.page, 'threads');
+
+    await list.getByRole('link', { name: 'support-1' }).click();
+    await w.page.getByRole('heading', { name: 'Thread support-1' }).waitFor();
+    await w.page.getByText('3 turns').waitFor();
+    const turns = w.page.locator('section.turn');
+    expect(await turns.locator('h2').allTextContents()).toEqual(['Turn 1: agent.respond success', 'Turn 2: agent.respond success', 'Turn 3: agent.respond success']);
+    expect(await turns.nth(1).locator('.bubble pre').allTextContents()).toEqual(['Thanks! And the invoice?', 'Sent to your email.']);
+    expect(JSON.parse((await turns.nth(2).locator('pre.json').textContent())!)).toEqual({ not: 'a chat answer' });
+    await screenshot(w.page, 'thread');
+    await turns.nth(0).getByRole('link', { name: 'agent.respond' }).click();
+    await w.page.waitForURL(/\/traces\/support-1-trace-1\?call=support-1-t1$/);
+    w.expectClean();
+    await w.context.close();
+  });
+});
+
 describe('datasets and evaluations', () => {
   const rowsOf = (n: number) => Array.from({ length: n }, (_, i) => ({ question: `q${i}`, expected: `a${i}`, meta: { difficulty: i % 3 } }));
 

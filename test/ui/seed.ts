@@ -55,6 +55,8 @@ export interface SeededCall {
   parent_id?: string;
   op_name: string;
   display_name?: string;
+  thread_id?: string;
+  turn_id?: string;
   inputs?: Record<string, unknown>;
   output?: unknown;
   exception?: string;
@@ -77,6 +79,8 @@ export async function upsertCalls(app: App, user: TestUser, project: string, cal
             parent_id: c.parent_id ?? null,
             op_name: c.op_name,
             display_name: c.display_name ?? null,
+            thread_id: c.thread_id ?? null,
+            turn_id: c.turn_id ?? null,
             started_at: c.startedAt.toISOString(),
             attributes: {},
             inputs: c.inputs ?? {},

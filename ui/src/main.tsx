@@ -6,6 +6,7 @@ import { Link } from './lib/ui.js';
 import { AdminPage } from './pages/admin.js';
 import { DatasetPage, DatasetsPage } from './pages/datasets.js';
 import { EvaluationsPage } from './pages/evaluations.js';
+import { ThreadPage, ThreadsPage } from './pages/threads.js';
 import { JobPage } from './pages/job.js';
 import { LoginPage } from './pages/login.js';
 import { ModelPage } from './pages/model.js';
@@ -23,6 +24,8 @@ const ROUTES: [string, (params: Record<string, string>) => preact.JSX.Element][]
   ['/p/:entity/:project/models', (p) => <ModelsPage project={`${p.entity}/${p.project}`} />],
   ['/p/:entity/:project/traces', (p) => <TracesPage project={`${p.entity}/${p.project}`} />],
   ['/p/:entity/:project/traces/:trace', (p) => <TracePage project={`${p.entity}/${p.project}`} traceId={p.trace} />],
+  ['/p/:entity/:project/threads', (p) => <ThreadsPage project={`${p.entity}/${p.project}`} />],
+  ['/p/:entity/:project/threads/:thread', (p) => <ThreadPage project={`${p.entity}/${p.project}`} threadId={p.thread} />],
   ['/p/:entity/:project/evaluations', (p) => <EvaluationsPage project={`${p.entity}/${p.project}`} />],
   ['/p/:entity/:project/datasets', (p) => <DatasetsPage project={`${p.entity}/${p.project}`} />],
   ['/p/:entity/:project/datasets/:name', (p) => <DatasetPage project={`${p.entity}/${p.project}`} name={p.name} />],

@@ -50,11 +50,12 @@ function keepExactNumbers(_key: string, value: unknown, context?: { source?: str
 }
 
 /**
+ * `jsonLines`: the answer is JSON Lines, read as the list of its values.
  * `exactNumbers`: integers beyond 2^53 and whole floats in the answer come back as raw JSON values
  * (keepExactNumbers), for pages that show payloads with JSON.stringify; other pages compute on numbers
  * and keep plain ones.
  */
-export async function api<T>(path: string, options: { method?: string; body?: unknown; exactNumbers?: boolean } = {}): Promise<T> {
+export async function api<T>(path: string, options: { method?: string; body?: unknown; exactNumbers?: boolean; jsonLines?: boolean } = {}): Promise<T> {
   const headers: Record<string, string> = { 'x-trainyard-ui': '1' };
   if (options.body !== undefined) headers['content-type'] = 'application/json';
   const response = await fetch(path, {
@@ -65,6 +66,10 @@ export async function api<T>(path: string, options: { method?: string; body?: un
   });
   const text = await response.text();
   let body: unknown = undefined;
+  if (options.jsonLines && response.ok) {
+    // A JSON Lines answer (the tracing API's stream routes): one value per line.
+    return text.split('\n').filter((line) => line.trim() !== '').map((line) => JSON.parse(line)) as T;
+  }
   if (text) {
     try {
       body = options.exactNumbers ? JSON.parse(text, keepExactNumbers as (key: string, value: unknown) => unknown) : JSON.parse(text);

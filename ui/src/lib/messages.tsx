@@ -49,3 +49,26 @@ export function Messages(props: { messages: Message[] }) {
     </div>
   );
 }
+
+function Json(props: { value: unknown }) {
+  return <pre class="json">{JSON.stringify(props.value, null, 2)}</pre>;
+}
+
+/**
+ * A call's inputs and output: chat `messages` in the inputs and `choices[0].message` in the output as
+ * bubbles, anything else as JSON text.
+ */
+export function CallPayloads(props: { call: { inputs?: unknown; output?: unknown } }) {
+  const { inputs, output } = props.call;
+  const inputMessages = asMessages((inputs as { messages?: unknown } | undefined)?.messages);
+  const outputChoice = (output as { choices?: unknown[] } | undefined)?.choices?.[0];
+  const outputMessage = outputChoice ? toMessage(outputChoice) : undefined;
+  return (
+    <>
+      <h3>Inputs</h3>
+      {inputMessages ? <Messages messages={inputMessages} /> : <Json value={inputs} />}
+      <h3>Output</h3>
+      {outputMessage ? <Messages messages={[outputMessage]} /> : <Json value={output} />}
+    </>
+  );
+}

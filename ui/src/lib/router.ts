@@ -28,6 +28,12 @@ export function navigate(to: string, replace = false): void {
   location.value = read();
 }
 
+/** The page of a paged list as the URL's `page` names it (from 0): a whole number, else the first page. */
+export function pageParam(query: URLSearchParams): number {
+  const asked = Number(query.get('page') ?? '0');
+  return Number.isSafeInteger(asked) && asked > 0 ? asked : 0;
+}
+
 /** Sets query parameters of the current page (empty values removed), replacing the history entry. */
 export function setQuery(changes: Record<string, string | undefined>): void {
   const query = new URLSearchParams(location.value.query);

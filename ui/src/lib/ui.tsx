@@ -47,10 +47,11 @@ export function when(iso: string | null | undefined): string {
 }
 
 /** Project tabs shown on every project page. */
-export function ProjectTabs(props: { project: string; active: 'models' | 'traces' | 'evaluations' | 'datasets' | 'usage' }) {
+export function ProjectTabs(props: { project: string; active: 'models' | 'traces' | 'threads' | 'evaluations' | 'datasets' | 'usage' }) {
   const tabs = [
     ['models', 'Models'],
     ['traces', 'Traces'],
+    ['threads', 'Threads'],
     ['evaluations', 'Evaluations'],
     ['datasets', 'Datasets'],
     ['usage', 'Usage'],

@@ -1,6 +1,6 @@
 import { api } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
-import { appPath, location, projectPath, setQuery } from '../lib/router.js';
+import { appPath, location, pageParam, projectPath, setQuery } from '../lib/router.js';
 import { fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, when } from '../lib/ui.js';
 
 /**
@@ -113,8 +113,7 @@ function columnsOf(rows: { val: Record<string, unknown> }[]): string[] {
 export function DatasetPage(props: { project: string; name: string }) {
   const q = location.value.query;
   const version = q.get('version') || 'latest';
-  const asked = Number(q.get('page') ?? '0');
-  const page = Number.isSafeInteger(asked) && asked > 0 ? asked : 0;
+  const page = pageParam(q);
 
   const versions = useLoad(`versions|${props.project}|${props.name}`, () =>
     api<{ objs: DatasetObject[] }>('/traces/objs/query', {

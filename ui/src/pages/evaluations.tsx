@@ -1,6 +1,6 @@
 import { api } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
-import { appPath, location, projectPath } from '../lib/router.js';
+import { appPath, location, pageParam, projectPath } from '../lib/router.js';
 import type { Call } from '../lib/types.js';
 import { Badge, fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, when } from '../lib/ui.js';
 
@@ -33,8 +33,7 @@ export function scoresOf(output: unknown, prefix = '', into = new Map<string, nu
 }
 
 export function EvaluationsPage(props: { project: string }) {
-  const asked = Number(location.value.query.get('page') ?? '0');
-  const page = Number.isSafeInteger(asked) && asked > 0 ? asked : 0;
+  const page = pageParam(location.value.query);
   const query = { $expr: { $contains: { input: { $getField: 'op_name' }, substr: { $literal: 'Evaluation.evaluate:' } } } };
   const calls = useLoad(`evaluations|${props.project}|${page}`, () =>
     api<{ calls: Call[] }>('/traces/calls/query', {

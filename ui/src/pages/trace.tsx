@@ -2,7 +2,7 @@ import { useMemo, useRef, useState } from 'preact/hooks';
 import { api } from '../lib/api.js';
 import { LIST_COLUMNS, opLabel, tokensOf } from '../lib/calls.js';
 import { useLoad } from '../lib/hooks.js';
-import { asMessages, Messages, toMessage } from '../lib/messages.js';
+import { CallPayloads } from '../lib/messages.js';
 import { location, projectPath, setQuery } from '../lib/router.js';
 import type { Call } from '../lib/types.js';
 import { Badge, fmt, Link, Loading, Problem, when } from '../lib/ui.js';
@@ -198,10 +198,6 @@ export function TracePage(props: { project: string; traceId: string }) {
 /** A row's element id, for aria-activedescendant: call ids are any text, so they are encoded. */
 const rowId = (callId: string) => `call-${encodeURIComponent(callId)}`;
 
-function Json(props: { value: unknown }) {
-  return <pre class="json">{JSON.stringify(props.value, null, 2)}</pre>;
-}
-
 /** Inputs, output and feedback of one call, read when it is selected. */
 function CallDetail(props: { project: string; id: string }) {
   const call = useLoad(`${props.project}|${props.id}`, () =>
@@ -239,9 +235,6 @@ function CallDetail(props: { project: string; id: string }) {
   const c = call.data?.call;
   if (call.error) return <Problem error={call.error} />;
   if (!c) return <Loading what="the call" />;
-  const inputMessages = asMessages((c.inputs as { messages?: unknown } | undefined)?.messages);
-  const outputChoice = (c.output as { choices?: unknown[] } | undefined)?.choices?.[0];
-  const outputMessage = outputChoice ? toMessage(outputChoice) : undefined;
   return (
     <section class="call-detail" aria-label="Call detail">
       <h2>
@@ -256,10 +249,7 @@ function CallDetail(props: { project: string; id: string }) {
         <dd>{fmt(tokensOf(c))}</dd>
       </dl>
       {c.exception && <pre class="problem">{c.exception}</pre>}
-      <h3>Inputs</h3>
-      {inputMessages ? <Messages messages={inputMessages} /> : <Json value={c.inputs} />}
-      <h3>Output</h3>
-      {outputMessage ? <Messages messages={[outputMessage]} /> : <Json value={c.output} />}
+      <CallPayloads call={c} />
       <h3>Feedback</h3>
       <Problem error={error ?? feedback.error} />
       <ul class="feedback">

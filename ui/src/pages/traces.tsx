@@ -1,7 +1,7 @@
 import { api } from '../lib/api.js';
 import { costOf, LIST_COLUMNS, opLabel, tokensOf } from '../lib/calls.js';
 import { useLoad } from '../lib/hooks.js';
-import { appPath, location, projectPath, setQuery } from '../lib/router.js';
+import { appPath, location, pageParam, projectPath, setQuery } from '../lib/router.js';
 import type { Call } from '../lib/types.js';
 import { Badge, fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, QueryInput, when } from '../lib/ui.js';
 
@@ -15,9 +15,7 @@ export function TracesPage(props: { project: string }) {
   const status = q.get('status') ?? '';
   const sort = SORTS[q.get('sort') ?? ''] ? q.get('sort')! : 'started';
   const dir = q.get('dir') === 'asc' ? 'asc' : 'desc';
-  // The page as the URL names it (from 0): a whole number, else the first page.
-  const asked = Number(q.get('page') ?? '0');
-  const page = Number.isSafeInteger(asked) && asked > 0 ? asked : 0;
+  const page = pageParam(q);
 
   const conditions: unknown[] = [];
   if (op) conditions.push({ $contains: { input: { $getField: 'op_name' }, substr: { $literal: op } } });
