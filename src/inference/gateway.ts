@@ -40,8 +40,8 @@ export interface EngineCall {
   headerRequestId: string | undefined;
   /** The id when neither the header nor the body gives one. */
   generatedRequestId: string;
-  /** `Compat-Project` or `OpenAI-Project`, as sent. */
-  projectHeader: string | undefined;
+  /** The project header as sent: `Compat-Project`, else `OpenAI-Project` (its name, for a refusal to name it). */
+  projectHeader: { name: 'Compat-Project' | 'OpenAI-Project'; value: string } | undefined;
   /** Fires when the client goes away; the upstream request is aborted with it. */
   signal: CancelSignal;
 }
@@ -96,9 +96,9 @@ export class ChatGateway {
   }
 
   /** The project usage is billed to: the header's (403 when the key cannot reach it), else `<entity>/inference`. */
-  projectFor(principal: Principal, header: string | undefined): ProjectRef {
-    if (header === undefined || header === '') return { entity: principal.entity, project: 'inference' };
-    return requireProject(principal, header.trim(), 'Compat-Project');
+  projectFor(principal: Principal, header: EngineCall['projectHeader']): ProjectRef {
+    if (header === undefined || header.value === '') return { entity: principal.entity, project: 'inference' };
+    return requireProject(principal, header.value.trim(), header.name);
   }
 
   /**

@@ -4,7 +4,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { principalOf } from '../auth/plugin.js';
 import { coerceLaxFields, holdIntegers, parseExactJson, restoreHeld, type HeldInteger, type LaxKind } from './exact-json.js';
 import { fastChatBody, fastCompletionBody, fastValidatorCompiler, validatedFast } from './fast-validation.js';
-import type { ChatGateway, Endpoint } from './gateway.js';
+import type { ChatGateway, Endpoint, EngineCall } from './gateway.js';
 import { Cancel, type CancelSignal } from './proxy/cancel.js';
 import {
   ChatCompletion,
@@ -110,6 +110,14 @@ function hasBigInt(body: unknown): boolean {
   return false;
 }
 
+/** The project a request's usage is billed to, as its header names it: `Compat-Project`, else `OpenAI-Project`. */
+function projectHeader(headers: FastifyRequest['headers']): EngineCall['projectHeader'] {
+  const compat = headers['compat-project'];
+  if (typeof compat === 'string') return { name: 'Compat-Project', value: compat };
+  const openai = headers['openai-project'];
+  return typeof openai === 'string' ? { name: 'OpenAI-Project', value: openai } : undefined;
+}
+
 const errorResponses = {
   400: ErrorEnvelope.describe('The engine refused the request (its message and param), or a malformed Compat-Project'),
   401: ErrorEnvelope.describe('Missing or invalid API key'),
@@ -138,7 +146,7 @@ export const inferenceRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = as
       bodyText: request.bodyText !== undefined && validatedFast(request.body) ? request.bodyText : undefined,
       headerRequestId: typeof headerId === 'string' && headerId !== '' ? headerId : undefined,
       generatedRequestId: request.id,
-      projectHeader: (headers['compat-project'] ?? headers['openai-project']) as string | undefined,
+      projectHeader: projectHeader(headers),
       signal: clientGone(request, reply),
     });
     reply.header('x-request-id', result.requestId);

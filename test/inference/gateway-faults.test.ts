@@ -301,6 +301,12 @@ describe('usage records', () => {
     expect(refused.json()).toEqual({
       error: { message: 'This API key cannot reach project someone-else/secret.', type: 'invalid_request_error', param: 'Compat-Project', code: 'forbidden' },
     });
+    // The refusal names the header the client sent.
+    const viaOpenAi = await post(chat('fake/base-model'), { 'openai-project': 'someone-else/secret' });
+    expect([viaOpenAi.statusCode, viaOpenAi.json()]).toEqual([
+      403,
+      { error: { message: 'This API key cannot reach project someone-else/secret.', type: 'invalid_request_error', param: 'OpenAI-Project', code: 'forbidden' } },
+    ]);
   });
 
   it('sums a project\'s usage per model and per day', async () => {
