@@ -60,6 +60,17 @@ function connectionFault(error: unknown): string {
   return cause.message || (cause as NodeJS.ErrnoException).code || cause.name;
 }
 
+/**
+ * An error answer's detail as a line: the text, or each validation problem as `where: what`
+ * (`key_id: Input should be a valid UUID, ...`), or the JSON of anything else.
+ */
+function detailText(detail: unknown): string {
+  if (typeof detail === 'string') return detail;
+  const problems = Array.isArray(detail) ? detail : [];
+  const lines = problems.map((d: { loc?: unknown; msg?: unknown }) => (Array.isArray(d.loc) && typeof d.msg === 'string' ? `${d.loc.slice(1).join('.') || d.loc.join('.')}: ${d.msg}` : undefined));
+  return lines.length > 0 && lines.every((line) => line !== undefined) ? lines.join('; ') : JSON.stringify(detail);
+}
+
 /** One call to a running server's /v1/admin endpoints: its JSON answer, or an HttpAdminError. */
 async function adminCall(baseUrl: string, key: string, method: string, path: string, body?: unknown): Promise<unknown> {
   let response: Response;
@@ -78,8 +89,7 @@ async function adminCall(baseUrl: string, key: string, method: string, path: str
   }
   const payload = (await response.json().catch(() => ({}))) as { detail?: unknown };
   if (!response.ok) {
-    const detail = typeof payload.detail === 'string' ? payload.detail : JSON.stringify(payload.detail ?? payload);
-    throw new HttpAdminError(`${response.status}: ${detail}`);
+    throw new HttpAdminError(`${response.status}: ${detailText(payload.detail ?? payload)}`);
   }
   return payload;
 }

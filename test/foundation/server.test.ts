@@ -115,6 +115,10 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     const keyCli = start('src/cli/main.ts', ['keys', 'create', 'carol', '--kind', 'worker'], { TRAINYARD_URL: url });
     expect(await keyCli.exited).toBe(0);
     expect(JSON.parse(keyCli.out())).toMatchObject({ username: 'carol', kind: 'worker', key: expect.stringMatching(/^ty_/) });
+    // A refusal of the server reads as a line, its validation problems named by place.
+    const badId = start('src/cli/main.ts', ['keys', 'revoke', 'not-a-uuid'], { TRAINYARD_URL: url });
+    expect(await badId.exited).toBe(1);
+    expect(badId.err()).toBe('422: key_id: Input should be a valid UUID\n');
     // Pointed at an address where nothing listens: one line that says where it looked and how to point it elsewhere.
     const nowhere = `http://127.0.0.1:${await closedPort()}`;
     const lost = start('src/cli/main.ts', ['users', 'list'], { TRAINYARD_URL: nowhere });
