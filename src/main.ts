@@ -8,13 +8,13 @@ async function main(): Promise<void> {
   // The handlers come first: a SIGTERM that arrives while the server starts (the database opening, the
   // migrations, the listener binding) is held until it is up, then stops it like any other. Without them
   // Node's default would kill the process with the data directory's lock and the database half-open.
-  // Starting can take long (a migration waiting for a lock, say): a second signal then exits at once.
+  // Starting can take long (a migration waiting for a lock, say), and so can stopping (requests given
+  // SHUTDOWN_GRACE_MS): a second signal exits at once either way.
   let server: RunningServer | undefined;
   let requested: NodeJS.Signals | undefined;
   const onSignal = (signal: NodeJS.Signals) => {
     if (requested) {
-      if (server) return;
-      process.stderr.write(`trainyard: ${signal} again while starting: exiting now\n`);
+      process.stderr.write(`trainyard: ${signal} again while ${server ? 'stopping' : 'starting'}: exiting now\n`);
       process.exit(1);
     }
     requested = signal;

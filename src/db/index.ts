@@ -154,10 +154,17 @@ export function postgresHandle(pool: pg.Pool, openUnbounded?: () => pg.Pool): Da
     async close() {
       if (closed) return;
       closed = true;
-      await db.destroy();
+      // The pool's end waits for every connection it lent to come back: one that never does (a bug) would
+      // hold the close, and the process's exit, for good. Past CLOSE_WAIT_MS the rest is left to the exit.
+      let waited: NodeJS.Timeout | undefined;
+      await Promise.race([db.destroy(), new Promise<void>((resolve) => (waited = setTimeout(resolve, CLOSE_WAIT_MS).unref()))]);
+      clearTimeout(waited);
     },
   };
 }
+
+/** How long closing a PostgreSQL pool waits for connections still lent out. */
+export const CLOSE_WAIT_MS = 5_000;
 
 export interface OpenOptions {
   /**

@@ -263,6 +263,28 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     }
   }, 60_000);
 
+  it('exits at once on a second signal while it is stopping', async () => {
+    const freshDir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-proc-'));
+    const client = new net.Socket();
+    try {
+      const server = start('src/main.ts', [], { DATA_DIR: freshDir, SHUTDOWN_GRACE_MS: '600000' });
+      const [, url] = await waitFor(server.out, /Web UI: (http:\/\/[\d.:]+)\/ui\//);
+      // A request whose body never finishes: the graceful stop waits on it for the whole grace period.
+      const { hostname, port } = new URL(url);
+      await new Promise<void>((resolve) => client.connect(Number(port), hostname, resolve));
+      client.write('POST /v1/preview/models HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{');
+      await new Promise((r) => setTimeout(r, 200));
+      server.child.kill('SIGTERM');
+      await waitFor(server.out, /"msg":"shutting down"/);
+      server.child.kill('SIGTERM');
+      expect(await server.exited).toBe(1);
+      expect(server.err()).toBe('trainyard: SIGTERM again while stopping: exiting now\n');
+    } finally {
+      client.destroy();
+      fs.rmSync(freshDir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it('refuses to start on an invalid setting, naming it', async () => {
     const bad = start('src/main.ts', [], { PORT: 'eighty' });
     expect(await bad.exited).toBe(1);

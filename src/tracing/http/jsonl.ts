@@ -30,8 +30,12 @@ export async function sendJsonLines(
       await batches.return?.();
     }
   }
+  const body = Readable.from(lines(), { objectMode: false });
+  // A client that left while the first batch was read gets a stream destroyed before it is read: lines()
+  // never starts, so its finally never runs. Stop the reader here too (a second return is a no-op).
+  body.once('close', () => void batches.return?.().catch(() => undefined));
   reply.type('application/jsonl');
-  return reply.send(Readable.from(lines(), { objectMode: false }));
+  return reply.send(body);
 }
 
 /**

@@ -42,8 +42,17 @@ export async function* readInBatches<Row, Key = never>(deps: TracingDeps, plan: 
       }
       done = true;
     } finally {
-      if (done) await trx.commit().execute();
-      else await trx.rollback().execute();
+      if (!done) await trx.rollback().execute();
+      else {
+        try {
+          await trx.commit().execute();
+        } catch (error) {
+          // kysely releases the connection on a commit only when it succeeds; a rollback releases it either
+          // way (a dead connection leaves the pool), so a failed commit cannot hold a pool slot for good.
+          await trx.rollback().execute().catch(() => undefined);
+          throw error;
+        }
+      }
     }
     return;
   }
