@@ -21,6 +21,7 @@ import * as callExactNumbers from './0021_call_exact_numbers.js';
 import * as feedbackExactNumbers from './0022_feedback_exact_numbers.js';
 import * as databaseId from './0023_database_id.js';
 import * as runFileUrlExpiry from './0024_run_file_url_expiry.js';
+import * as wandbRunTags from './0025_wandb_run_tags.js';
 
 /**
  * Every migration, in order. Listed here rather than read from the folder so that the same list runs
@@ -49,4 +50,5 @@ export const migrations: Record<string, Migration> = {
   '0022_feedback_exact_numbers': feedbackExactNumbers,
   '0023_database_id': databaseId,
   '0024_run_file_url_expiry': runFileUrlExpiry,
+  '0025_wandb_run_tags': wandbRunTags,
 };

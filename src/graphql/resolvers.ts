@@ -146,7 +146,7 @@ function runNode(ctx: GraphQLContext, run: RunRow) {
     name: run.name,
     displayName: run.display_name,
     description: null,
-    notes: null,
+    notes: run.notes,
     config: run.config ?? '{}',
     summaryMetrics: run.summary ?? '{}',
     systemMetrics: null,
@@ -159,11 +159,11 @@ function runNode(ctx: GraphQLContext, run: RunRow) {
     },
     sweepName: null,
     state: run.completed_at ? (run.exitcode === 0 || run.exitcode === null ? 'finished' : 'failed') : 'running',
-    group: null,
+    group: run.group_name,
     jobType: run.job_type,
     commit: null,
     readOnly: false,
-    tags: [],
+    tags: run.tags,
     project: projectNode(ctx, scope),
     projectId: String(projectNumber(scope)),
     user: userNode(ctx),
@@ -254,7 +254,7 @@ function artifactNode(ctx: GraphQLContext, { artifact, collection }: ArtifactWit
     metadata: artifact.metadata,
     ttlDurationSeconds: -1,
     ttlIsInherited: true,
-    tags: [],
+    tags: artifact.tags.map((name) => ({ id: encodeId('ArtifactTag', artifact.id) + `:${name}`, name })),
     historyStep: null,
     state: artifact.state,
     size: artifact.size,
@@ -326,6 +326,9 @@ export const rootValue = {
       config: str(i, 'config'),
       summaryMetrics: str(i, 'summaryMetrics'),
       host: str(i, 'host'),
+      tags: i.tags as string[] | null | undefined,
+      notes: str(i, 'notes'),
+      group: str(i, 'groupName'),
     });
     return { bucket: runNode(ctx, run), inserted };
   },
@@ -352,6 +355,7 @@ export const rootValue = {
       runName: str(i, 'runName'),
       storageRegion: str(i, 'storageRegion'),
       aliases: i.aliases as { alias: string; artifactCollectionName: string }[] | null,
+      tags: i.tags as { tagName: string }[] | null,
     });
     return { artifact: artifactNode(ctx, created) };
   },
@@ -400,7 +404,21 @@ export const rootValue = {
       description: i.description === undefined ? undefined : str(i, 'description'),
       metadata: i.metadata === undefined ? undefined : str(i, 'metadata'),
       aliases: i.aliases as { alias: string; artifactCollectionName: string }[] | null | undefined,
+      tagsToAdd: i.tagsToAdd as { tagName: string }[] | null | undefined,
+      tagsToDelete: i.tagsToDelete as { tagName: string }[] | null | undefined,
     });
     return { artifact: artifactNode(ctx, found) };
   },
+  addAliases: async (args: Args, ctx: GraphQLContext) => changeAliases(args, ctx, true),
+  deleteAliases: async (args: Args, ctx: GraphQLContext) => changeAliases(args, ctx, false),
 };
+
+async function changeAliases(args: Args, ctx: GraphQLContext, add: boolean) {
+  const i = input(args);
+  await ctx.wandb.changeAliases(ctx.principal, {
+    artifactID: requiredStr(i, 'artifactID'),
+    aliases: i.aliases as { alias: string; artifactCollectionName: string; entityName: string; projectName: string }[],
+    add,
+  });
+  return { success: true, clientMutationId: str(i, 'clientMutationId') };
+}

@@ -30,6 +30,8 @@ type Mutation {
   createArtifactFiles(input: CreateArtifactFilesInput!): CreateArtifactFilesPayload
   commitArtifact(input: CommitArtifactInput!): CommitArtifactPayload
   updateArtifact(input: UpdateArtifactInput!): UpdateArtifactPayload
+  addAliases(input: AddAliasesInput!): AddAliasesPayload
+  deleteAliases(input: DeleteAliasesInput!): DeleteAliasesPayload
 }
 
 type User {
@@ -260,7 +262,7 @@ type FileConnection { pageInfo: PageInfo! edges: [FileEdge!]! }
 type FileEdge { cursor: String node: File }
 
 input ArtifactAliasInput { alias: String! artifactCollectionName: String! }
-input TagInput { tagName: String! tagCategoryName: String }
+input TagInput { tagName: String! tagCategoryName: String attributes: JSONString }
 enum ArtifactDigestAlgorithm { MANIFEST_MD5 }
 
 input CreateArtifactInput {
@@ -335,6 +337,12 @@ input UpdateArtifactInput {
   clientMutationId: String
 }
 type UpdateArtifactPayload { artifact: Artifact! }
+
+input ArtifactCollectionAliasInput { alias: String! artifactCollectionName: String! entityName: String! projectName: String! }
+input AddAliasesInput { artifactID: ID! aliases: [ArtifactCollectionAliasInput!]! clientMutationId: String }
+input DeleteAliasesInput { artifactID: ID! aliases: [ArtifactCollectionAliasInput!]! clientMutationId: String }
+type AddAliasesPayload { success: Boolean! clientMutationId: String }
+type DeleteAliasesPayload { success: Boolean! clientMutationId: String }
 `;
 
 export const schema = buildSchema(SDL);

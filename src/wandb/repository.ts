@@ -13,6 +13,9 @@ export interface ArtifactWithCollection {
   collection: CollectionRow;
 }
 
+/** Rows of one multi-row statement, well under the 65,535 parameters a statement may carry. */
+const ROWS_PER_STATEMENT = 1000;
+
 export interface ProjectScope {
   entity: string;
   project: string;
@@ -39,11 +42,24 @@ export async function findRunById(db: Executor, args: { entities: ReadonlySet<st
 
 export async function insertRun(
   db: Executor,
-  args: ProjectScope & { name: string; displayName: string | null; jobType: string | null; config: string | null },
+  args: ProjectScope & { name: string; displayName: string | null; jobType: string | null; config: string | null; tags?: string[]; notes?: string; group?: string },
 ): Promise<{ row: RunRow; inserted: boolean }> {
   const inserted = await db
     .insertInto('wandb_runs')
-    .values({ entity: args.entity, project: args.project, name: args.name, display_name: args.displayName, job_type: args.jobType, config: args.config, summary: null, exitcode: null, completed_at: null })
+    .values({
+      entity: args.entity,
+      project: args.project,
+      name: args.name,
+      display_name: args.displayName,
+      job_type: args.jobType,
+      config: args.config,
+      summary: null,
+      tags: args.tags ?? [],
+      notes: args.notes ?? null,
+      group_name: args.group ?? null,
+      exitcode: null,
+      completed_at: null,
+    })
     .onConflict((c) => c.constraint('wandb_runs_name_uq').doNothing())
     .returningAll()
     .executeTakeFirst();
@@ -51,11 +67,17 @@ export async function insertRun(
   return { row: (await findRun(db, args))!, inserted: false };
 }
 
-export async function updateRun(db: Executor, args: { id: number; displayName?: string; jobType?: string; config?: string; summary?: string; reopen?: boolean }): Promise<RunRow> {
+export async function updateRun(
+  db: Executor,
+  args: { id: number; displayName?: string; jobType?: string; config?: string; summary?: string; tags?: string[]; notes?: string; group?: string; reopen?: boolean },
+): Promise<RunRow> {
   return db
     .updateTable('wandb_runs')
     .set({
       ...(args.displayName !== undefined ? { display_name: args.displayName } : {}),
+      ...(args.tags !== undefined ? { tags: args.tags } : {}),
+      ...(args.notes !== undefined ? { notes: args.notes } : {}),
+      ...(args.group !== undefined ? { group_name: args.group } : {}),
       ...(args.jobType !== undefined ? { job_type: args.jobType } : {}),
       ...(args.config !== undefined ? { config: args.config } : {}),
       ...(args.summary !== undefined ? { summary: args.summary } : {}),
@@ -98,7 +120,7 @@ export async function historyLines(db: Executor, args: { runId: number; fromLine
  * History rows by `_step`, oldest first. A step written twice (two live runs sharing an id, or a resume
  * that restarted) reads as its last line.
  */
-export async function historyRows(db: Executor, args: { runId: number; afterStep: number; limit: number }): Promise<{ step: number; values: Record<string, unknown> }[]> {
+export async function historyRows(db: Executor, args: { runId: number; afterStep: number; limit: number }): Promise<{ step: number; content: string }[]> {
   const { rows } = await sql<{ step: number; content: string }>`
     select distinct on (step) step, content from (
       select (content::jsonb ->> '_step')::bigint as step, line, content from wandb_run_history where run_id = ${args.runId}
@@ -106,31 +128,37 @@ export async function historyRows(db: Executor, args: { runId: number; afterStep
     where step > ${args.afterStep}
     order by step, line desc
     limit ${args.limit}`.execute(db);
-  return rows.map((r) => ({ step: Number(r.step), values: JSON.parse(r.content) as Record<string, unknown> }));
+  return rows.map((r) => ({ step: Number(r.step), content: r.content }));
 }
 
 /** How long a run file's upload URL takes bytes after createRunFiles last handed it out. */
 export const RUN_FILE_URL_HOURS = 24;
 
 export async function putRunFileTokens(db: Executor, args: { runId: number; files: { name: string; token: string }[] }): Promise<{ name: string; token: string }[]> {
-  if (args.files.length === 0) return [];
   // A file asked for again keeps its token, so a retried upload URL still works, for a day from now.
   const expiresAt = sql<Date>`now() + ${`${RUN_FILE_URL_HOURS} hours`}::interval`;
-  await db
-    .insertInto('wandb_run_files')
-    .values(args.files.map((f) => ({ run_id: args.runId, name: f.name, upload_token: f.token, md5: null, upload_expires_at: expiresAt })))
-    .onConflict((c) => c.columns(['run_id', 'name']).doUpdateSet({ upload_expires_at: expiresAt }))
-    .execute();
-  return db
-    .selectFrom('wandb_run_files')
-    .select(['name', 'upload_token as token'])
-    .where('run_id', '=', args.runId)
-    .where(
-      'name',
-      'in',
-      args.files.map((f) => f.name),
-    )
-    .execute();
+  const out: { name: string; token: string }[] = [];
+  for (let i = 0; i < args.files.length; i += ROWS_PER_STATEMENT) {
+    const files = args.files.slice(i, i + ROWS_PER_STATEMENT);
+    await db
+      .insertInto('wandb_run_files')
+      .values(files.map((f) => ({ run_id: args.runId, name: f.name, upload_token: f.token, md5: null, upload_expires_at: expiresAt })))
+      .onConflict((c) => c.columns(['run_id', 'name']).doUpdateSet({ upload_expires_at: expiresAt }))
+      .execute();
+    out.push(
+      ...(await db
+        .selectFrom('wandb_run_files')
+        .select(['name', 'upload_token as token'])
+        .where('run_id', '=', args.runId)
+        .where(
+          'name',
+          'in',
+          files.map((f) => f.name),
+        )
+        .execute()),
+    );
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -139,9 +167,6 @@ export async function putRunFileTokens(db: Executor, args: { runId: number; file
 export async function blobExists(db: Executor, args: { entity: string; md5: string }): Promise<{ size: number } | undefined> {
   return db.selectFrom('wandb_blobs').select('size').where('entity', '=', args.entity).where('md5', '=', args.md5).executeTakeFirst();
 }
-
-/** Rows of one multi-row statement, well under the 65,535 parameters a statement may carry. */
-const ROWS_PER_STATEMENT = 1000;
 
 /** Which of these blobs (hex md5s) the entity holds. */
 export async function existingBlobs(db: Executor, args: { entity: string; md5s: string[] }): Promise<Set<string>> {
@@ -253,6 +278,7 @@ export async function insertArtifact(
     runName: string | null;
     storageRegion: string | null;
     aliases: string[];
+    tags: string[];
     manifestToken: string;
   },
 ): Promise<ArtifactRow> {
@@ -268,6 +294,7 @@ export async function insertArtifact(
       run_name: args.runName,
       storage_region: args.storageRegion,
       pending_aliases: args.aliases,
+      tags: args.tags,
       manifest_token: args.manifestToken,
       manifest_md5: null,
       manifest_expected_md5: null,
@@ -332,6 +359,16 @@ export async function setAliases(db: Executor, args: { collectionId: number; art
     .values(args.aliases.map((alias) => ({ collection_id: args.collectionId, alias, artifact_id: args.artifactId })))
     .onConflict((c) => c.columns(['collection_id', 'alias']).doUpdateSet({ artifact_id: sql`excluded.artifact_id` }))
     .execute();
+}
+
+/** Removes these aliases from the artifact; an alias another version holds stays there. */
+export async function deleteAliases(db: Executor, args: { collectionId: number; artifactId: number; aliases: string[] }): Promise<void> {
+  if (args.aliases.length === 0) return;
+  await db.deleteFrom('wandb_aliases').where('collection_id', '=', args.collectionId).where('artifact_id', '=', args.artifactId).where('alias', 'in', args.aliases).execute();
+}
+
+export async function setArtifactTags(db: Executor, args: { artifactId: number; tags: string[] }): Promise<void> {
+  await db.updateTable('wandb_artifacts').set({ tags: args.tags, updated_at: new Date() }).where('id', '=', args.artifactId).execute();
 }
 
 export async function aliasesOf(db: Executor, args: { artifactIds: number[] }): Promise<{ artifact_id: number; alias: string }[]> {

@@ -3,6 +3,7 @@ import type { FastifyPluginAsyncZod, ZodTypeProvider } from 'fastify-type-provid
 import { z } from 'zod';
 import { principalOf } from '../auth/plugin.js';
 import { InvalidRequestError } from '../errors.js';
+import { unmarkNumbers } from '../http/exact-numbers.js';
 import { registerJsonBodyParser } from '../http/json-body.js';
 import type { WandbService } from './service.js';
 
@@ -10,10 +11,14 @@ const tags = ['wandb'];
 const NAME = z.string().min(1).max(128);
 
 const FileStreamParams = z.object({ entity: NAME, project: NAME, run: NAME });
-/** What the SDK streams: whole files split into lines at offsets; `complete` on the last request. */
+/**
+ * What the SDK streams: whole files split into lines at offsets; `complete` on the last request. A line
+ * is bounded by the body limit alone: wandb-core treats a refused request as fatal and stops streaming,
+ * so one large row (a long text, a wide table) would cost the run all its history.
+ */
 const FileStreamBody = z.object({
   files: z
-    .record(z.string().max(256), z.object({ offset: z.number().int().min(0).max(1_000_000), content: z.array(z.string().max(1_048_576)).max(10_000) }))
+    .record(z.string().max(256), z.object({ offset: z.number().int().min(0).max(1_000_000), content: z.array(z.string()).max(10_000) }))
     .refine((files) => Object.keys(files).length <= 32, 'at most 32 files')
     .optional(),
   complete: z.boolean().optional(),
@@ -114,6 +119,8 @@ export const wandbRoutes: FastifyPluginAsyncZod<{ wandb: WandbService }> = async
         querystring: HistoryQuery,
         response: { 200: WandbRunHistory },
       },
+      // Integers beyond 2^53 are answered with the digits the SDK sent (service.ts, parseStored).
+      onSend: async (_request, _reply, payload) => (typeof payload === 'string' ? unmarkNumbers(payload) : payload),
     },
     async (request) => wandb.runHistory(principalOf(request), { ...request.params, afterStep: request.query.after_step, limit: request.query.limit }),
   );

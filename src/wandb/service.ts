@@ -4,6 +4,7 @@ import type { Kysely } from 'kysely';
 import type { Principal } from '../auth/principal.js';
 import type { Database } from '../db/schema.js';
 import { UNSTORABLE_CHARACTER } from '../db/refusals.js';
+import { MARK, parseWithExactNumbers, unmarkNumbers } from '../http/exact-numbers.js';
 import { ConflictError, ForbiddenError, InvalidRequestError, NotFoundError, PayloadTooLargeError } from '../errors.js';
 import { CheckpointArtifacts } from './checkpoint-artifacts.js';
 import { b64ToHex, manifestDigest, md5, newToken, WandbRequestError } from './common.js';
@@ -31,7 +32,22 @@ const MAX_PATH = 512;
 /** Files one artifact may hold; ART's LoRA checkpoints hold a handful. */
 export const MAX_ARTIFACT_FILES = 10_000;
 export const MAX_ALIASES = 32;
-export const MAX_RUN_FILES = 100;
+/**
+ * Files one createRunFiles names: wandb-core asks for all of a run's files at once at its end, and a run
+ * that logs an image a step has one file per image (the request stays under a few MB of names).
+ */
+export const MAX_RUN_FILES = 10_000;
+/** A run's tags: W&B's SDK allows 1 to 64 characters each (wandb_settings.py); the count is ours. */
+export const MAX_RUN_TAGS = 100;
+const MAX_RUN_TAG = 64;
+/** A run's notes (markdown) and group name: W&B documents no bound; these are ours. */
+export const MAX_RUN_NOTES = 65_536;
+export const MAX_RUN_GROUP = 128;
+/** An artifact version's tags: W&B's pattern and length for a tag name (the SDK's TagInput); the count is ours. */
+export const MAX_ARTIFACT_TAGS = 32;
+const CHECKPOINT_ALIASES = "The aliases of a checkpoint's artifact are its step<N> and latest: they cannot be set.";
+const ARTIFACT_TAG = /^[-_\p{L}\p{N}]+(?: +[-_\p{L}\p{N}]+)*$/u;
+const MAX_ARTIFACT_TAG = 128;
 /** History lines kept per run. */
 const MAX_HISTORY_LINE = 1_000_000;
 /** The history lines a resume sends back: the SDK reads only the last `_step`. */
@@ -122,9 +138,12 @@ export class WandbService {
     this.checkpoints = new CheckpointArtifacts(db, options);
   }
 
-  /** The entity a request names, or the key's own when it names none; the key must reach it. */
+  /**
+   * The entity a request names, or the key's own when it names none; the key must reach it. An empty
+   * name is none: `wandb sync` of an offline run started without an entity sends `entityName: ""`.
+   */
   reachableEntity(principal: Principal, entity: string | null | undefined): string {
-    const name = entity ?? principal.entity;
+    const name = entity || principal.entity;
     if (!principal.entities.has(name)) throw new WandbRequestError(`This API key cannot reach entity ${JSON.stringify(name)}.`);
     return name;
   }
@@ -154,25 +173,51 @@ export class WandbService {
       config?: string | null;
       summaryMetrics?: string | null;
       host?: string | null;
+      tags?: string[] | null;
+      notes?: string | null;
+      group?: string | null;
     },
   ): Promise<{ run: RunRow; inserted: boolean }> {
-    const scope = this.scope(principal, input.entity, input.project ?? 'uncategorized');
     // As wandb-core writes them: a NaN in config or summary is kept, as the string "NaN" (the text is
     // otherwise stored as sent: a seed past 2^53 keeps its digits).
     const config = input.config == null ? input.config : nonFiniteAsStrings(input.config);
     const summaryMetrics = input.summaryMetrics == null ? input.summaryMetrics : nonFiniteAsStrings(input.summaryMetrics);
     if (config != null) checkJsonObject('config', config);
     if (summaryMetrics != null) checkJsonObject('summaryMetrics', summaryMetrics);
+    const fields = {
+      displayName: input.displayName ?? undefined,
+      jobType: input.jobType ?? undefined,
+      config: config ?? undefined,
+      summary: summaryMetrics ?? undefined,
+      tags: input.tags == null ? undefined : checkRunTags(input.tags),
+      notes: input.notes == null ? undefined : checkLength('A run\'s notes field', input.notes, MAX_RUN_NOTES),
+      group: input.group == null ? undefined : checkLength('A run\'s group name', input.group, MAX_RUN_GROUP),
+    };
+    // The public API's run.update() and run.summary.update() name the run by the `id` our answers gave
+    // it (encodeId('Run', n)), with no name and no project: that run is updated, never a new one made.
+    if (input.name == null && input.id != null) {
+      const n = decodeId('Run', input.id);
+      const found = n === undefined ? undefined : await repo.findRunById(this.db, { entities: principal.entities, id: n });
+      if (!found) throw new WandbRequestError(`Run ${JSON.stringify(input.id.slice(0, 100))} not found.`);
+      return { run: await repo.updateRun(this.db, { id: found.id, ...fields, reopen: input.host != null }), inserted: false };
+    }
+    const scope = this.scope(principal, input.entity, input.project ?? 'uncategorized');
     const name = checkName('run name', input.name ?? randomBytes(4).toString('hex'));
     return this.db.transaction().execute(async (tx) => {
-      const { row, inserted } = await repo.insertRun(tx, { ...scope, name, displayName: input.displayName ?? name, jobType: input.jobType ?? null, config: config ?? null });
+      const { row, inserted } = await repo.insertRun(tx, {
+        ...scope,
+        name,
+        displayName: input.displayName ?? name,
+        jobType: input.jobType ?? null,
+        config: config ?? null,
+        tags: fields.tags,
+        notes: fields.notes,
+        group: fields.group,
+      });
       if (inserted && summaryMetrics == null) return { run: row, inserted };
       const run = await repo.updateRun(tx, {
         id: row.id,
-        displayName: input.displayName ?? undefined,
-        jobType: input.jobType ?? undefined,
-        config: config ?? undefined,
-        summary: summaryMetrics ?? undefined,
+        ...fields,
         // wandb-core sends `host` only in the upsert that starts a run's process: on an existing run, a
         // resume, which makes a finished run live again. Its later upserts (config updates, the one at
         // finish) and the public API's run.update() send none, and leave the state as it is.
@@ -202,8 +247,8 @@ export class WandbService {
     const rows = await repo.historyRows(this.db, { runId: run.id, afterStep: args.afterStep, limit: args.limit + 1 });
     return {
       ...runFields(run),
-      summary: run.summary ? (JSON.parse(run.summary) as Record<string, unknown>) : {},
-      history: rows.slice(0, args.limit),
+      summary: run.summary ? (parseStored(run.summary) as Record<string, unknown>) : {},
+      history: rows.slice(0, args.limit).map((row) => ({ step: row.step, values: parseStored(row.content) as Record<string, unknown> })),
       has_more: rows.length > args.limit,
     };
   }
@@ -329,6 +374,7 @@ export class WandbService {
       runName?: string | null;
       storageRegion?: string | null;
       aliases?: { alias: string; artifactCollectionName: string }[] | null;
+      tags?: { tagName: string }[] | null;
     },
   ): Promise<{ artifact: ArtifactRow; collection: CollectionRow; latest: ArtifactRow | undefined }> {
     const scope = this.scope(principal, input.entityName, input.projectName);
@@ -337,6 +383,7 @@ export class WandbService {
     if (!MANIFEST_DIGEST.test(input.digest)) throw new WandbRequestError('Invalid artifact digest: 32 hexadecimal characters (MANIFEST_MD5).');
     if (input.metadata != null) checkJsonObject('metadata', input.metadata);
     const aliases = checkAliases(input.aliases ?? [], name);
+    const tags = checkArtifactTags(input.tags ?? []);
     const push = await this.checkpoints.checkPush(scope, { name, type, digest: input.digest, metadata: input.metadata ?? null, aliases });
     if (push?.existing) return { ...push.existing, latest: undefined };
     return this.db.transaction().execute(async (tx) => {
@@ -350,7 +397,10 @@ export class WandbService {
       const existing = push ? undefined : await repo.findCommittedByDigest(tx, { collectionId: collection.id, digest: input.digest });
       if (existing) {
         await repo.setAliases(tx, { collectionId: collection.id, artifactId: existing.id, aliases });
-        return { artifact: existing, collection, latest };
+        const merged = [...new Set([...existing.tags, ...tags])];
+        if (merged.length > MAX_ARTIFACT_TAGS) throw new WandbRequestError(`An artifact has at most ${MAX_ARTIFACT_TAGS} tags.`);
+        if (merged.length > existing.tags.length) await repo.setArtifactTags(tx, { artifactId: existing.id, tags: merged });
+        return { artifact: { ...existing, tags: merged }, collection, latest };
       }
       const artifact = await repo.insertArtifact(tx, {
         collectionId: collection.id,
@@ -360,6 +410,7 @@ export class WandbService {
         runName: input.runName ?? null,
         storageRegion: input.storageRegion ?? null,
         aliases,
+        tags,
         manifestToken: newToken(),
       });
       return { artifact, collection, latest };
@@ -451,23 +502,63 @@ export class WandbService {
 
   async updateArtifact(
     principal: Principal,
-    input: { artifactID: string; description?: string | null; metadata?: string | null; aliases?: { alias: string; artifactCollectionName: string }[] | null },
+    input: {
+      artifactID: string;
+      description?: string | null;
+      metadata?: string | null;
+      aliases?: { alias: string; artifactCollectionName: string }[] | null;
+      tagsToAdd?: { tagName: string }[] | null;
+      tagsToDelete?: { tagName: string }[] | null;
+    },
   ): Promise<ArtifactWithCollection> {
     const found = await this.pending(principal, input.artifactID);
     if (input.metadata != null) checkJsonObject('metadata', input.metadata);
     const aliases = input.aliases ? checkAliases(input.aliases, found.collection.name) : [];
     if (found.artifact.checkpoint_id !== null && aliases.length) {
-      throw new WandbRequestError('The aliases of a checkpoint\'s artifact are its step<N> and latest: they cannot be set.');
+      throw new WandbRequestError(CHECKPOINT_ALIASES);
     }
+    const added = checkArtifactTags(input.tagsToAdd ?? []);
+    const deleted = new Set(checkArtifactTags(input.tagsToDelete ?? []));
+    const tags = [...new Set([...found.artifact.tags, ...added])].filter((tag) => !deleted.has(tag));
+    if (tags.length > MAX_ARTIFACT_TAGS) throw new WandbRequestError(`An artifact has at most ${MAX_ARTIFACT_TAGS} tags.`);
     await this.db.transaction().execute(async (tx) => {
       await repo.updateArtifactFields(tx, {
         artifactId: found.artifact.id,
         description: input.description === undefined ? undefined : input.description,
         metadata: input.metadata === undefined ? undefined : input.metadata,
       });
+      if (added.length || deleted.size) await repo.setArtifactTags(tx, { artifactId: found.artifact.id, tags });
       if (found.artifact.state === 'COMMITTED') await repo.setAliases(tx, { collectionId: found.collection.id, artifactId: found.artifact.id, aliases });
     });
     return (await repo.findArtifact(this.db, { id: found.artifact.id }))!;
+  }
+
+  /**
+   * wandb 0.31's `artifact.aliases` edits (`artifact.save()`): addAliases points each alias at this
+   * committed version, moving it from the version of the collection that held it, as a commit does;
+   * deleteAliases takes them off this version (an alias another version holds stays there). `latest`
+   * belongs to the newest version and cannot be deleted.
+   */
+  async changeAliases(
+    principal: Principal,
+    input: { artifactID: string; aliases: { alias: string; artifactCollectionName: string; entityName: string; projectName: string }[]; add: boolean },
+  ): Promise<void> {
+    const { artifact, collection } = await this.pending(principal, input.artifactID);
+    if (artifact.state !== 'COMMITTED') throw new WandbRequestError(`Artifact ${input.artifactID} is not committed: its aliases are those given at creation.`);
+    for (const alias of input.aliases) {
+      if (this.reachableEntity(principal, alias.entityName) !== collection.entity || alias.projectName !== collection.project) {
+        throw new WandbRequestError(`Alias ${JSON.stringify(alias.alias.slice(0, 200))} names project ${JSON.stringify(`${alias.entityName}/${alias.projectName}`.slice(0, 300))}, not ${JSON.stringify(`${collection.entity}/${collection.project}`)}.`);
+      }
+    }
+    const aliases = checkAliases(input.aliases, collection.name);
+    if (aliases.length === 0) return;
+    if (artifact.checkpoint_id !== null) throw new WandbRequestError(CHECKPOINT_ALIASES);
+    if (input.add) {
+      await repo.setAliases(this.db, { collectionId: collection.id, artifactId: artifact.id, aliases });
+      return;
+    }
+    if (aliases.includes('latest')) throw new WandbRequestError('The alias "latest" always names the newest version: it cannot be deleted.');
+    await repo.deleteAliases(this.db, { collectionId: collection.id, artifactId: artifact.id, aliases });
   }
 
   // -------------------------------------------------------------------------------------------------
@@ -578,6 +669,11 @@ export class WandbService {
   }
 }
 
+/** Stored JSON text with its integers beyond 2^53 as marked strings, which the route's `unmarkNumbers` writes back as digits. */
+function parseStored(text: string): unknown {
+  return parseWithExactNumbers(text, (literal) => `${MARK}${literal}`, { plain: true }).value;
+}
+
 function parseJsonObject(what: string, text: string, error: (message: string) => Error): Record<string, unknown> {
   let value: unknown;
   try {
@@ -604,7 +700,7 @@ function nonFiniteAsStrings(text: string): string {
 /** The value with non-finite numbers as the strings "NaN", "Infinity" and "-Infinity"; throws on text jsonb cannot hold. */
 function storable(value: unknown, fail: (text: string) => never): unknown {
   if (typeof value === 'number') return Number.isFinite(value) ? value : String(value);
-  if (typeof value === 'string') return UNSTORABLE_CHARACTER.test(value) ? fail(value) : value;
+  if (typeof value === 'string') return value.startsWith(MARK) ? value : UNSTORABLE_CHARACTER.test(value) ? fail(value) : value;
   if (value === null || typeof value !== 'object') return value;
   if (Array.isArray(value)) return value.map((item) => storable(item, fail));
   const out: Record<string, unknown> = {};
@@ -624,10 +720,56 @@ function storable(value: unknown, fail: (text: string) => never): unknown {
  * holding U+0000 or a lone surrogate are refused: they cannot be stored.
  */
 function storableJsonObject(what: string, text: string, error: (message: string) => Error): { value: Record<string, unknown>; text: string } {
-  const value = storable(parseJsonObject(what, nonFiniteAsStrings(text), error), (bad) => {
+  const sent = nonFiniteAsStrings(text);
+  const value = storable(exactIntegers(sent, parseJsonObject(what, sent, error)), (bad) => {
     throw error(`${what} holds ${bad.includes('\u0000') ? 'U+0000' : 'a lone UTF-16 surrogate'}, which cannot be stored.`);
   }) as Record<string, unknown>;
-  return { value, text: JSON.stringify(value) };
+  return { value, text: unmarkNumbers(JSON.stringify(value)) };
+}
+
+/**
+ * The parsed object again with each integer literal beyond 2^53 (a token count, a 64-bit id) as a marked
+ * string that `unmarkNumbers` writes back as its digits, as the training and tracing APIs keep them
+ * (http/exact-numbers.ts); the object as parsed when the text has no such literal (fewer than 16 digits
+ * in a row) or one of more digits than any client reads.
+ */
+function exactIntegers(text: string, parsed: Record<string, unknown>): Record<string, unknown> {
+  if (!/\d{16}/.test(text)) return parsed;
+  try {
+    return parseWithExactNumbers(text, (literal) => `${MARK}${literal}`, { plain: true, scanFirst: true }).value as Record<string, unknown>;
+  } catch {
+    return parsed;
+  }
+}
+
+function checkLength(what: string, value: string, max: number): string {
+  if (value.length > max) throw new WandbRequestError(`${what} holds ${value.length} characters; at most ${max} are allowed.`);
+  return value;
+}
+
+/** A run's tags, each once, in the order given. */
+function checkRunTags(tags: string[]): string[] {
+  const out = [...new Set(tags)];
+  if (out.length > MAX_RUN_TAGS) throw new WandbRequestError(`A run has at most ${MAX_RUN_TAGS} tags, not ${out.length}.`);
+  for (const tag of out) {
+    if (tag.length === 0 || tag.length > MAX_RUN_TAG) throw new WandbRequestError(`Invalid run tag ${JSON.stringify(tag.slice(0, 200))}: a tag is 1 to ${MAX_RUN_TAG} characters.`);
+  }
+  return out;
+}
+
+/** Artifact tag names as the SDK sends them (`{tagName}`), each checked. */
+function checkArtifactTags(tags: { tagName: string }[]): string[] {
+  if (tags.length > MAX_ARTIFACT_TAGS) throw new WandbRequestError(`An artifact has at most ${MAX_ARTIFACT_TAGS} tags.`);
+  return [
+    ...new Set(
+      tags.map(({ tagName }) => {
+        if (tagName.length > MAX_ARTIFACT_TAG || !ARTIFACT_TAG.test(tagName)) {
+          throw new WandbRequestError(`Invalid artifact tag ${JSON.stringify(tagName.slice(0, 200))}: 1 to ${MAX_ARTIFACT_TAG} letters, digits, '-' and '_', in words separated by spaces.`);
+        }
+        return tagName;
+      }),
+    ),
+  ];
 }
 
 function checkAliases(aliases: { alias: string; artifactCollectionName: string }[], collection: string): string[] {

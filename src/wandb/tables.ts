@@ -16,6 +16,10 @@ export interface WandbRunTable {
   config: string | null;
   /** The last `wandb-summary.json` line the SDK streamed (a JSON object as text). */
   summary: string | null;
+  /** wandb.init's tags, notes and group (`groupName`), as last set. */
+  tags: Generated<string[]>;
+  notes: ColumnType<string | null, string | null | undefined, string | null>;
+  group_name: ColumnType<string | null, string | null | undefined, string | null>;
   history_line_count: Generated<number>;
   exitcode: number | null;
   completed_at: Date | null;
@@ -70,6 +74,8 @@ export interface WandbArtifactTable {
   run_name: string | null;
   storage_region: string | null;
   pending_aliases: Generated<string[]>;
+  /** The version's tags (W&B's artifact tags: names only; a tag's category and attributes are not kept). */
+  tags: Generated<string[]>;
   /** The capability in the manifest's upload and download URLs. */
   manifest_token: string;
   /** Hex MD5 of the uploaded manifest (its bytes are a blob); null until uploaded. */

@@ -256,3 +256,84 @@ describe('a manifest uploaded again', () => {
     expect((await commit(id)).errors).toBeUndefined();
   });
 });
+
+/** wandb 0.31's AddAliases and DeleteAliases (sdk/artifacts/_generated/operations.py), as artifact.save() sends them. */
+const ADD_ALIASES = 'mutation AddAliases($input: AddAliasesInput!) { result: addAliases(input: $input) { success } }';
+const DELETE_ALIASES = 'mutation DeleteAliases($input: DeleteAliasesInput!) { result: deleteAliases(input: $input) { success } }';
+const ALIASES_BY_ID = 'query($id: ID!) { artifact(id: $id) { aliases { alias } } }';
+const TAGS_BY_ID = 'query($id: ID!) { artifact(id: $id) { tags { name } } }';
+
+describe('artifact tags', () => {
+  it('keeps the tags given at creation, with the attributes wandb 0.31 sends, and those saved later', async () => {
+    const files = { 'a.txt': Buffer.from(`tagged ${uniqueName('x')}`) };
+    const project = uniqueName('p');
+    const created = await gql(owner, 'mutation($input: CreateArtifactInput!) { createArtifact(input: $input) { artifact { id tags { name } } } }', {
+      input: {
+        entityName: owner.entity,
+        projectName: project,
+        artifactCollectionName: 'tagged',
+        artifactTypeName: 'dataset',
+        digest: manifestDigest(h.contentsOf(files)),
+        tags: [{ tagName: 'gold', attributes: null }, { tagName: 'hand labelled' }],
+      },
+    });
+    expect(created).toEqual({ data: { createArtifact: { artifact: { id: expect.any(String), tags: [{ name: 'gold' }, { name: 'hand labelled' }] } } } });
+    const { id } = created.data!.createArtifact.artifact;
+    // artifact.tags.append("silver"); artifact.tags.remove("gold"); artifact.save()
+    const saved = await gql(owner, 'mutation($input: UpdateArtifactInput!) { updateArtifact(input: $input) { artifact { tags { name } } } }', {
+      input: { artifactID: id, description: null, metadata: '{}', tagsToAdd: [{ tagName: 'silver' }], tagsToDelete: [{ tagName: 'gold' }] },
+    });
+    expect(saved).toEqual({ data: { updateArtifact: { artifact: { tags: [{ name: 'hand labelled' }, { name: 'silver' }] } } } });
+    expect(await gql(owner, TAGS_BY_ID, { id })).toEqual({ data: { artifact: { tags: [{ name: 'hand labelled' }, { name: 'silver' }] } } });
+  });
+
+  it('refuses a tag W&B would refuse, and more than 32 tags, changing nothing', async () => {
+    const d = await upload({ 'a.txt': Buffer.from(`refused tags ${uniqueName('x')}`) });
+    const cases: [unknown[], string][] = [
+      [[{ tagName: 'no/slash' }], 'Invalid artifact tag "no/slash": 1 to 128 letters, digits, \'-\' and \'_\', in words separated by spaces.'],
+      [[{ tagName: 't'.repeat(129) }], `Invalid artifact tag "${'t'.repeat(129)}": 1 to 128 letters, digits, '-' and '_', in words separated by spaces.`],
+      [Array.from({ length: 33 }, (_, i) => ({ tagName: `t${i}` })), 'An artifact has at most 32 tags.'],
+    ];
+    for (const [tagsToAdd, message] of cases) {
+      const before = await databaseFingerprint(app);
+      const answer = await gql(owner, 'mutation($input: UpdateArtifactInput!) { updateArtifact(input: $input) { artifact { id } } }', { input: { artifactID: d.id, tagsToAdd } });
+      expect(answer).toEqual({ data: { updateArtifact: null }, errors: [{ message, path: ['updateArtifact'] }] });
+      expect(await databaseFingerprint(app)).toEqual(before);
+    }
+  });
+});
+
+describe('artifact aliases edited after the commit', () => {
+  const aliasInput = (project: string, alias: string, overrides: Record<string, string> = {}) => ({ alias, artifactCollectionName: 'data', entityName: owner.entity, projectName: project, ...overrides });
+  const aliasesOf = async (id: string) => (await gql(owner, ALIASES_BY_ID, { id })).data!.artifact.aliases.map((a: { alias: string }) => a.alias);
+
+  it('moves an alias addAliases gives a version from the version that held it, and deleteAliases takes one off', async () => {
+    const project = uniqueName('p');
+    const first = await upload({ 'a.txt': Buffer.from('first') }, { project, aliases: ['candidate'] });
+    const second = await upload({ 'a.txt': Buffer.from('second') }, { project });
+    expect(await gql(owner, ADD_ALIASES, { input: { artifactID: second.id, aliases: [aliasInput(project, 'candidate'), aliasInput(project, 'production')] } })).toEqual({ data: { result: { success: true } } });
+    expect(await aliasesOf(first.id)).toEqual(['v0']);
+    expect(await aliasesOf(second.id)).toEqual(['v1', 'candidate', 'latest', 'production']);
+    expect(await gql(owner, DELETE_ALIASES, { input: { artifactID: second.id, aliases: [aliasInput(project, 'candidate')] } })).toEqual({ data: { result: { success: true } } });
+    expect(await aliasesOf(second.id)).toEqual(['v1', 'latest', 'production']);
+  });
+
+  it('refuses to delete latest, an alias of another collection or project, and another tenant\'s artifact, changing nothing', async () => {
+    const project = uniqueName('p');
+    const d = await upload({ 'a.txt': Buffer.from(`refused aliases ${project}`) }, { project });
+    await gql(other, '{ viewer { id } }');
+    const cases: [TestUser, string, Record<string, unknown>, string][] = [
+      [owner, DELETE_ALIASES, aliasInput(project, 'latest'), 'The alias "latest" always names the newest version: it cannot be deleted.'],
+      [owner, ADD_ALIASES, aliasInput(project, 'best', { artifactCollectionName: 'other' }), 'Alias "best" names collection "other", not "data".'],
+      [owner, ADD_ALIASES, aliasInput(project, 'best', { projectName: 'elsewhere' }), `Alias "best" names project "${owner.entity}/elsewhere", not "${owner.entity}/${project}".`],
+      [owner, ADD_ALIASES, aliasInput(project, 'v7'), 'Invalid alias "v7": 1 to 128 letters, digits, \'.\', \'_\' and \'-\', and not a version (vN).'],
+      [other, ADD_ALIASES, aliasInput(project, 'best'), `Artifact ${JSON.stringify(d.id)} not found.`],
+    ];
+    for (const [as, mutation, alias, message] of cases) {
+      const before = await databaseFingerprint(app);
+      expect(await gql(as, mutation, { input: { artifactID: d.id, aliases: [alias] } })).toEqual({ data: { result: null }, errors: [{ message, path: ['result'] }] });
+      expect(await databaseFingerprint(app)).toEqual(before);
+    }
+    expect(await aliasesOf(d.id)).toEqual(['v0', 'latest']);
+  });
+});

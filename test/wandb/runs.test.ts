@@ -276,3 +276,130 @@ describe('W&B runs', () => {
     });
   });
 });
+
+const gql = async (as: TestUser, query: string, variables: Record<string, unknown> = {}) => (await app.inject(jsonRequest('POST', '/graphql', as, { query, variables }))).json();
+
+/** The public API's run.update() (wandb 0.31 apis/public/runs.py), its input as sent. */
+const PUBLIC_UPDATE =
+  'mutation UpsertBucket($id: String!, $description: String, $display_name: String, $notes: String, $tags: [String!], $config: JSONString!, $groupName: String, $jobType: String) { upsertBucket(input: {id: $id, description: $description, displayName: $display_name, notes: $notes, tags: $tags, config: $config, groupName: $groupName, jobType: $jobType}) { bucket { id name displayName tags notes group config } inserted } }';
+/** The public API's run.summary.update() (apis/public/summary.py). */
+const PUBLIC_SUMMARY = 'mutation UpsertBucket($id: String!, $summaryMetrics: JSONString) { upsertBucket(input: { id: $id, summaryMetrics: $summaryMetrics}) { bucket { id } } }';
+const RUN_FIELDS = 'query($project: String!, $name: String!) { project(name: $project) { run(name: $name) { id name displayName tags notes group config summaryMetrics } } }';
+
+describe('W&B runs through the public API', () => {
+  it('updates the run that run.update() and run.summary.update() name by the id our answers gave it, making no other run', async () => {
+    const { project, run } = await newRun();
+    const { id } = (await gql(owner, RUN_FIELDS, { project, name: run })).data.project.run;
+    const config = '{"lr": {"value": 0.1}, "post_cfg": {"value": "v"}}';
+    const updated = await gql(owner, PUBLIC_UPDATE, { id, description: null, display_name: 'renamed-by-api', notes: 'checked', tags: ['gold'], config, groupName: 'exp-7', jobType: null });
+    expect(updated).toEqual({
+      data: { upsertBucket: { bucket: { id, name: run, displayName: 'renamed-by-api', tags: ['gold'], notes: 'checked', group: 'exp-7', config }, inserted: false } },
+    });
+    expect(await gql(owner, PUBLIC_SUMMARY, { id, summaryMetrics: '{"post": 42}' })).toEqual({ data: { upsertBucket: { bucket: { id } } } });
+    expect((await gql(owner, RUN_FIELDS, { project, name: run })).data.project.run.summaryMetrics).toBe('{"post": 42}');
+    const stray = await app.inject(jsonRequest('GET', `/v1/preview/wandb-runs/${owner.entity}/uncategorized`, owner));
+    expect(stray.json()).toEqual({ data: [] });
+  });
+
+  it('refuses an upsert by an id that names no run the key reaches, creating none', async () => {
+    const { project, run } = await newRun();
+    const { id } = (await gql(owner, RUN_FIELDS, { project, name: run })).data.project.run;
+    const artifactId = Buffer.from('Artifact:1').toString('base64');
+    await gql(other, '{ viewer { id } }');
+    for (const [as, badId] of [[other, id], [owner, 'not-an-id'], [owner, artifactId], [owner, Buffer.from('Run:999999999').toString('base64')]] as const) {
+      const before = await databaseFingerprint(app);
+      expect(await gql(as, PUBLIC_SUMMARY, { id: badId, summaryMetrics: '{"post": 42}' })).toEqual({
+        data: { upsertBucket: null },
+        errors: [{ message: `Run ${JSON.stringify(badId)} not found.`, path: ['upsertBucket'] }],
+      });
+      expect(await databaseFingerprint(app)).toEqual(before);
+    }
+  });
+
+  it('keeps the tags, notes and group wandb.init sends, until an upsert sets others', async () => {
+    const project = uniqueName('p');
+    const run = uniqueName('r');
+    const upsert = 'mutation($name: String, $project: String, $tags: [String!], $notes: String, $group: String) { upsertBucket(input: {name: $name, modelName: $project, tags: $tags, notes: $notes, groupName: $group}) { bucket { tags notes group } } }';
+    expect(await gql(owner, upsert, { name: run, project, tags: ['baseline', 'lr-sweep', 'baseline'], notes: 'first try', group: 'exp-7' })).toEqual({
+      data: { upsertBucket: { bucket: { tags: ['baseline', 'lr-sweep'], notes: 'first try', group: 'exp-7' } } },
+    });
+    // wandb-core's later upserts send none of them: they stay.
+    expect(await gql(owner, upsert, { name: run, project })).toEqual({ data: { upsertBucket: { bucket: { tags: ['baseline', 'lr-sweep'], notes: 'first try', group: 'exp-7' } } } });
+    expect(await gql(owner, upsert, { name: run, project, tags: [] })).toEqual({ data: { upsertBucket: { bucket: { tags: [], notes: 'first try', group: 'exp-7' } } } });
+  });
+
+  it('refuses tags, notes and a group past their bounds, changing nothing', async () => {
+    const { project, run } = await newRun();
+    const upsert = 'mutation($name: String, $project: String, $tags: [String!], $notes: String, $group: String) { upsertBucket(input: {name: $name, modelName: $project, tags: $tags, notes: $notes, groupName: $group}) { inserted } }';
+    const cases: [Record<string, unknown>, string][] = [
+      [{ tags: Array.from({ length: 101 }, (_, i) => `t${i}`) }, 'A run has at most 100 tags, not 101.'],
+      [{ tags: ['ok', 'x'.repeat(65)] }, `Invalid run tag "${'x'.repeat(65)}": a tag is 1 to 64 characters.`],
+      [{ tags: [''] }, 'Invalid run tag "": a tag is 1 to 64 characters.'],
+      [{ notes: 'n'.repeat(65_537) }, "A run's notes field holds 65537 characters; at most 65536 are allowed."],
+      [{ group: 'g'.repeat(129) }, "A run's group name holds 129 characters; at most 128 are allowed."],
+    ];
+    for (const [variables, message] of cases) {
+      const before = await databaseFingerprint(app);
+      expect(await gql(owner, upsert, { name: run, project, ...variables })).toEqual({ data: { upsertBucket: null }, errors: [{ message, path: ['upsertBucket'] }] });
+      expect(await databaseFingerprint(app)).toEqual(before);
+    }
+  });
+
+  it('takes an empty entityName as the key\'s own entity, as wandb sync of an offline run sends it', async () => {
+    const project = uniqueName('p');
+    const run = uniqueName('r');
+    expect(
+      await gql(owner, 'mutation($name: String, $project: String) { upsertBucket(input: {name: $name, modelName: $project, entityName: ""}) { bucket { project { entity { name } } } inserted } }', { name: run, project }),
+    ).toEqual({ data: { upsertBucket: { bucket: { project: { entity: { name: owner.entity } } }, inserted: true } } });
+    const files = await gql(owner, 'mutation($project: String!, $run: String!) { createRunFiles(input: {entityName: "", projectName: $project, runName: $run, files: ["config.yaml"]}) { files { name } } }', { project, run });
+    expect(files).toEqual({ data: { createRunFiles: { files: [{ name: 'config.yaml' }] } } });
+    const created = await gql(owner, 'mutation($project: String!) { createArtifact(input: {entityName: "", projectName: $project, artifactCollectionName: "offart", artifactTypeName: "model", digest: "0123456789abcdef0123456789abcdef"}) { artifact { state artifactSequence { project { entityName } } } } }', { project });
+    expect(created).toEqual({ data: { createArtifact: { artifact: { state: 'PENDING', artifactSequence: { project: { entityName: owner.entity } } } } } });
+  });
+});
+
+describe('W&B run files and history at scale', () => {
+  it('hands out an upload URL for each of a run\'s thousands of files in one createRunFiles, and refuses more than 10,000', async () => {
+    const { project, run } = await newRun();
+    const ask = (files: string[]) =>
+      gql(owner, 'mutation($entity: String!, $project: String!, $run: String!, $files: [String!]!) { createRunFiles(input: {entityName: $entity, projectName: $project, runName: $run, files: $files}) { files { name uploadUrl } } }', {
+        entity: owner.entity,
+        project,
+        run,
+        files,
+      });
+    const names = Array.from({ length: 2_500 }, (_, i) => `media/images/img_${i}_${i}.png`);
+    const answer = await ask(names);
+    const files = answer.data.createRunFiles.files as { name: string; uploadUrl: string }[];
+    expect(files.map((f) => f.name)).toEqual(names);
+    expect(new Set(files.map((f) => f.uploadUrl)).size).toBe(names.length);
+    const before = await databaseFingerprint(app);
+    expect(await ask(Array.from({ length: 10_001 }, (_, i) => `f${i}`))).toEqual({ data: { createRunFiles: null }, errors: [{ message: 'At most 10000 run files per request.', path: ['createRunFiles'] }] });
+    expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
+  it('stores a history line of more than 1 MiB, as wandb-core streams a large row', async () => {
+    const { project, run } = await newRun();
+    const big = 'x'.repeat(1_200_000);
+    const response = await app.inject(stream(owner, project, run, { files: { 'wandb-history.jsonl': { offset: 0, content: ['{"_step":0,"small":1}', JSON.stringify({ _step: 1, big }), '{"_step":2,"after":2}'] } } }));
+    expect([response.statusCode, response.json()]).toEqual([200, { exitcode: null, limits: {} }]);
+    const history = await app.inject(jsonRequest('GET', `/v1/preview/wandb-runs/${owner.entity}/${project}/${run}/history`, owner));
+    expect(history.json().history.map((row: { values: Record<string, unknown> }) => row.values)).toEqual([{ _step: 0, small: 1 }, { _step: 1, big }, { _step: 2, after: 2 }]);
+  });
+});
+
+describe('W&B numbers beyond 2^53', () => {
+  it('keeps integers beyond 2^53 in history lines and the summary digit for digit, for the SDK and the training API', async () => {
+    const { project, run } = await newRun();
+    const line = '{"_step":0,"tokens_seen":4611686018427387905,"neg":-9007199254740993,"small":3,"text":"12345678901234567890"}';
+    const summary = '{"tokens_seen":4611686018427387905,"nested":[18446744073709551615,1.5]}';
+    const response = await app.inject(stream(owner, project, run, { files: { 'wandb-history.jsonl': { offset: 0, content: [line] }, 'wandb-summary.json': { offset: 0, content: [summary] } } }));
+    expect(response.statusCode).toBe(200);
+    const read = await gql(owner, 'query($project: String!, $name: String!) { project(name: $project) { run(name: $name) { summaryMetrics historyTail } } }', { project, name: run });
+    expect(read).toEqual({ data: { project: { run: { summaryMetrics: summary, historyTail: JSON.stringify([line]) } } } });
+    const history = await app.inject(jsonRequest('GET', `/v1/preview/wandb-runs/${owner.entity}/${project}/${run}/history`, owner));
+    expect(history.statusCode).toBe(200);
+    expect(history.body).toContain(`"summary":${summary}`);
+    expect(history.body).toContain(`"values":${line}`);
+  });
+});

@@ -129,3 +129,50 @@ def test_a_runs_logged_metrics_and_summary_are_readable_through_the_training_api
     other = stack.new_user(f"other{uuid.uuid4().hex[:6]}")
     status, answer = stack.request("GET", f"/v1/preview/wandb-runs/{stack.entity}/{project}/{name}/history", key=other)
     assert (status, answer) == (404, {"detail": f"W&B run {stack.entity}/{project}/{name} not found"})
+
+
+def test_tags_notes_and_group_of_wandb_init_and_the_public_apis_run_update_reach_the_run(stack):
+    project = _project()
+    run = wandb.init(entity=stack.entity, project=project, id="tagged", tags=["baseline", "lr-sweep"], notes="first try", group="exp-7", settings=wandb.Settings(silent=True))
+    run.log({"x": 1})
+    run.finish()
+    public = wandb.Api().run(f"{stack.entity}/{project}/tagged")
+    assert (public.tags, public.notes, public.group) == (["baseline", "lr-sweep"], "first try", "exp-7")
+    public.summary["post"] = 42
+    public.summary.update()
+    public.config["post_cfg"] = "v"
+    public.name = "renamed-by-api"
+    public.tags.append("checked")
+    public.update()
+    fresh = wandb.Api().run(f"{stack.entity}/{project}/tagged")
+    assert (fresh.summary.get("post"), fresh.config.get("post_cfg"), fresh.name, fresh.tags) == (42, "v", "renamed-by-api", ["baseline", "lr-sweep", "checked"])
+    status, answer = stack.request("GET", f"/v1/preview/wandb-runs/{stack.entity}/uncategorized")
+    assert (status, answer) == (200, {"data": []})
+
+
+def test_artifact_tags_and_aliases_set_through_the_sdk_are_kept(stack, tmp_path):
+    project = _project()
+    source = tmp_path / "a.txt"
+    source.write_text("tagged")
+    run = wandb.init(entity=stack.entity, project=project, settings=wandb.Settings(silent=True))
+    artifact = wandb.Artifact("tagged", type="dataset")
+    artifact.add_file(str(source))
+    run.log_artifact(artifact, aliases=["candidate"], tags=["gold"])
+    artifact.wait()
+    run.finish()
+    saved = wandb.Api().artifact(f"{stack.entity}/{project}/tagged:latest")
+    assert saved.tags == ["gold"]
+    saved.tags.append("reviewed")
+    saved.aliases.append("production")
+    saved.aliases.remove("candidate")
+    saved.save()
+    fresh = wandb.Api().artifact(f"{stack.entity}/{project}/tagged:latest")
+    assert (sorted(fresh.tags), sorted(fresh.aliases)) == (["gold", "reviewed"], ["latest", "production"])
+
+
+def test_integers_beyond_2_to_the_53_in_history_and_summary_keep_their_digits(stack):
+    project = _project()
+    run = wandb.init(entity=stack.entity, project=project, id="bigint", settings=wandb.Settings(silent=True))
+    run.log({"tokens_seen": 2**62 + 1})
+    run.finish()
+    assert wandb.Api().run(f"{stack.entity}/{project}/bigint").summary["tokens_seen"] == 2**62 + 1
