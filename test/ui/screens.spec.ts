@@ -115,6 +115,39 @@ describe('model page', () => {
     await w.context.close();
   });
 
+  it('draws the reference lines the URL names across the reward chart, and names what is not a number', async () => {
+    const w = await signedIn();
+    await w.page.goto(`${server.url}/ui/models/${model.id}`);
+    const chart = w.page.locator('[data-chart="Reward"]');
+    await chart.locator('canvas').waitFor();
+    const field = w.page.getByLabel('Reference lines');
+    await field.fill('0.85, 1');
+    await field.press('Enter');
+    await w.page.waitForFunction(() => [...document.querySelectorAll('[data-chart="Reward"] .u-legend .u-label')].some((e) => e.textContent === 'reference 1'));
+    expect((await chart.locator('.u-legend .u-label').allTextContents()).filter((l) => l.startsWith('reference'))).toEqual(['reference 0.85', 'reference 1']);
+    expect(new URL(w.page.url()).searchParams.get('ref')).toBe('0.85, 1');
+    // The y axis reaches the highest line even where every reward is below it.
+    expect(Number(await chart.getAttribute('data-y-max'))).toBeGreaterThanOrEqual(1);
+    // Hovering any step shows each line's value.
+    const over = (await chart.locator('.u-over').boundingBox())!;
+    await w.page.mouse.move(over.x + 2, over.y + over.height / 2);
+    const row = chart.locator('.u-legend .u-series').filter({ has: w.page.locator('.u-label', { hasText: /^reference 0\.85$/ }) });
+    await w.page.waitForFunction(() => document.querySelector('[data-chart="Reward"] .u-legend .u-series .u-value')?.textContent === '0');
+    expect(await row.locator('.u-value').textContent()).toBe('0.85');
+
+    await w.page.reload();
+    await chart.locator('canvas').waitFor();
+    expect(await w.page.getByLabel('Reference lines').inputValue()).toBe('0.85, 1');
+    expect((await chart.locator('.u-legend .u-label').allTextContents()).filter((l) => l.startsWith('reference'))).toEqual(['reference 0.85', 'reference 1']);
+
+    await field.fill('0.5, best, 1e400');
+    await field.press('Enter');
+    await w.page.getByText('Reference lines take numbers separated by commas: "best", "1e400" are not.').waitFor();
+    expect((await chart.locator('.u-legend .u-label').allTextContents()).filter((l) => l.startsWith('reference'))).toEqual(['reference 0.5']);
+    w.expectClean();
+    await w.context.close();
+  });
+
   it("draws the metrics ART logged to the model's W&B run, one chart per numeric key, and nothing for a model without a run", async () => {
     const bucket = await call(server.app, user.headers, 'POST', '/graphql', {
       query: 'mutation($name: String, $project: String, $entity: String) { upsertBucket(input: {name: $name, modelName: $project, entityName: $entity}) { inserted } }',

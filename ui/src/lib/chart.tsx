@@ -107,6 +107,8 @@ export function describeRuns(runs: NonFiniteRun[], withLabels: boolean, max = 6)
 const NON_FINITE_COLOR = '#dc2626';
 
 const COLORS = ['#2563eb', '#dc2626', '#059669', '#d97706', '#7c3aed', '#db2777'];
+/** Reference lines are grey and dashed: not data. */
+const REFERENCE_COLOR = '#6b7280';
 
 /**
  * Debiased exponential moving average, as TensorBoard and W&B compute it: early points are not pulled
@@ -134,6 +136,8 @@ interface ChartProps {
   height?: number;
   xLabel?: string;
   onPick?: (x: number, label: string) => void;
+  /** Horizontal lines at these values across the whole chart (a baseline, a perfect score), dashed. */
+  references?: number[];
 }
 
 /** Aligns the series on the union of their x values (uPlot wants one sorted x array, nulls for gaps). */
@@ -206,6 +210,11 @@ export function Chart(props: ChartProps) {
         opts.push({ label: `${s.label} (smoothed)`, stroke: color, width: 2, spanGaps: true, value: (_u, v) => (v === null ? '--' : formatTick(v * factor)) });
       }
     });
+    for (const y of props.references ?? []) {
+      data.push(xs.map(() => y));
+      opts.push({ label: `reference ${formatTick(y)}`, stroke: REFERENCE_COLOR, dash: [6, 4], width: 1, points: { show: false }, value: (_u, v) => (v === null ? '--' : formatTick(v * factor)) });
+      if (y < min) min = y;
+    }
     // Log scale: true log when every value is positive, else asinh (log-like, and defined at 0 and below).
     const distr = props.log ? (min > 0 ? 3 : 4) : 1;
     // Values at magnitudes uPlot cannot place ticks at go to it divided by a power of ten (linear axes only).
@@ -275,7 +284,7 @@ export function Chart(props: ChartProps) {
       window.removeEventListener('resize', onResize);
       chart.destroy();
     };
-  }, [props.series, props.smoothing, props.log]);
+  }, [props.series, props.smoothing, props.log, props.references?.join(',')]);
 
   const runs = props.series.flatMap(nonFiniteRuns);
   return (

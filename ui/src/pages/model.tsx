@@ -3,9 +3,9 @@ import { RETENTION_LIMITS } from '../../../src/training/retention-limits.js';
 import { allPages, api, ApiError } from '../lib/api.js';
 import { Chart, type NonFinite, type Series } from '../lib/chart.js';
 import { useLoad } from '../lib/hooks.js';
-import { appPath, navigate, projectPath } from '../lib/router.js';
+import { appPath, location, navigate, projectPath, setQuery } from '../lib/router.js';
 import type { CheckpointState, Job, MetricRecord, Model, RetentionPolicy } from '../lib/types.js';
-import { Badge, fmt, Link, Loading, Problem, when } from '../lib/ui.js';
+import { Badge, fmt, Link, Loading, Problem, QueryInput, when } from '../lib/ui.js';
 
 /** The last logged row of each (split, step): a step logged twice shows its latest values. */
 export function latestBySplit(rows: MetricRecord[]): Map<string, MetricRecord[]> {
@@ -78,6 +78,8 @@ export function ModelPage(props: { id: string }) {
   const jobs = useLoad(`jobs:${id}`, () => allPages<Job>(`/v1/preview/training-jobs?model_id=${encodeURIComponent(id)}`, MAX_JOBS + 1));
   const [smoothing, setSmoothing] = useState(0);
   const [log, setLog] = useState(false);
+  const referenceText = location.value.query.get('ref') ?? '';
+  const references = useMemo(() => referenceValues(referenceText), [referenceText]);
 
   const bySplit = useMemo(() => latestBySplit(metrics.data ?? []), [metrics.data]);
   const reward = useMemo(() => rewardSeries(bySplit), [bySplit]);
@@ -134,6 +136,9 @@ export function ModelPage(props: { id: string }) {
           <label>
             <input type="checkbox" name="log" checked={log} onChange={(e) => setLog((e.currentTarget as HTMLInputElement).checked)} /> log scale
           </label>
+          <label>
+            Reference lines <QueryInput name="ref" value={referenceText} onCommit={(value) => setQuery({ ref: value })} />
+          </label>
           <span class="muted">Click a point to see the rollouts logged at that step, or name the step:</span>
           {reward.length > 0 && (
             <form
@@ -160,8 +165,10 @@ export function ModelPage(props: { id: string }) {
             smoothing={smoothing}
             log={log}
             onPick={rolloutsAt}
+            references={references.values}
           />
         )}
+        <Problem error={references.problem} />
         <p class="muted note">
           The shaded band is ± the mean within-group standard deviation of rewards (`reward_std_dev`): the spread GRPO
           learns from, not the spread of all rewards at the step.
@@ -551,6 +558,20 @@ function CheckpointsTable(props: { model: Model; pages: CheckpointPages; policy:
     </section>
   );
 }
+
+/**
+ * The reward chart's reference lines as the URL's `ref` names them: numbers separated by commas (a
+ * baseline's reward, a perfect score), at most 8; what is not a finite number is named, and left out.
+ */
+function referenceValues(text: string): { values: number[]; problem?: string } {
+  const parts = text.split(',').map((part) => part.trim()).filter((part) => part !== '');
+  const values = parts.map(Number).filter((value) => Number.isFinite(value)).slice(0, MAX_REFERENCES);
+  const wrong = parts.filter((part) => !Number.isFinite(Number(part)));
+  if (wrong.length) return { values, problem: `Reference lines take numbers separated by commas: ${wrong.map((w) => JSON.stringify(w.slice(0, 40))).join(', ')} ${wrong.length === 1 ? 'is' : 'are'} not.` };
+  if (parts.length > MAX_REFERENCES) return { values, problem: `At most ${MAX_REFERENCES} reference lines are drawn.` };
+  return { values };
+}
+const MAX_REFERENCES = 8;
 
 const HOUR = 3600;
 /** A number field's value: empty is off (null). */
