@@ -4,7 +4,7 @@ import { createUserWithKey, createWorkerKey, type TestUser } from '../helpers/ap
 import { backendEntry, writeBackendsFile } from '../inference/gateway-helpers.js';
 import { call, ScriptedWorker } from '../training/fixtures.js';
 import { openPage, screenshot, signInContext, startUi, type UiServer, type WatchedPage } from './harness.js';
-import { insertMetricRows, publishDataset, queueJob, seedTrainedModel, upsertCalls, type SeededCall } from './seed.js';
+import { insertMetricRows, insertUsageRows, publishDataset, queueJob, seedTrainedModel, upsertCalls, type SeededCall } from './seed.js';
 
 /**
  * Every screen of the web UI on data seeded through the real APIs, checked against what the API returns.
@@ -667,6 +667,40 @@ describe('usage', () => {
     expect(cells.map(Number)).toEqual([totals.requests, totals.errors, totals.prompt_tokens, totals.completion_tokens, totals.cached_tokens, totals.total_tokens]);
     expect(await w.page.locator('.histogram .bar').count()).toBe(1);
     await screenshot(w.page, 'usage');
+    w.expectClean();
+    await w.context.close();
+  });
+
+  it('charts usage per UTC day and narrows it to the days the from and to fields name, as GET /v1/usage does', async () => {
+    const where = `${user.entity}/usage-days`;
+    await insertUsageRows(server.app, user, where, [
+      { at: '2026-11-20T08:00:00Z', model: 'm-a', prompt: 10, completion: 5 },
+      { at: '2026-11-21T23:59:59Z', model: 'm-a', prompt: 20, completion: 10 },
+      { at: '2026-11-21T00:00:00Z', model: 'm-b', prompt: 1, completion: 1, error: true },
+      { at: '2026-11-23T12:00:00Z', model: 'm-b', prompt: 40, completion: 20 },
+    ]);
+    const w = await signedIn();
+    const bars = async () => w.page.locator('.histogram .bar').evaluateAll((els) => els.map((e) => e.getAttribute('title')));
+    const totalsRow = async () => (await w.page.getByRole('table', { name: 'Usage by model' }).locator('tr[data-total] td').allTextContents()).map(Number);
+    const api = async (query: string) => {
+      const t = (await call(server.app, user.headers, 'GET', `/v1/usage?project=${where}${query}`)).body.data[0];
+      return [t.requests, t.errors, t.prompt_tokens, t.completion_tokens, t.cached_tokens, t.total_tokens];
+    };
+
+    await w.page.goto(`${server.url}/ui/p/${where}/usage`);
+    await w.page.locator('tr[data-total]').waitFor();
+    expect(await bars()).toEqual(['2026-11-20: 15 tokens', '2026-11-21: 32 tokens', '2026-11-23: 60 tokens']);
+    expect(await totalsRow()).toEqual(await api(''));
+
+    await w.page.locator('input[name="from"]').fill('2026-11-21');
+    await w.page.waitForFunction(() => document.querySelectorAll('.histogram .bar').length === 2);
+    expect(await bars()).toEqual(['2026-11-21: 32 tokens', '2026-11-23: 60 tokens']);
+    await w.page.locator('input[name="to"]').fill('2026-11-23');
+    await w.page.waitForFunction(() => document.querySelectorAll('.histogram .bar').length === 1);
+    expect(await bars()).toEqual(['2026-11-21: 32 tokens']);
+    await w.page.waitForFunction(() => document.querySelector('tr[data-total] td')?.textContent === '2');
+    expect(await totalsRow()).toEqual(await api('&from=2026-11-21&to=2026-11-23'));
+    expect(new URL(w.page.url()).search).toBe('?from=2026-11-21&to=2026-11-23');
     w.expectClean();
     await w.context.close();
   });

@@ -122,3 +122,38 @@ export async function publishDataset(app: App, user: TestUser, project: string, 
   if (obj.statusCode !== 200) throw new Error(`obj/create answered ${obj.statusCode}: ${obj.body}`);
   return { digest: obj.json().digest, table: tableDigest };
 }
+
+/**
+ * Usage rows on the days given, straight into usage_records: the gateway records a request at the time
+ * it is made, so a test cannot reach other days through it (as the 10,000-step chart's metric rows).
+ */
+export async function insertUsageRows(app: App, user: TestUser, project: string, rows: { at: string; model: string; prompt: number; completion: number; error?: boolean }[]): Promise<void> {
+  const [entity, name] = project.split('/');
+  await app.db
+    .insertInto('usage_records')
+    .values(
+      rows.map((r, i) => ({
+        created_at: r.at,
+        entity,
+        project: name,
+        api_key_id: user.keyId,
+        request_id: `seeded-${randomUUID()}-${i}`,
+        model: r.model,
+        base_model: r.model,
+        trained_model: null,
+        checkpoint_step: null,
+        backend: 'seeded',
+        stream: false,
+        prompt_tokens: r.prompt,
+        completion_tokens: r.completion,
+        cached_tokens: 0,
+        estimated: false,
+        latency_ms: 10,
+        time_to_first_token_ms: null,
+        outcome: r.error ? ('error' as const) : ('success' as const),
+        status: r.error ? 500 : 200,
+        error_code: r.error ? 'engine_error' : null,
+      })),
+    )
+    .execute();
+}
