@@ -201,6 +201,22 @@ def test_evaluation_with_scorers(stack, client, project, write_path):
     calls = read_calls(stack, project)
     [evaluate] = [c for c in calls if "Evaluation.evaluate" in c["op_name"]]
     assert evaluate["output"]["exact"]["correct"]["true_count"] == 1
+    # What the web UI's evaluation run page asks for: the run's scored rows, each dataset row expanded from its ref.
+    rows = stack.ok(
+        "POST",
+        "/traces/calls/query",
+        {
+            "project_id": project,
+            "filter": {"parent_ids": [evaluate["id"]]},
+            "query": {"$expr": {"$contains": {"input": {"$getField": "op_name"}, "substr": {"$literal": "Evaluation.predict_and_score:"}}}},
+            "sort_by": [{"field": "started_at", "direction": "asc"}],
+            "expand_columns": ["inputs.example"],
+        },
+    )["calls"]
+    assert sorted((r["inputs"]["example"]["question"], r["output"]["output"], r["output"]["scores"]["exact"]["correct"]) for r in rows) == [
+        ("a", "A", True),
+        ("b", "B", False),
+    ]
     assert evaluate["ended_at"] is not None
     assert len(by_op(calls, "exact")) == 2
     assert sorted(c["output"] for c in calls if "Echo.predict" in c["op_name"]) == ["A", "B"]

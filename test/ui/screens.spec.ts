@@ -602,19 +602,30 @@ describe('datasets and evaluations', () => {
     await w.context.close();
   });
 
-  it('shows each evaluation run with its model and every number of its summary, linked to its trace', async () => {
+  it('shows each evaluation run with its model and every number of its summary, and a run row by row', async () => {
     const where = `${user.entity}/evals-runs`;
     const at = (s: number) => new Date(Date.parse('2026-11-21T10:00:00Z') + s * 1000);
     const evaluate = `weave:///${where}/op/Evaluation.evaluate:d1`;
+    // The dataset the run scored, and a ref to each of its rows, as weave names them in predict_and_score's inputs.
+    const dataset = await publishDataset(server.app, user, where, 'qa', [{ question: 'a', expected: 'A' }, { question: 'b', expected: 'x' }]);
+    const stored = (await call(server.app, user.headers, 'POST', '/traces/table/query', { project_id: where, digest: dataset.table })).body.rows;
+    const rowRef = (i: number) => `weave:///${where}/object/qa:${dataset.digest}/attr/rows/id/${stored[i].digest}`;
+    const self = `weave:///${where}/object/echo-eval:e1`;
     await upsertCalls(server.app, user, where, [
       {
         id: 'eval-a', trace_id: 'ta', op_name: evaluate, startedAt: at(0),
-        inputs: { self: `weave:///${where}/object/echo-eval:e1`, model: `weave:///${where}/object/Echo:m1` },
+        inputs: { self, model: `weave:///${where}/object/Echo:m1` },
         output: { exact: { correct: { true_count: 1, true_fraction: 0.5 } }, model_latency: { mean: 0.25 } },
       },
+      ...[0, 1].map((i) => ({
+        id: `row-${i}`, trace_id: 'ta', parent_id: 'eval-a', op_name: `weave:///${where}/op/Evaluation.predict_and_score:s1`, startedAt: at(1 + i),
+        inputs: { self, model: `weave:///${where}/object/Echo:m1`, example: rowRef(i) },
+        output: { output: ['A', 'B'][i], scores: { exact: { correct: i === 0 } }, model_latency: [0.021, 0.0125][i] },
+      })),
+      { id: 'summarize-a', trace_id: 'ta', parent_id: 'eval-a', op_name: `weave:///${where}/op/Evaluation.summarize:z1`, startedAt: at(5), inputs: { self } },
       {
         id: 'eval-b', trace_id: 'tb', op_name: evaluate, startedAt: at(60),
-        inputs: { self: `weave:///${where}/object/echo-eval:e1`, model: `weave:///${where}/object/Shout:m2` },
+        inputs: { self, model: `weave:///${where}/object/Shout:m2` },
         output: { exact: { correct: { true_count: 2, true_fraction: 1 } }, judge: { passed: true }, model_latency: { mean: 0.5 } },
       },
       { id: 'not-eval', trace_id: 'tc', op_name: `weave:///${where}/op/Echo.predict:p1`, startedAt: at(30), output: 'A' },
@@ -627,14 +638,34 @@ describe('datasets and evaluations', () => {
       'Evaluation', 'Model', 'Status', 'Started',
       'exact.correct.true_count', 'exact.correct.true_fraction', 'judge.passed', 'model_latency.mean',
     ]);
-    const rows = await table.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)));
-    expect(rows).toEqual([
+    const cells = (rows: typeof table) => rows.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)));
+    expect(await cells(table)).toEqual([
       ['echo-eval', 'Shout', 'success', '2026-11-21 10:01:00', '2', '1', 'true', '0.5000'],
       ['echo-eval', 'Echo', 'success', '2026-11-21 10:00:00', '1', '0.5000', '—', '0.2500'],
     ]);
     await screenshot(w.page, 'evaluations');
+
+    // The Echo run, row by row: the dataset row (expanded from its ref), the output, the scores, the latency.
     await table.getByRole('link').nth(1).click();
-    await w.page.waitForURL(/\/traces\/ta\?call=eval-a$/);
+    await w.page.waitForURL(/\/evaluations\/eval-a$/);
+    await w.page.getByRole('heading', { name: 'echo-eval' }).waitFor();
+    const summary = w.page.getByRole('table', { name: 'Summary' });
+    expect(await summary.locator('tr').evaluateAll((trs) => trs.map((tr) => [tr.querySelector('th')!.textContent, tr.querySelector('td')!.textContent]))).toEqual([
+      ['exact.correct.true_count', '1'],
+      ['exact.correct.true_fraction', '0.5000'],
+      ['model_latency.mean', '0.2500'],
+    ]);
+    const rows = w.page.getByRole('table', { name: 'Rows' });
+    await rows.locator('tbody tr').nth(1).waitFor();
+    expect(await rows.locator('thead th').allTextContents()).toEqual(['#', 'expected', 'question', 'output', 'exact.correct', 'latency']);
+    expect(await cells(rows)).toEqual([
+      ['1', 'A', 'a', 'A', 'true', '21 ms'],
+      ['2', 'x', 'b', 'B', 'false', '12.5 ms'],
+    ]);
+    await w.page.getByRole('heading', { name: 'Rows (2)' }).waitFor();
+    await screenshot(w.page, 'evaluation');
+    await rows.getByRole('link', { name: '2' }).click();
+    await w.page.waitForURL(/\/traces\/ta\?call=row-1$/);
     w.expectClean();
     await w.context.close();
   });

@@ -5,7 +5,7 @@ import { location, match, navigate } from './lib/router.js';
 import { Link } from './lib/ui.js';
 import { AdminPage } from './pages/admin.js';
 import { DatasetPage, DatasetsPage } from './pages/datasets.js';
-import { EvaluationsPage } from './pages/evaluations.js';
+import { EvaluationPage, EvaluationsPage } from './pages/evaluations.js';
 import { ThreadPage, ThreadsPage } from './pages/threads.js';
 import { JobPage } from './pages/job.js';
 import { LoginPage } from './pages/login.js';
@@ -27,6 +27,7 @@ const ROUTES: [string, (params: Record<string, string>) => preact.JSX.Element][]
   ['/p/:entity/:project/threads', (p) => <ThreadsPage project={`${p.entity}/${p.project}`} />],
   ['/p/:entity/:project/threads/:thread', (p) => <ThreadPage project={`${p.entity}/${p.project}`} threadId={p.thread} />],
   ['/p/:entity/:project/evaluations', (p) => <EvaluationsPage project={`${p.entity}/${p.project}`} />],
+  ['/p/:entity/:project/evaluations/:call', (p) => <EvaluationPage project={`${p.entity}/${p.project}`} callId={p.call} />],
   ['/p/:entity/:project/datasets', (p) => <DatasetsPage project={`${p.entity}/${p.project}`} />],
   ['/p/:entity/:project/datasets/:name', (p) => <DatasetPage project={`${p.entity}/${p.project}`} name={p.name} />],
   ['/p/:entity/:project/usage', (p) => <UsagePage project={`${p.entity}/${p.project}`} />],

@@ -124,3 +124,13 @@ export function PastLastPage(props: { page: number; pages: number | undefined })
     </p>
   );
 }
+
+/**
+ * A table cell of a client's value: text as it is, anything else as JSON (exact numbers kept when the
+ * answer was read with them), cut at 200 characters with the whole as its tooltip.
+ */
+export function TextCell(props: { value: unknown }) {
+  const text = props.value === undefined ? '' : typeof props.value === 'string' ? props.value : JSON.stringify(props.value);
+  const short = text.length > 200 ? `${text.slice(0, 200)}…` : text;
+  return <td title={short === text ? undefined : text}>{short}</td>;
+}

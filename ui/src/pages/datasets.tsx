@@ -1,7 +1,7 @@
 import { api } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
 import { appPath, location, pageParam, projectPath, setQuery } from '../lib/router.js';
-import { fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, when } from '../lib/ui.js';
+import { fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, TextCell, when } from '../lib/ui.js';
 
 /**
  * A project's weave datasets (`weave.Dataset`, published by the SDK as an object whose `rows` is a table
@@ -94,13 +94,6 @@ export function DatasetsPage(props: { project: string }) {
   );
 }
 
-/** A cell: text as it is, anything else as JSON (exact numbers kept), cut short with the whole as its tooltip. */
-function Cell(props: { value: unknown }) {
-  const text = props.value === undefined ? '' : typeof props.value === 'string' ? props.value : JSON.stringify(props.value);
-  const short = text.length > 200 ? `${text.slice(0, 200)}…` : text;
-  return <td title={short === text ? undefined : text}>{short}</td>;
-}
-
 /**
  * The columns of a page of rows (every table row is an object): each key any row has, in alphabetical
  * order, since the store keeps no key order (docs/tracing.md).
@@ -191,7 +184,7 @@ export function DatasetPage(props: { project: string; name: string }) {
                 <tr key={row.original_index}>
                   <td>{row.original_index}</td>
                   {columns.map((c) => (
-                    <Cell key={c} value={row.val[c]} />
+                    <TextCell key={c} value={row.val[c]} />
                   ))}
                 </tr>
               ))}

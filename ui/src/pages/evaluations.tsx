@@ -2,7 +2,7 @@ import { api } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
 import { appPath, location, pageParam, projectPath } from '../lib/router.js';
 import type { Call } from '../lib/types.js';
-import { Badge, fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, when } from '../lib/ui.js';
+import { Badge, fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, TextCell, when } from '../lib/ui.js';
 
 /**
  * A project's weave evaluations: each `Evaluation.evaluate` call is a row, with the evaluation and the
@@ -15,14 +15,14 @@ const PAGE = 25;
 const MAX_SCORES = 40;
 
 /** The object name a `weave:///entity/project/object/<name>:<digest>` ref names; undefined for anything else. */
-export function refName(value: unknown): string | undefined {
+function refName(value: unknown): string | undefined {
   if (typeof value !== 'string') return undefined;
   const match = /^weave:\/\/\/.+?\/(?:object|op)\/([^/:]+):[^/]+$/.exec(value);
   return match ? decodeURIComponent(match[1]) : undefined;
 }
 
 /** Every number and boolean of a summary by its dotted path, in the order they come. */
-export function scoresOf(output: unknown, prefix = '', into = new Map<string, number | boolean>()): Map<string, number | boolean> {
+function scoresOf(output: unknown, prefix = '', into = new Map<string, number | boolean>()): Map<string, number | boolean> {
   if (!output || typeof output !== 'object' || Array.isArray(output)) return into;
   for (const [key, value] of Object.entries(output as Record<string, unknown>)) {
     const path = prefix ? `${prefix}.${key}` : key;
@@ -32,6 +32,8 @@ export function scoresOf(output: unknown, prefix = '', into = new Map<string, nu
   return into;
 }
 
+const runPath = (project: string, callId: string) => `${projectPath(project, 'evaluations')}${appPath`/${callId}`}`;
+const tracePath = (project: string, call: Call) => `${projectPath(project, 'traces')}${appPath`/${call.trace_id}`}?call=${encodeURIComponent(call.id)}`;
 export function EvaluationsPage(props: { project: string }) {
   const page = pageParam(location.value.query);
   const query = { $expr: { $contains: { input: { $getField: 'op_name' }, substr: { $literal: 'Evaluation.evaluate:' } } } };
@@ -94,9 +96,7 @@ await evaluation.evaluate(model)`}</pre>
               {rows.map(({ call, scores }) => (
                 <tr key={call.id}>
                   <td>
-                    <Link to={`${projectPath(props.project, 'traces')}${appPath`/${call.trace_id}`}?call=${encodeURIComponent(call.id)}`}>
-                      {refName(call.inputs?.self) ?? call.display_name ?? 'evaluation'}
-                    </Link>
+                    <Link to={runPath(props.project, call.id)}>{refName(call.inputs?.self) ?? call.display_name ?? 'evaluation'}</Link>
                   </td>
                   <td>{refName(call.inputs?.model) ?? '—'}</td>
                   <td>
@@ -115,6 +115,125 @@ await evaluation.evaluate(model)`}</pre>
       {calls.data && count !== undefined && count > 0 && (
         <Pager page={page} pages={pages} />
       )}
+    </main>
+  );
+}
+
+/**
+ * One evaluation run: its summary, and each row it scored (the run's `Evaluation.predict_and_score`
+ * calls, in the order they started): the dataset row (its ref expanded), the model's output, every
+ * number and boolean of the scores, and the model's latency. 25 rows to a page.
+ */
+export function EvaluationPage(props: { project: string; callId: string }) {
+  const page = pageParam(location.value.query);
+  const run = useLoad(`evaluation|${props.project}|${props.callId}`, () =>
+    api<{ call: Call | null }>('/traces/call/read', { method: 'POST', body: { project_id: props.project, id: props.callId }, exactNumbers: true }),
+  );
+  const filter = { parent_ids: [props.callId] };
+  const query = { $expr: { $contains: { input: { $getField: 'op_name' }, substr: { $literal: 'Evaluation.predict_and_score:' } } } };
+  const rows = useLoad(`evaluation-rows|${props.project}|${props.callId}|${page}`, () =>
+    api<{ calls: Call[] }>('/traces/calls/query', {
+      method: 'POST',
+      body: {
+        project_id: props.project,
+        filter,
+        query,
+        sort_by: [{ field: 'started_at', direction: 'asc' }],
+        limit: PAGE,
+        offset: page * PAGE,
+        columns: ['id', 'trace_id', 'op_name', 'started_at', 'ended_at', 'exception', 'summary', 'inputs', 'output'],
+        expand_columns: ['inputs.example'],
+      },
+      exactNumbers: true,
+    }),
+  );
+  const stats = useLoad(`evaluation-rows-count|${props.project}|${props.callId}`, () =>
+    api<{ count: number }>('/traces/calls/query_stats', { method: 'POST', body: { project_id: props.project, filter, query } }),
+  );
+  const count = stats.data?.count;
+  const pages = count === undefined ? undefined : Math.max(1, Math.ceil(count / PAGE));
+  const c = run.data?.call;
+  const summary = c ? [...scoresOf(c.output)] : [];
+  const scored = (rows.data?.calls ?? []).map((call) => {
+    const example = call.inputs?.example;
+    const out = (call.output ?? {}) as { output?: unknown; scores?: unknown; model_latency?: unknown };
+    return { call, example: example && typeof example === 'object' && !Array.isArray(example) ? (example as Record<string, unknown>) : { example }, out, scores: scoresOf(out.scores) };
+  });
+  // Every key of the page's rows but the ref weave adds to an expanded row, in alphabetical order (the store keeps no key order).
+  const exampleColumns = [...new Set(scored.flatMap((r) => Object.keys(r.example)))].filter((key) => key !== '_ref').sort();
+  const scoreColumns = [...new Set(scored.flatMap((r) => [...r.scores.keys()]))].slice(0, MAX_SCORES);
+
+  return (
+    <main>
+      <ProjectTabs project={props.project} active="evaluations" />
+      <Problem error={run.error ?? rows.error ?? stats.error} />
+      {!c && !run.error && <Loading what="the evaluation" />}
+      {run.data && !c && <p class="empty">There is no call {props.callId} in this project.</p>}
+      {c && (
+        <>
+          <h1>
+            {refName(c.inputs?.self) ?? c.display_name ?? 'evaluation'} <Badge status={c.summary?.weave?.status ?? 'unknown'} />
+          </h1>
+          <p class="muted">
+            model {refName(c.inputs?.model) ?? '—'} · {when(c.started_at)} · <Link to={tracePath(props.project, c)}>trace</Link>
+          </p>
+          {summary.length > 0 && (
+            <div class="table-scroll">
+              <table aria-label="Summary" class="compact">
+                <tbody>
+                  {summary.map(([path, value]) => (
+                    <tr key={path}>
+                      <th>{path}</th>
+                      <td>{fmt(value)}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          )}
+        </>
+      )}
+      <h2>Rows{count !== undefined ? ` (${count})` : ''}</h2>
+      {!rows.data && !rows.error && <Loading what="rows" />}
+      {rows.data && <PastLastPage page={page} pages={pages} />}
+      {rows.data && count === 0 && <p class="empty">This run scored no rows.</p>}
+      {scored.length > 0 && (
+        <div class="table-scroll">
+          <table aria-label="Rows">
+            <thead>
+              <tr>
+                <th>#</th>
+                {exampleColumns.map((column) => (
+                  <th key={`e-${column}`}>{column}</th>
+                ))}
+                <th>output</th>
+                {scoreColumns.map((column) => (
+                  <th key={`s-${column}`}>{column}</th>
+                ))}
+                <th>latency</th>
+              </tr>
+            </thead>
+            <tbody>
+              {scored.map((r, i) => (
+                <tr key={r.call.id}>
+                  <td>
+                    <Link to={tracePath(props.project, r.call)}>{page * PAGE + i + 1}</Link>
+                  </td>
+                  {exampleColumns.map((column) => (
+                    <TextCell key={`e-${column}`} value={r.example[column]} />
+                  ))}
+                  <TextCell value={r.call.exception ?? r.out.output} />
+                  {scoreColumns.map((column) => (
+                    <td key={`s-${column}`}>{r.scores.has(column) ? fmt(r.scores.get(column)) : '—'}</td>
+                  ))}
+                  <td>{typeof r.out.model_latency === 'number' ? `${fmt(r.out.model_latency * 1000, 3)} ms` : '—'}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+      {rows.data && <Pager page={page} pages={pages} />}
     </main>
   );
 }
