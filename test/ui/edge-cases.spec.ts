@@ -137,6 +137,7 @@ describe('a phone-sized screen', () => {
       [`/ui/p/${user.entity}/${model.project}/threads`, 'Threads'],
       [`/ui/p/${user.entity}/${model.project}/threads/narrow-thread`, 'Thread narrow-thread'],
       [`/ui/p/${user.entity}/${model.project}/evaluations`, 'Evaluations'],
+      [`/ui/p/${user.entity}/${model.project}/evaluations/narrow-turn`, 'Rows (0)'],
       [`/ui/p/${user.entity}/${model.project}/datasets`, 'Datasets'],
       [`/ui/p/${user.entity}/${model.project}/datasets/wide`, 'wide'],
       [`/ui/p/${user.entity}/${model.project}/usage`, 'Usage'],
