@@ -31,10 +31,13 @@ export const inferencePlugin: FastifyPluginAsyncZod<{ metrics: Registry }> = asy
 
   const onCheckpointsDeleted = (event: DomainEventMap['checkpoints-deleted'][0]) => router.checkpointsDeleted(event);
   app.events.on('checkpoints-deleted', onCheckpointsDeleted);
+  const onCheckpointLanded = () => router.checkpointLanded();
+  app.events.on('checkpoint-landed', onCheckpointLanded);
   registry.start();
 
   app.addHook('onClose', async () => {
     app.events.off('checkpoints-deleted', onCheckpointsDeleted);
+    app.events.off('checkpoint-landed', onCheckpointLanded);
     // The server has closed: connections still open at the end of the grace period were cut, and
     // their streams end now. Each is metered before the writer's last flush.
     await gateway.drained(DRAIN_TIMEOUT_MS);

@@ -63,7 +63,8 @@ function isAdapterOf(name: string, prefixes: ReadonlySet<string>): boolean {
 /**
  * Model id → backend and adapter. Base models are looked up in memory. Trained checkpoints are read
  * from the training tables, scoped to the caller's entities, and cached briefly per key so a rollout
- * loop costs no query per request; a new checkpoint becomes `latest` within the TTL.
+ * loop costs no query per request; a new checkpoint is `latest` at once in the process it landed in, and
+ * within the TTL in others.
  */
 export class ModelRouter {
   private readonly cache = new Map<string, { expiresAt: number; route: Promise<Route> }>();
@@ -105,6 +106,15 @@ export class ModelRouter {
       if (this.cache.get(key)?.route === route) this.cache.delete(key);
     });
     return route;
+  }
+
+  /**
+   * Training registered a checkpoint: forget routes, so that a request made once the client has seen the
+   * job complete is routed to it (`latest`) rather than to a route cached before it landed. Another server
+   * process sharing the database sees it within the TTL.
+   */
+  checkpointLanded(): void {
+    this.cache.clear();
   }
 
   /**
@@ -198,9 +208,10 @@ export class ModelRouter {
     }
     const checkpoint = await findCheckpoint(this.db, { modelId: model.id, step: ref.step });
     if (!checkpoint) {
-      if (ref.step !== 'latest') throw modelNotFound(modelId, `The model ${name} has no checkpoint at step ${ref.step}.`);
-      // No checkpoint yet: the untrained model is its base model.
-      return { ...this.baseRoute(served.backend, model.baseModel), trainable: true, trained: { name, step: null, latest: true } };
+      // Step 0 is the policy before any training: the base model, which `latest` also is with no checkpoint
+      // yet (a client that pins the step it started from, as ART's pipeline trainer does, names `:step0`).
+      if (ref.step !== 'latest' && ref.step !== 0) throw modelNotFound(modelId, `The model ${name} has no checkpoint at step ${ref.step}.`);
+      return { ...this.baseRoute(served.backend, model.baseModel), trainable: true, trained: { name, step: null, latest: ref.step === 'latest' } };
     }
     const backend = served.backend;
     if (!backend.backend.runtimeLora) {

@@ -41,8 +41,10 @@ export const trainingPlugin: FastifyPluginAsyncZod = async (app) => {
     signal,
     // After the complete committed: a failure is logged, and the next landing, sweep or apply catches up.
     currentPrincipal: (keyId) => app.auth.currentPrincipal(keyId),
-    onCheckpointLanded: (modelId) =>
-      lifecycle.checkpointLanded(modelId).catch((error: unknown) => app.log.error({ err: error, model_id: modelId }, 'checkpoint retention failed')),
+    onCheckpointLanded: (modelId) => {
+      app.events.emit('checkpoint-landed', { modelId });
+      return lifecycle.checkpointLanded(modelId).catch((error: unknown) => app.log.error({ err: error, model_id: modelId }, 'checkpoint retention failed'));
+    },
   });
   const leaseSweeper = new Sweeper(
     'lease sweep',

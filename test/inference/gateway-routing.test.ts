@@ -6,6 +6,7 @@ import { createTenants, expectOtherTenantRefused } from '../helpers/tenants.js';
 import { startFakeEngine, type FakeEngine } from '../fakes/engine.js';
 import { addCheckpoint, backendEntry, chat, checkpointAdapter, checkpointIds, createGatewayApp, createTrainedModel, modelNotFoundBody, sseData, usageRow } from './gateway-helpers.js';
 import { waitFor } from './helpers.js';
+import { call, groupGenerationA, ScriptedWorker } from '../training/fixtures.js';
 
 let engine: FakeEngine;
 let discovered: FakeEngine;
@@ -103,6 +104,34 @@ describe('trained checkpoints', () => {
     const response = await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: `Bearer ${key}` }, payload: chat(`${owner.entity}/proj/moving`) });
     expect(response.statusCode).toBe(200);
     expect(lastBody().model).toBe(await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'moving', step: 7 }));
+  });
+
+  it('routes no step to a checkpoint as soon as its job completes, though a route from before is cached', async () => {
+    const created = await call(app, owner.headers, 'POST', '/v1/preview/models', { project: 'proj', name: 'landing', base_model: 'fake/trainable-base' });
+    const worker = await ScriptedWorker.create(app, owner, ['fake/trainable-base']);
+    const routedTo = async () => {
+      expect((await post(owner, chat(`${owner.entity}/proj/landing`))).statusCode).toBe(200);
+      return lastBody().model;
+    };
+    expect(await routedTo()).toBe('fake/trainable-base');
+    expect((await call(app, owner.headers, 'POST', '/v1/preview/training-jobs', { model_id: created.body.id, trajectory_groups: [groupGenerationA()] })).status).toBe(200);
+    const claimed = (await worker.claim())!;
+    await worker.events(claimed, [{ type: 'training_started', data: { num_sequences: 2 } }]);
+    expect((await worker.complete(claimed, {}, 's3://ckpts/landing/1')).status).toBe(200);
+    expect(await routedTo()).toBe(await checkpointAdapter(app, { entity: owner.entity, project: 'proj', name: 'landing', step: 1 }));
+  });
+
+  it('serves step 0 of a trained model by its base model, before and after it has checkpoints', async () => {
+    await createTrainedModel(app, { entity: owner.entity, project: 'proj', name: 'pinned' });
+    for (const name of [`${owner.entity}/proj/pinned:step0`, `wandb-artifact:///${owner.entity}/proj/pinned:step0`, `${owner.entity}/proj/agent:step0`]) {
+      const response = await post(owner, chat(name));
+      expect([name, response.statusCode, response.json().model]).toEqual([name, 200, name]);
+      expect(lastBody()).toMatchObject({ model: 'fake/base-model', logprobs: true, return_tokens_as_token_ids: true });
+    }
+    expect(await usageRow(app, (await post(owner, chat(`${owner.entity}/proj/pinned:step0`))).headers['x-request-id'] as string)).toMatchObject({
+      trained_model: `${owner.entity}/proj/pinned`,
+      checkpoint_step: null,
+    });
   });
 
   it('serves a trained model with no checkpoint yet by its base model, as a rollout', async () => {
