@@ -4,6 +4,7 @@ import type { Database } from '../db/schema.js';
 import { NotFoundError } from '../errors.js';
 import type { BackendRegistry } from './backends/registry.js';
 import { listCheckpoints } from './checkpoints.js';
+import { formatCheckpointName, parseModelName } from './model-name.js';
 import type { Model, ModelList, ModelPermission } from './schemas.js';
 
 const seconds = (date: Date) => Math.floor(date.getTime() / 1000);
@@ -58,10 +59,14 @@ export async function listModels(db: Kysely<Database>, registry: BackendRegistry
   return { object: 'list', data };
 }
 
-/** GET /v1/models/{id}: one card of the list, or 404 model_not_found (the same for another tenant's model). */
+/**
+ * GET /v1/models/{id}: one card of the list, or 404 model_not_found (the same for another tenant's model).
+ * Every name chat completions take for a trained model finds its card (`:latest`, `:step08`,
+ * `wandb-artifact:///…`, and `:step0` before any checkpoint: the base model), answered with `id` as asked.
+ */
 export async function getModel(db: Kysely<Database>, registry: BackendRegistry, principal: Principal, id: string): Promise<Model> {
   const { data } = await listModels(db, registry, principal);
-  const found = data.find((model) => model.id === id);
+  const found = data.find((model) => model.id === id) ?? cardOfTrainedName(data, id);
   if (!found) {
     throw new NotFoundError('model', id, {
       code: 'model_not_found',
@@ -70,4 +75,14 @@ export async function getModel(db: Kysely<Database>, registry: BackendRegistry, 
     });
   }
   return found;
+}
+
+/** The card of a trained model's name in another of its forms, with `id` the name as asked; undefined for any other name. */
+function cardOfTrainedName(data: Model[], id: string): Model | undefined {
+  const ref = parseModelName(id);
+  if (ref.kind !== 'checkpoint') return undefined;
+  const bare = formatCheckpointName({ ...ref, step: 'latest' });
+  const listed = data.find((model) => model.id === formatCheckpointName(ref)) ?? (ref.step === 0 ? data.find((model) => model.id === bare) : undefined);
+  // A base model's own id never comes here (it was found as listed): a card found is a trained model's.
+  return listed && listed.parent !== null ? { ...listed, id, permission: [permission(id, listed.created)] } : undefined;
 }

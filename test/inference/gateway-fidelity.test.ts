@@ -245,6 +245,27 @@ describe('model cards', () => {
     }
   });
 
+  it('GET /v1/models/{id} finds a trained model by every name chat completions take, answering the id as asked', async () => {
+    const listed = (await app.inject({ method: 'GET', url: '/v1/models', headers: owner.headers })).json().data;
+    const card = (id: string) => listed.find((m: { id: string }) => m.id === id);
+    const forms: [string, string][] = [
+      [`${owner.entity}/proj/agent:latest`, `${owner.entity}/proj/agent`],
+      [`wandb-artifact:///${owner.entity}/proj/agent`, `${owner.entity}/proj/agent`],
+      [`wandb-artifact:///${owner.entity}/proj/agent:step2`, `${owner.entity}/proj/agent:step2`],
+      [`${owner.entity}/proj/agent:step02`, `${owner.entity}/proj/agent:step2`],
+      [`${owner.entity}/proj/agent:step0`, `${owner.entity}/proj/agent`],
+    ];
+    for (const [asked, canonical] of forms) {
+      const response = await app.inject({ method: 'GET', url: `/v1/models/${encodeURIComponent(asked)}`, headers: owner.headers });
+      expect([asked, response.statusCode]).toEqual([asked, 200]);
+      expect(response.json()).toEqual({ ...card(canonical), id: asked, permission: [{ ...card(canonical).permission[0], id: `modelperm-${asked}` }] });
+    }
+    for (const id of [`wandb-artifact:///${owner.entity}/proj/agent:step9`, `wandb-artifact:///${owner.entity}/proj/agent`]) {
+      const response = await app.inject({ method: 'GET', url: `/v1/models/${encodeURIComponent(id)}`, headers: id.endsWith('step9') ? owner.headers : other.headers });
+      expect([id, response.statusCode, response.json()]).toEqual([id, 404, modelNotFoundBody(id)]);
+    }
+  });
+
   it('answers 404 model_not_found for another tenant\'s model and for unknown ids', async () => {
     for (const id of [`${owner.entity}/proj/agent`, 'nobody/has/this']) {
       const response = await app.inject({ method: 'GET', url: `/v1/models/${id}`, headers: other.headers });
