@@ -9,7 +9,7 @@ from itertools import takewhile
 from typing import Any
 
 from .config import RLConfig
-from .tokenize import InputError, TokenizedResult, tokenize_history
+from .tokenize import InputError, TokenizedResult, exchange_histories, tokenize_history, untrainable_reason
 
 ZERO_VARIANCE_TOLERANCE = 1e-12
 
@@ -47,6 +47,26 @@ class BatchStats:
     num_dropped_too_long: int = 0
 
 
+def trajectory_histories(trajectory: dict[str, Any], where: str) -> list[tuple[list[Any], Any, str]]:
+    """(items, tools, where) of each history a trajectory trains: its generation-C `exchanges`, or its
+    `messages_and_choices` with `tools` and each of its `additional_histories` (each trained as a sequence of its own
+    sharing the trajectory's advantage)."""
+    legacy = [key for key in ("messages_and_choices", "tools", "additional_histories") if trajectory.get(key)]
+    if trajectory.get("exchanges"):
+        if legacy:
+            raise InputError(f"{where}: a trajectory has either exchanges or {legacy[0]}, not both")
+        return exchange_histories(trajectory["exchanges"], where)
+    histories = [(trajectory.get("messages_and_choices") or [], trajectory.get("tools"), where)]
+    extra = trajectory.get("additional_histories") or []
+    if not isinstance(extra, list):
+        raise InputError(f"{where}.additional_histories must be a list")
+    for h, history in enumerate(extra):
+        if not isinstance(history, dict):
+            raise InputError(f"{where}.additional_histories[{h}] must be an object")
+        histories.append((history.get("messages_and_choices") or [], history.get("tools"), f"{where}.additional_histories[{h}]"))
+    return histories
+
+
 def tokenize_groups(tokenizer: Any, groups: list[Any], config: RLConfig, rng: random.Random, chat_template_kwargs: dict | None = None,
                     vocab_size: int | None = None) -> tuple[list[list[TokenizedResult]], BatchStats]:
     """`vocab_size`: the rows of the model's token embedding, which every token id given in the inputs must index
@@ -70,18 +90,12 @@ def tokenize_groups(tokenizer: Any, groups: list[Any], config: RLConfig, rng: ra
         if advantages is None:
             continue
         results: list[TokenizedResult] = []
+        untrainable: str | None = None  # where the first trajectory with nothing to train is, and why
         for i, (trajectory, advantage) in enumerate(zip(trajectories, advantages)):
             if advantage == 0:
                 continue
             twhere = f"{where}.trajectories[{i}]"
-            histories = [(trajectory.get("messages_and_choices") or [], trajectory.get("tools"), twhere)]
-            extra = trajectory.get("additional_histories") or []
-            if not isinstance(extra, list):
-                raise InputError(f"{twhere}.additional_histories must be a list")
-            for h, history in enumerate(extra):
-                if not isinstance(history, dict):
-                    raise InputError(f"{twhere}.additional_histories[{h}] must be an object")
-                histories.append((history.get("messages_and_choices") or [], history.get("tools"), f"{twhere}.additional_histories[{h}]"))
+            histories = trajectory_histories(trajectory, twhere)
             own: list[TokenizedResult] = []
             for items, tools, hwhere in histories:
                 for seq in tokenize_history(
@@ -91,13 +105,17 @@ def tokenize_groups(tokenizer: Any, groups: list[Any], config: RLConfig, rng: ra
                 ):
                     if sum(seq.mask):
                         own.append(TokenizedResult(seq.token_ids, seq.mask, seq.logprobs, advantage=advantage, trajectory=trajectory_index))
+            if not own and untrainable is None:
+                items = [item for history in histories for item in history[0]]
+                untrainable = f"{twhere}: {untrainable_reason(items, config.allow_training_without_logprobs)}"
             trajectory_index += 1
             weight = 1.0 / (sum(r.num_trainable for r in own) + 1e-6)
             for result in own:
                 result.weight = weight
             results.extend(own)
         if not results:
-            continue
+            # Rewards that differ are something to learn: completing the step unchanged would hide that it was lost.
+            raise InputError(f"{untrainable} (its group's rewards differ, yet no trajectory of the group has a token to train)")
         # Shared prompt: the longest common prefix, capped one token before the first sampled logprob.
         prompt_length = len(list(takewhile(lambda column: len(set(column)) == 1, zip(*(r.token_ids for r in results)))))
         first_sampled = min(next((i for i, m in enumerate(r.mask) if m), len(r.mask)) for r in results)

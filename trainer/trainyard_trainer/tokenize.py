@@ -177,6 +177,86 @@ def _trainable(item: Any, allow_without_logprobs: bool) -> bool:
     return isinstance(item, dict) and item.get("role") == "assistant" and allow_without_logprobs
 
 
+def untrainable_reason(items: list[Any], allow_without_logprobs: bool) -> str:
+    """Why the items of a trajectory's histories (all of them together) hold no trainable token."""
+    choices = [item for item in items if is_choice(item)]
+    assistant = [item for item in items if isinstance(item, dict) and item.get("role") == "assistant"]
+    if choices and not allow_without_logprobs and not any(_logprob_entries(choice) for choice in choices):
+        return "its assistant Choices have no logprobs: request logprobs=True from the engine (or set allow_training_without_logprobs)"
+    if not choices and assistant and not allow_without_logprobs:
+        return "its assistant turns are plain messages, not Choices with logprobs (set allow_training_without_logprobs to train them)"
+    if not choices and not assistant:
+        return "it holds no assistant turn (no Choice in messages_and_choices, no response in exchanges.chat_completions)"
+    return "its assistant turns hold no sampled tokens"
+
+
+EXCHANGE_KINDS = ("chat_completions", "completions", "responses", "messages")
+
+
+@dataclass
+class _Branch:
+    items: list[Any]  # messages, and Choices for the replies sampled in this conversation
+    keys: list[str]  # one per item, to compare with the messages of a later request
+    context: str  # the request's tools and chat_template_kwargs
+    order: tuple[int, ...]
+
+
+def _message_key(message: dict[str, Any]) -> str:
+    """A message as ART compares a request's messages with an earlier conversation (`normalize_chat_message`,
+    visible fields only): no nulls, annotations or reasoning; an assistant message's missing content reads ""."""
+    data = {k: v for k, v in message.items() if v is not None and k not in ("annotations", "reasoning", "reasoning_content")}
+    if data.get("role") == "assistant":
+        data.setdefault("content", "")
+    if data.get("tool_calls") == []:
+        del data["tool_calls"]
+    return json.dumps(data, sort_keys=True, default=str)
+
+
+def exchange_histories(exchanges: Any, where: str) -> list[tuple[list[Any], Any, str]]:
+    """A generation-C trajectory's `exchanges` as histories (items, tools, where), as ART 0.5.23 groups them
+    (art/trajectories/_history.py `chat_completions_histories`): the exchanges in order, each request's messages as
+    context and each choice of its response as a trainable Choice (with the response's `prompt_token_ids`, as vLLM
+    returns them beside `token_ids` on the choice). A request whose messages (with the same tools) extend an earlier
+    conversation, its messages followed by its sampled reply, continues that conversation (the longest, then the
+    earliest); any other request starts a conversation of its own. Only chat_completions are read: other kinds are
+    refused by name rather than left untrained."""
+    where = f"{where}.exchanges"
+    if not isinstance(exchanges, dict):
+        raise InputError(f"{where} must be an object")
+    for kind in EXCHANGE_KINDS[1:]:
+        if exchanges.get(kind):
+            raise InputError(f"{where}: exchanges of kind {kind} are not trained (only chat_completions are)")
+    recorded = exchanges.get("chat_completions") or []
+    if not isinstance(recorded, list):
+        raise InputError(f"{where}.chat_completions must be a list")
+    branches: list[_Branch] = []
+    for n, exchange in enumerate(recorded):
+        ewhere = f"{where}.chat_completions[{n}]"
+        request = exchange.get("request") if isinstance(exchange, dict) else None
+        response = exchange.get("response") if isinstance(exchange, dict) else None
+        if not isinstance(request, dict) or not isinstance(response, dict):
+            raise InputError(f"{ewhere} must be an object with a request and a response object")
+        prompt = request.get("messages") or []
+        if not isinstance(prompt, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in prompt):
+            raise InputError(f"{ewhere}.request.messages must be a list of chat messages")
+        choices = response.get("choices") or []
+        if not isinstance(choices, list) or not all(is_choice(c) and isinstance(c["message"], dict) for c in choices):
+            raise InputError(f"{ewhere}.response.choices must be a list of Choices (objects with a message object)")
+        context = json.dumps([request.get("tools"), request.get("chat_template_kwargs")], sort_keys=True, default=str)
+        keys = [_message_key(m) for m in prompt]
+        candidates = [b for b in branches if b.context == context and b.keys == keys[: len(b.keys)] and len(b.keys) <= len(keys)]
+        parent = min(candidates, key=lambda b: (-len(b.keys), b.order)) if candidates else None
+        if parent is not None:
+            branches.remove(parent)
+        base_items, base_order = (parent.items, parent.order) if parent else ([], (n,))
+        for k, choice in enumerate(sorted(choices, key=lambda c: c.get("index") or 0)):
+            if "prompt_token_ids" not in choice and response.get("prompt_token_ids") is not None:
+                choice = {**choice, "prompt_token_ids": response["prompt_token_ids"]}
+            items = [*base_items, *prompt[len(base_items) :], choice]
+            branches.append(_Branch(items, [*keys, _message_key(choice["message"])], context, (*base_order, k)))
+    return [(b.items, json.loads(b.context)[0], f"{where}.chat_completions[{b.order[0]}]") for b in sorted(branches, key=lambda b: b.order)]
+
+
 def tokenize_history(
     tokenizer: Any,
     items: list[Any],
