@@ -376,7 +376,7 @@ export const ExperimentalTrainingConfig = z
     importance_sampling_level: z.enum(['token', 'sequence', 'average', 'geometric_average']).nullish(),
     kimi_k2_tau: z.number().nullish(),
     kl_penalty_coef: z.number().nullish(),
-    kl_penalty_reference_step: z.int().min(0).nullish(),
+    kl_penalty_reference_step: z.int().min(0).max(MAX_INT4).nullish(),
     kl_penalty_source: z.enum(['current_learner', 'sample']).nullish(),
     kl_penalty_step_lag: z.int().min(1).nullish(),
     kl_ref_adapter_path: z.string().max(TRAINING_LIMITS.checkpointUri).nullish(),
@@ -557,6 +557,13 @@ export const ClaimedJob = z.object({
     base_model: z.string(),
   }),
   base_checkpoint: z.object({ id: Uuid, step: z.number().int(), uri: z.string() }).nullable(),
+  kl_reference_checkpoint: z
+    .object({ id: Uuid, step: z.number().int(), uri: z.string() })
+    .nullable()
+    .optional()
+    .describe(
+      'The checkpoint an RL job\'s KL penalty compares against (experimental_config.kl_penalty_reference_step, or the base step minus kl_penalty_step_lag), for the trainer to load from its uri; null when the job has none (KL off, kl_ref_adapter_path, or step 0: the base model). Absent from servers that do not resolve it.',
+    ),
   target_step: z.number().int(),
   config: z.record(z.string(), z.unknown()),
   num_inputs: z.number().int(),

@@ -7,6 +7,7 @@ import { NAME_SEGMENT } from '../inference/model-name.js';
 import type { CheckpointReleaser } from './checkpoint-release.js';
 import { exactJsonTexts } from './exact-bodies.js';
 import type { JobSignal } from './job-signal.js';
+import { klReference } from './kl-reference.js';
 import { computeLogMetrics } from './metrics.js';
 import * as repo from './repository.js';
 import type {
@@ -272,13 +273,23 @@ export class TrainingService {
   // -------------------------------------------------------------------------------------------------------
   // Jobs
 
-  /** An RL job: the inline groups become the job's inputs, one per group. */
+  /**
+   * An RL job: the inline groups become the job's inputs, one per group. A `kl_penalty_reference_step` names
+   * a checkpoint that must exist now (a 422 otherwise, rather than a failed job later); from here on deletes
+   * and retention spare it until the job ends (repository/in-use.ts). A `kl_penalty_step_lag` reference
+   * depends on the base step, which only the claim fixes: it is resolved there (repository/jobs.ts).
+   */
   async createRlJob(principal: Principal, body: CreateTrainingJob, held?: readonly HeldValue<bigint>[]): Promise<{ id: string }> {
+    const reference = klReference(body.experimental_config);
     return this.createJob(principal, {
       modelId: body.model_id,
       kind: 'rl',
       config: { experimental_config: body.experimental_config ?? {} },
       inputsJson: exactJsonTexts(body.trajectory_groups, 'trajectory_groups', held),
+      check:
+        reference?.field === 'kl_penalty_reference_step' && reference.step > 0
+          ? (trx, model) => requireReferenceCheckpoint(trx, model, reference.step)
+          : undefined,
     });
   }
 
@@ -304,13 +315,21 @@ export class TrainingService {
 
   private async createJob(
     principal: Principal,
-    args: { modelId: string; kind: 'rl' | 'sft'; config: Record<string, unknown>; inputsJson: readonly string[] },
+    args: {
+      modelId: string;
+      kind: 'rl' | 'sft';
+      config: Record<string, unknown>;
+      inputsJson: readonly string[];
+      /** Throws to refuse the job, on the locked model before it is queued. */
+      check?: (trx: repo.TrainingDb, model: repo.StoredModel) => Promise<void>;
+    },
   ): Promise<{ id: string }> {
     const scope = await this.scope(principal);
     const job = await this.db.transaction().execute(async (trx) => {
       // Shared lock: a delete of the model waits until this job is queued (and then cancels it), or this
       // waits for the delete and finds no model: never a queued job on a deleted model.
       const model = await this.model(scope, args.modelId, trx, 'share');
+      await args.check?.(trx, model);
       return repo.createJob(trx, { model, kind: args.kind, config: args.config, inputsJson: args.inputsJson, maxAttempts: this.deps.config.jobMaxAttempts });
     });
     this.deps.signal.notify();
@@ -346,6 +365,21 @@ export class TrainingService {
     const job = await this.job(principal, jobId);
     return repo.listEvents(this.db, { job, ...query });
   }
+}
+
+/**
+ * 422 unless the model has a checkpoint at `step` to be a KL reference. Holds the claim lock, which
+ * checkpoint deletes and retention hold too (repository/checkpoints.ts): a delete that commits first is
+ * seen here, and one that waits for this job sees it among the jobs that need the step.
+ */
+async function requireReferenceCheckpoint(trx: repo.TrainingDb, model: repo.StoredModel, step: number): Promise<void> {
+  await repo.lockClaims(trx);
+  if (await repo.findCheckpointByStep(trx, { model, step })) return;
+  throw new UnprocessableError(
+    `Value error, model ${model.id} has no checkpoint of step ${step} to be the KL reference (deleted, or not trained yet)`,
+    ['body', 'experimental_config', 'kl_penalty_reference_step'],
+    { input: step },
+  );
 }
 
 /**

@@ -174,7 +174,7 @@ export class WorkerService {
   }
 
   private claimJson(claim: repo.Claim): ClaimResponse {
-    const { job, base_checkpoint: base } = claim;
+    const { job, base_checkpoint: base, kl_reference_checkpoint: reference } = claim;
     return {
       job: {
         id: job.id,
@@ -182,6 +182,7 @@ export class WorkerService {
         attempt: job.attempt,
         model: claim.model,
         base_checkpoint: base ? { id: base.id, step: base.step, uri: base.uri } : null,
+        kl_reference_checkpoint: reference ? { id: reference.id, step: reference.step, uri: reference.uri } : null,
         target_step: job.target_step as number,
         config: job.config,
         num_inputs: job.num_inputs,

@@ -16,6 +16,11 @@ export interface JobSpec {
   base_checkpoint: ClaimedJob['base_checkpoint'];
   /** `base_checkpoint.uri`, or null: the one field most trainers need. */
   base_checkpoint_uri: string | null;
+  /**
+   * RL: the checkpoint the KL penalty compares against, as the server resolved it (null: none, or the base
+   * model); absent when the server does not resolve it (older servers).
+   */
+  kl_reference_checkpoint?: ClaimedJob['kl_reference_checkpoint'];
   /** The step the new checkpoint will be registered at. */
   target_step: number;
   /** RL: the job's experimental_config; SFT: its config and experimental_config (as the server sends them). */
@@ -58,6 +63,7 @@ export function buildJobSpec(job: ClaimedJob, paths: JobPaths, workerId: string)
     model: job.model,
     base_checkpoint: job.base_checkpoint,
     base_checkpoint_uri: job.base_checkpoint?.uri ?? null,
+    ...(job.kl_reference_checkpoint === undefined ? {} : { kl_reference_checkpoint: job.kl_reference_checkpoint }),
     target_step: job.target_step,
     config: job.config,
     inputs_path: paths.inputs,

@@ -71,7 +71,7 @@ type StopReason = 'cancel' | 'lease_lost' | 'interrupt';
  */
 export class JobRun {
   readonly jobId: string;
-  /** Checkpoint directories under the output directory this attempt reads (its base checkpoint) or writes. */
+  /** Checkpoint directories under the output directory this attempt reads (its base and KL reference checkpoints) or writes. */
   readonly checkpointDirectories: readonly string[];
   private readonly paths: JobPaths;
   private readonly leaseToken: string;
@@ -92,8 +92,8 @@ export class JobRun {
   ) {
     this.jobId = claim.job.id;
     this.paths = jobPaths(settings, claim.job);
-    const base = claim.job.base_checkpoint ? checkpointDirectory(claim.job.base_checkpoint.uri, settings.outputDir) : undefined;
-    this.checkpointDirectories = [this.paths.output, ...(base === undefined ? [] : [base])];
+    const read = [claim.job.base_checkpoint, claim.job.kl_reference_checkpoint].map((checkpoint) => checkpoint ? checkpointDirectory(checkpoint.uri, settings.outputDir) : undefined);
+    this.checkpointDirectories = [this.paths.output, ...read.filter((directory) => directory !== undefined)];
     this.leaseToken = claim.lease.token;
     this.leaseExpiresAt = claim.lease.expires_at;
     this.log = logger.child({ job_id: claim.job.id, attempt: claim.job.attempt });

@@ -254,6 +254,30 @@ describe('an imported checkpoint a running job trains from', () => {
   });
 });
 
+describe('an imported checkpoint as a KL reference', () => {
+  it('is handed to the worker with its own directory, by kl_penalty_reference_step and by kl_penalty_step_lag, and kept while a job needs it', async () => {
+    const model = await newModel();
+    const worker = await ScriptedWorker.create(app, owner, [BASE]);
+    const imported = await upload(owner, model.base, tarGz(adapterDir()));
+    expect(imported.statusCode, imported.body).toBe(200);
+    const reference = { id: imported.json().id, step: 1, uri: path.join(adaptersDir, imported.json().id) };
+    await call(app, owner.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()] });
+    expect((await worker.complete((await worker.claim(5))!)).status).toBe(200);
+
+    // Step 2 is trained; the second job starts from step 3, two steps after the imported one.
+    for (const experimental_config of [{ kl_penalty_coef: 0.1, kl_penalty_reference_step: 1 }, { kl_penalty_coef: 0.1, kl_penalty_step_lag: 2 }]) {
+      const job = await call(app, owner.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()], experimental_config });
+      expect(job.status, job.text).toBe(200);
+      const claimed = (await worker.claim(5))!;
+      expect(claimed.job.kl_reference_checkpoint).toEqual(reference);
+      const spared = await call(app, owner.headers, 'DELETE', `${model.base}/checkpoints`, { steps: [1] });
+      expect(spared.body).toEqual({ deleted_count: 0, not_found_steps: [], pinned_steps: [], in_use_steps: [1] });
+      expect(importedDirs()).toContain(reference.id);
+      expect((await worker.complete(claimed)).status).toBe(200);
+    }
+  });
+});
+
 /** On a PostgreSQL server (PGlite has one connection, so nothing runs concurrently there). */
 describe.skipIf(!onPostgresServer)('an import while its model is deleted (PostgreSQL)', () => {
   it('waits for the delete, then answers 404, registers nothing and leaves no files', async () => {

@@ -161,6 +161,7 @@ export interface ClaimedJob {
     attempt: number;
     model: { id: string; entity: string; project: string; name: string; base_model: string };
     base_checkpoint: { id: string; step: number; uri: string } | null;
+    kl_reference_checkpoint?: { id: string; step: number; uri: string } | null;
     target_step: number;
     config: Record<string, any>;
     num_inputs: number;

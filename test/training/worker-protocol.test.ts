@@ -87,6 +87,7 @@ describe('claiming', () => {
         attempt: 1,
         model: { id: model.id, entity: user.entity, project: 'proj', name: model.name, base_model: model.base_model },
         base_checkpoint: null,
+        kl_reference_checkpoint: null,
         target_step: 1,
         config: { experimental_config: {} },
         num_inputs: 2,

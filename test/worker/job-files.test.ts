@@ -1,9 +1,12 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import type { ClaimedJob } from '../../src/training/schemas.js';
+import type { WorkerClient } from '../../src/worker/client.js';
 import { buildJobSpec, jobPaths, prepareJobDirs, removeJobFiles, writeJobSpec } from '../../src/worker/job-files.js';
+import { JobRun } from '../../src/worker/job-run.js';
 
 function claimedJob(overrides: Partial<ClaimedJob> = {}): ClaimedJob {
   return {
@@ -57,6 +60,26 @@ describe('job files', () => {
       worker_id: 'gpu-1',
     });
     expect(fs.readdirSync(paths.dir).sort()).toEqual(['owner.json', 'spec.json']);
+  });
+
+  it('passes on the KL reference checkpoint the server resolved, null included, and nothing from a server that sends none', () => {
+    const reference = { id: 'c3d0e2a1-2222-4a3e-8f7e-2c1f0d9b8a04', step: 2, uri: '/adapters/imported/c3d0e2a1' };
+    const paths = jobPaths(roots(), claimedJob());
+    expect(buildJobSpec(claimedJob({ kl_reference_checkpoint: reference }), paths, 'w').kl_reference_checkpoint).toEqual(reference);
+    expect(buildJobSpec(claimedJob({ kl_reference_checkpoint: null }), paths, 'w')).toHaveProperty('kl_reference_checkpoint', null);
+    expect(buildJobSpec(claimedJob(), paths, 'w')).not.toHaveProperty('kl_reference_checkpoint');
+  });
+
+  it('keeps the directories of the checkpoints a job reads, its KL reference included, from the release sweep', () => {
+    const r = roots();
+    const modelId = '7d1e0c7a-95b1-4a3e-8f7e-2c1f0d9b8a02';
+    const job = claimedJob({
+      base_checkpoint: { id: 'c3d0e2a1-1111-4a3e-8f7e-2c1f0d9b8a03', step: 4, uri: path.join(r.outputDir, modelId, 'step-4') },
+      kl_reference_checkpoint: { id: 'c3d0e2a1-2222-4a3e-8f7e-2c1f0d9b8a04', step: 2, uri: `file://${path.join(r.outputDir, modelId, 'step-2')}` },
+    });
+    const settings = { ...r, command: ['true'], workerId: 'w', cancelGraceMs: 0, heartbeatMs: undefined, eventWindowMs: 0, trainerEnv: {}, resident: false };
+    const run = new JobRun({ job, lease: { token: crypto.randomUUID(), expires_at: new Date().toISOString() } }, {} as WorkerClient, settings, pino({ level: 'silent' }));
+    expect(run.checkpointDirectories).toEqual(['step-5', 'step-4', 'step-2'].map((step) => path.join(r.outputDir, modelId, step)));
   });
 
   it('gives a job on the base model a null base checkpoint uri', () => {

@@ -179,6 +179,49 @@ def test_kl_penalty_against_the_base_model_or_an_earlier_checkpoint(tmp_path, ca
     assert sorted(os.listdir(third)) == ["README.md", "adapter_config.json", "adapter_model.safetensors", "optimizer.pt"]
 
 
+def _with_kl_reference(spec, checkpoint):
+    """The spec as a server that resolves the KL reference has the worker write it."""
+    with open(spec) as f:
+        data = json.load(f)
+    data["kl_reference_checkpoint"] = checkpoint
+    with open(spec, "w") as f:
+        json.dump(data, f)
+
+
+def test_kl_reference_is_loaded_from_the_checkpoint_the_spec_names_wherever_it_lives(tmp_path, capsys, model_dir, tokenizer):
+    spec, first = write_job(str(tmp_path / "trained"), "rl", model_dir, rl_groups(tokenizer), config={"learning_rate": 1e-2})
+    assert run_job(capsys, spec, "--device", "cpu")[0] == 0
+    # Step 1 lives elsewhere (imported, or trained on another worker): nothing at <output-dir>/../step-1.
+    for key, value in (("kl_penalty_reference_step", 1), ("kl_penalty_step_lag", 1)):
+        spec, _ = write_job(str(tmp_path / key), "rl", model_dir, rl_groups(tokenizer), base=first, step=2,
+                            config={"kl_penalty_coef": 0.5, key: value})
+        _with_kl_reference(spec, {"id": "r", "step": 1, "uri": f"file://{first}"})
+        code, events, err = run_job(capsys, spec, "--device", "cpu")
+        assert code == 0, err
+        assert events[1]["data"]["kl_policy_ref"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_kl_reference_the_spec_names_null_is_the_base_model(tmp_path, capsys, model_dir, tokenizer):
+    spec, first = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer), config={"learning_rate": 1e-2})
+    assert run_job(capsys, spec, "--device", "cpu")[0] == 0
+    spec, _ = write_job(str(tmp_path / "lagged"), "rl", model_dir, rl_groups(tokenizer), base=first, step=2,
+                        config={"kl_penalty_coef": 0.5, "kl_penalty_step_lag": 1})
+    _with_kl_reference(spec, None)
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 0, err
+    assert abs(events[1]["data"]["kl_policy_ref"]) > 1e-4
+
+
+def test_kl_reference_the_spec_names_that_is_unreadable_exits_3_without_its_path(tmp_path, capsys, model_dir, tokenizer):
+    spec, _ = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer), config={"kl_penalty_coef": 0.1, "kl_penalty_reference_step": 3})
+    missing = str(tmp_path / "gone" / "step-3")
+    _with_kl_reference(spec, {"id": "r", "step": 3, "uri": missing})
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 3 and events == []
+    assert last_line(err) == ("trainyard_trainer: experimental_config.kl_penalty_reference_step: "
+                              "the checkpoint of step 3 is not an adapter directory this machine can read")
+
+
 def last_line(err):
     return err.strip().splitlines()[-1]
 

@@ -79,9 +79,23 @@ def reference_adapter(config: RLConfig, spec: dict[str, Any]) -> tuple[bool, str
         step, key = config.kl_penalty_reference_step, "kl_penalty_reference_step"
     else:
         return True, None
+    if "kl_reference_checkpoint" in spec:
+        # The server resolved the step to one of the model's checkpoints, wherever it lives (trained on another
+        # worker, imported), and keeps it while the job needs it; null: step 0, the base model.
+        checkpoint = spec["kl_reference_checkpoint"]
+        if checkpoint is None:
+            return True, None
+        uri, step = checkpoint["uri"], checkpoint["step"]
+        path = uri[len("file://") :] if uri.startswith("file://") else uri
+        label = f"experimental_config.{key}: the checkpoint of step {step}"
+        if not os.path.isfile(os.path.join(path, "adapter_config.json")):
+            raise ConfigError(f"{label} is not an adapter directory this machine can read")
+        check_adapter(path, label)
+        return True, path
     if step == 0:
         return True, None  # the step-0 adapter is zero: identical to the base model
-    # Checkpoints of one model sit side by side: <output-dir>/<model id>/step-<N> (docs/worker-runtime.md).
+    # A spec from a server that does not resolve the reference: checkpoints of one model trained by this
+    # worker sit side by side, <output-dir>/<model id>/step-<N> (docs/worker-runtime.md).
     path = os.path.join(os.path.dirname(os.path.abspath(spec["output_dir"])), f"step-{step}")
     if step > base_step or not os.path.isfile(os.path.join(path, "adapter_config.json")):
         raise ConfigError(f"experimental_config.{key}: no checkpoint of step {step} at {path}")

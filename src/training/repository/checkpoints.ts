@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import type { DeleteCheckpointsResponse, PageOf } from '../schemas.js';
 import { isUuid, jsonb, lockClaims, toPage, type TrainingDb } from './db.js';
 import { cursorStep, rememberDeletedCheckpoints } from './deleted.js';
+import { stepsInUse } from './in-use.js';
 import { recordReleases } from './retention.js';
 import { toCheckpoint, type DeletedCheckpoint, type StoredCheckpoint, type StoredModel } from './rows.js';
 
@@ -68,10 +69,11 @@ export async function latestCheckpoint(db: TrainingDb, args: { model: Pick<Store
 
 /**
  * Deletes checkpoints by step, sparing pinned ones (reported in `pinned_steps`): a pin protects a
- * checkpoint from clients that delete every step but the ones they think best; and sparing the base
- * checkpoint of a job running now (reported in `in_use_steps`), which its trainer is reading: retention
- * keeps it for the same reason, and its storage would otherwise be released (an imported one's files are
- * removed right after the commit). The claim lock is held, so no job starts from a step while it is being
+ * checkpoint from clients that delete every step but the ones they think best; and sparing the checkpoints
+ * that queued or running jobs need (reported in `in_use_steps`; repository/in-use.ts): a running job's base
+ * checkpoint, which its trainer is reading, and a job's KL reference: retention keeps them for the same
+ * reason, and their storage would otherwise be released (an imported one's files are removed right after
+ * the commit). The claim lock is held, so no job starts from a step while it is being
  * deleted. The deleted ids stay page cursors for a while (repository/deleted.ts). `deleted` names what
  * went, for the inference router to unload adapters and the storage to be released. The steps travel as
  * one array parameter (a request may name 100,000). Several statements: run it in a transaction.
@@ -84,8 +86,7 @@ export async function deleteCheckpoints(
   if (steps.length === 0) return { deleted_count: 0, not_found_steps: [], pinned_steps: [], in_use_steps: [], deleted: [] };
   await lockClaims(db);
   const requested = sql<boolean>`step = any(${steps}::int4[])`;
-  const inUse = sql<boolean>`step in (select j.base_step from training_jobs j
-    where j.model_id = ${args.model.id} and j.status = 'RUNNING' and j.base_step is not null)`;
+  const inUse = sql<boolean>`step in (${stepsInUse(args.model.id)})`;
   const deletedRows = await db
     .deleteFrom('checkpoints')
     .where('model_id', '=', args.model.id)

@@ -1,5 +1,6 @@
 import { sql, type Selectable } from 'kysely';
-import type { JobKind, JobStatus, PageOf } from '../schemas.js';
+import { klReference, referenceStep } from '../kl-reference.js';
+import { MAX_INT4, type JobKind, type JobStatus, type PageOf } from '../schemas.js';
 import type { TrainingJobTable } from '../tables.js';
 import { chunkBySize, iso, isUuid, jsonb, jsonbText, lockClaims, toPage, type EntityScope, type TrainingDb } from './db.js';
 import { appendEvents } from './events.js';
@@ -189,6 +190,8 @@ export interface Claim {
   lease_token: string;
   model: { id: string; entity: string; project: string; name: string; base_model: string };
   base_checkpoint: StoredCheckpoint | undefined;
+  /** The checkpoint the KL penalty compares against; undefined: none (KL off, a path, or the base model). */
+  kl_reference_checkpoint: StoredCheckpoint | undefined;
 }
 
 interface ClaimFilter {
@@ -283,22 +286,28 @@ export async function claimJob(
   const candidate = claimCandidates(db, args);
 
   const latestStep = sql<number>`(select coalesce(max(c.step), 0) from checkpoints c where c.model_id = training_jobs.model_id)`;
-  const row = await db
-    .updateTable('training_jobs')
-    .set({
-      status: 'RUNNING',
-      lease_token: crypto.randomUUID(),
-      lease_expires_at: leaseEnd(args.leaseSeconds),
-      worker_id: args.workerId,
-      claim_id: args.claimId ?? null,
-      training_start: sql`coalesce(training_start, now())`,
-      base_step: latestStep,
-      target_step: sql<number>`${latestStep} + 1`,
-    })
-    .where('id', '=', candidate.limit(1).forUpdate('j').skipLocked())
-    .returningAll()
-    .executeTakeFirst();
-  if (!row) return undefined;
+  let claim: Claim | undefined;
+  // A job whose KL reference is gone is failed here and the next one taken: each turn ends a job.
+  while (!claim) {
+    const row = await db
+      .updateTable('training_jobs')
+      .set({
+        status: 'RUNNING',
+        lease_token: crypto.randomUUID(),
+        lease_expires_at: leaseEnd(args.leaseSeconds),
+        worker_id: args.workerId,
+        claim_id: args.claimId ?? null,
+        training_start: sql`coalesce(training_start, now())`,
+        base_step: latestStep,
+        target_step: sql<number>`${latestStep} + 1`,
+      })
+      .where('id', '=', candidate.limit(1).forUpdate('j').skipLocked())
+      .returningAll()
+      .executeTakeFirst();
+    if (!row) return undefined;
+    claim = await claimOrFail(db, row);
+  }
+  const row = claim.job;
   await db
     .insertInto('entity_claim_turns')
     .values((eb) => ({
@@ -307,7 +316,7 @@ export async function claimJob(
     }))
     .onConflict((oc) => oc.column('entity_id').doUpdateSet({ turn: sql<number>`excluded.turn` }))
     .execute();
-  return claimOf(db, row);
+  return claim;
 }
 
 /**
@@ -330,11 +339,18 @@ export async function reclaimJob(
     .where('status', '=', 'RUNNING');
   if (reach !== 'all') query = query.where('model_id', 'in', db.selectFrom('models').select('models.id').where('models.entity_id', 'in', entitiesReached(db, reach)));
   const row = await query.returningAll().executeTakeFirst();
-  return row && claimOf(db, row);
+  return row && claimOrFail(db, row);
 }
 
-/** A claimed job as the worker gets it: with its model and the checkpoint it starts from. */
-async function claimOf(db: TrainingDb, row: Selectable<TrainingJobTable>): Promise<Claim> {
+/**
+ * A claimed job as the worker gets it: with its model, the checkpoint it starts from and its KL reference
+ * checkpoint. The step of a `kl_penalty_step_lag` reference is counted back from the base step, which the
+ * claim fixes (the latest checkpoint now: jobs queued before this one, imports and deletes change it until
+ * then), so it is resolved here, not when the job was created; from now on deletes and retention spare it
+ * (repository/in-use.ts). When that checkpoint is gone (deleted before the job started) the job fails now,
+ * as no attempt could succeed, naming the setting and the step, and undefined is returned.
+ */
+async function claimOrFail(db: TrainingDb, row: Selectable<TrainingJobTable>): Promise<Claim | undefined> {
   const model = await db
     .selectFrom('models as m')
     .innerJoin('entities as e', 'e.id', 'm.entity_id')
@@ -347,7 +363,28 @@ async function claimOf(db: TrainingDb, row: Selectable<TrainingJobTable>): Promi
     .where('model_id', '=', row.model_id)
     .where('step', '=', row.base_step ?? 0)
     .executeTakeFirst();
-  return { job: toJob(row), lease_token: row.lease_token as string, model, base_checkpoint: base && toCheckpoint(base) };
+  const baseStep = row.base_step ?? 0;
+  const reference = row.kind === 'rl' ? klReference(row.config.experimental_config) : undefined;
+  const step = reference === undefined ? 0 : referenceStep(reference, baseStep);
+  let klReferenceCheckpoint: StoredCheckpoint | undefined;
+  if (reference !== undefined && step > 0) {
+    // A step past the column's range (a job queued before steps were bounded here) is no checkpoint's.
+    const found = step > MAX_INT4 ? undefined : await db.selectFrom('checkpoints').selectAll().where('model_id', '=', row.model_id).where('step', '=', step).executeTakeFirst();
+    if (!found) {
+      const counted = reference.field === 'kl_penalty_step_lag' ? ` (this job's base step ${baseStep} - ${reference.lag})` : '';
+      const errorMessage = `experimental_config.${reference.field}: the model has no checkpoint of step ${step}${counted} to be the KL reference; it was deleted before the job started`;
+      await finish(db, row, { status: 'FAILED', errorMessage });
+      return undefined;
+    }
+    klReferenceCheckpoint = toCheckpoint(found);
+  }
+  return {
+    job: toJob(row),
+    lease_token: row.lease_token as string,
+    model,
+    base_checkpoint: base && toCheckpoint(base),
+    kl_reference_checkpoint: klReferenceCheckpoint,
+  };
 }
 
 /** Renews a lease. Undefined when the token is not the job's current lease (the service answers 409). */

@@ -3,12 +3,13 @@ import type { PageOf } from '../schemas.js';
 import type { BestMode, CheckpointSource } from '../tables.js';
 import { iso, lockClaims, toPage, type TrainingDb } from './db.js';
 import { cursorStep, rememberDeletedCheckpoints } from './deleted.js';
+import { stepsInUse } from './in-use.js';
 import type { DeletedCheckpoint, StoredModel } from './rows.js';
 
 /**
  * Checkpoint retention (docs/training.md, "Checkpoint lifecycle"). A model keeps its latest `keep_latest`
- * checkpoints, its best `keep_best` by `best_metric`, every pinned one, and the base checkpoint of a job
- * running now (the trainer is reading it); with `keep_latest` null the count rule is off and every
+ * checkpoints, its best `keep_best` by `best_metric`, every pinned one, and those jobs need (a running job's
+ * base checkpoint, a queued or running job's KL reference: repository/in-use.ts); with `keep_latest` null the count rule is off and every
  * checkpoint is kept. With `ttl_seconds`, a checkpoint that is none of these expires that long after it
  * was registered. Which checkpoints are latest and best is computed in SQL with window functions, so
  * listing a page and applying the policy read the same definition.
@@ -80,9 +81,9 @@ export async function knownMetricNames(db: TrainingDb, { model }: { model: Store
 
 /**
  * Every checkpoint of the model with its ranks under the policy, as a subquery. `best_rank` is null for a
- * checkpoint without a numeric value of the metric; ties on the metric go to the later step. The running
- * jobs' base steps are one uncorrelated subquery, read once: correlated on each checkpoint's model, a page
- * of a model with 5,200 checkpoints and as many jobs took 4 s instead of 0.1 s.
+ * checkpoint without a numeric value of the metric; ties on the metric go to the later step. The steps jobs
+ * need (repository/in-use.ts) are one uncorrelated subquery, read once: correlated on each checkpoint's
+ * model, a page of a model with 5,200 checkpoints and as many jobs took 4 s instead of 0.1 s.
  */
 function ranked(model: StoredModel, policy: RetentionPolicy) {
   const metric = policy.best_metric ?? '';
@@ -97,7 +98,7 @@ function ranked(model: StoredModel, policy: RetentionPolicy) {
         partition by ${hasMetric}
         order by case when ${hasMetric} then (c.metrics ->> ${metric})::float8 * ${sign} end, c.step desc
       ) <= ${bestCount}, false) as best,
-      c.step in (select j.base_step from training_jobs j where j.model_id = ${model.id} and j.status = 'RUNNING' and j.base_step is not null) as in_use
+      c.step in (${stepsInUse(model.id)}) as in_use
     from checkpoints c
     where c.model_id = ${model.id}`;
 }
