@@ -1,3 +1,5 @@
+import { api } from './api.js';
+import { useLoad, type Loaded } from './hooks.js';
 import type { Call } from './types.js';
 
 /**
@@ -58,3 +60,40 @@ export function opLabel(call: Call): string {
 
 /** The columns a list asks for: never inputs or output, which can be large. */
 export const LIST_COLUMNS = ['id', 'trace_id', 'parent_id', 'op_name', 'display_name', 'started_at', 'ended_at', 'exception', 'summary'];
+
+/** What a page of calls asks /traces/calls/query for, besides the project, limit and offset. */
+export interface CallsRequest {
+  filter?: unknown;
+  query?: unknown;
+  sort_by: { field: string; direction: 'asc' | 'desc' }[];
+  columns: string[];
+  expand_columns?: string[];
+  include_costs?: boolean;
+}
+
+/**
+ * Page `page` (from 0, `size` calls) of a calls query and how many calls match it (`query_stats`):
+ * `key` names the query (the page is added to it), `pages` is undefined until the count is known.
+ * `exactNumbers`: payloads shown as JSON keep their exact numbers (lib/api.ts).
+ */
+export function useCallPage(
+  key: string,
+  project: string,
+  request: CallsRequest,
+  page: number,
+  size: number,
+  exactNumbers = false,
+): { calls: Loaded<{ calls: Call[] }>; error: string | undefined; count: number | undefined; pages: number | undefined } {
+  const calls = useLoad(`${key}|${page}`, () =>
+    api<{ calls: Call[] }>('/traces/calls/query', {
+      method: 'POST',
+      body: { project_id: project, ...request, limit: size, offset: page * size },
+      exactNumbers,
+    }),
+  );
+  const stats = useLoad(key, () =>
+    api<{ count: number }>('/traces/calls/query_stats', { method: 'POST', body: { project_id: project, filter: request.filter, query: request.query } }),
+  );
+  const count = stats.data?.count;
+  return { calls, error: calls.error ?? stats.error, count, pages: count === undefined ? undefined : Math.max(1, Math.ceil(count / size)) };
+}

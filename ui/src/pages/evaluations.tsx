@@ -1,6 +1,7 @@
 import { api } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
 import { appPath, location, pageParam, projectPath } from '../lib/router.js';
+import { useCallPage } from '../lib/calls.js';
 import type { Call } from '../lib/types.js';
 import { Badge, fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, TextCell, when } from '../lib/ui.js';
 
@@ -37,24 +38,13 @@ const tracePath = (project: string, call: Call) => `${projectPath(project, 'trac
 export function EvaluationsPage(props: { project: string }) {
   const page = pageParam(location.value.query);
   const query = { $expr: { $contains: { input: { $getField: 'op_name' }, substr: { $literal: 'Evaluation.evaluate:' } } } };
-  const calls = useLoad(`evaluations|${props.project}|${page}`, () =>
-    api<{ calls: Call[] }>('/traces/calls/query', {
-      method: 'POST',
-      body: {
-        project_id: props.project,
-        query,
-        sort_by: [{ field: 'started_at', direction: 'desc' }],
-        limit: PAGE,
-        offset: page * PAGE,
-        columns: ['id', 'trace_id', 'op_name', 'display_name', 'started_at', 'ended_at', 'exception', 'summary', 'inputs', 'output'],
-      },
-    }),
+  const { calls, error, count, pages } = useCallPage(
+    `evaluations|${props.project}`,
+    props.project,
+    { query, sort_by: [{ field: 'started_at', direction: 'desc' }], columns: ['id', 'trace_id', 'op_name', 'display_name', 'started_at', 'ended_at', 'exception', 'summary', 'inputs', 'output'] },
+    page,
+    PAGE,
   );
-  const stats = useLoad(`evaluations-count|${props.project}`, () =>
-    api<{ count: number }>('/traces/calls/query_stats', { method: 'POST', body: { project_id: props.project, query } }),
-  );
-  const count = stats.data?.count;
-  const pages = count === undefined ? undefined : Math.max(1, Math.ceil(count / PAGE));
   const rows = (calls.data?.calls ?? []).map((c) => ({ call: c, scores: scoresOf(c.output) }));
   const columns = [...new Set(rows.flatMap((r) => [...r.scores.keys()]))];
   const shown = columns.slice(0, MAX_SCORES);
@@ -63,7 +53,7 @@ export function EvaluationsPage(props: { project: string }) {
     <main>
       <ProjectTabs project={props.project} active="evaluations" />
       <h1>Evaluations</h1>
-      <Problem error={calls.error ?? stats.error} />
+      <Problem error={error} />
       {!calls.data && !calls.error && <Loading what="evaluations" />}
       {calls.data && count === 0 && (
         <div class="empty">
@@ -131,27 +121,20 @@ export function EvaluationPage(props: { project: string; callId: string }) {
   );
   const filter = { parent_ids: [props.callId] };
   const query = { $expr: { $contains: { input: { $getField: 'op_name' }, substr: { $literal: 'Evaluation.predict_and_score:' } } } };
-  const rows = useLoad(`evaluation-rows|${props.project}|${props.callId}|${page}`, () =>
-    api<{ calls: Call[] }>('/traces/calls/query', {
-      method: 'POST',
-      body: {
-        project_id: props.project,
-        filter,
-        query,
-        sort_by: [{ field: 'started_at', direction: 'asc' }],
-        limit: PAGE,
-        offset: page * PAGE,
-        columns: ['id', 'trace_id', 'op_name', 'started_at', 'ended_at', 'exception', 'summary', 'inputs', 'output'],
-        expand_columns: ['inputs.example'],
-      },
-      exactNumbers: true,
-    }),
+  const { calls: rows, error, count, pages } = useCallPage(
+    `evaluation-rows|${props.project}|${props.callId}`,
+    props.project,
+    {
+      filter,
+      query,
+      sort_by: [{ field: 'started_at', direction: 'asc' }],
+      columns: ['id', 'trace_id', 'op_name', 'started_at', 'ended_at', 'exception', 'summary', 'inputs', 'output'],
+      expand_columns: ['inputs.example'],
+    },
+    page,
+    PAGE,
+    true,
   );
-  const stats = useLoad(`evaluation-rows-count|${props.project}|${props.callId}`, () =>
-    api<{ count: number }>('/traces/calls/query_stats', { method: 'POST', body: { project_id: props.project, filter, query } }),
-  );
-  const count = stats.data?.count;
-  const pages = count === undefined ? undefined : Math.max(1, Math.ceil(count / PAGE));
   const c = run.data?.call;
   const summary = c ? [...scoresOf(c.output)] : [];
   const scored = (rows.data?.calls ?? []).map((call) => {
@@ -166,7 +149,7 @@ export function EvaluationPage(props: { project: string; callId: string }) {
   return (
     <main>
       <ProjectTabs project={props.project} active="evaluations" />
-      <Problem error={run.error ?? rows.error ?? stats.error} />
+      <Problem error={run.error ?? error} />
       {!c && !run.error && <Loading what="the evaluation" />}
       {run.data && !c && <p class="empty">There is no call {props.callId} in this project.</p>}
       {c && (

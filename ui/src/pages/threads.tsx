@@ -1,9 +1,8 @@
 import { api } from '../lib/api.js';
-import { LIST_COLUMNS, opLabel } from '../lib/calls.js';
+import { LIST_COLUMNS, opLabel, useCallPage } from '../lib/calls.js';
 import { useLoad } from '../lib/hooks.js';
 import { appPath, location, pageParam, projectPath } from '../lib/router.js';
 import { CallPayloads } from '../lib/messages.js';
-import type { Call } from '../lib/types.js';
 import { Badge, fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, when } from '../lib/ui.js';
 
 /**
@@ -97,31 +96,19 @@ export function ThreadPage(props: { project: string; threadId: string }) {
   const page = pageParam(location.value.query);
   const filter = { thread_ids: [props.threadId] };
   const query = { $expr: { $eq: [{ $getField: 'turn_id' }, { $getField: 'id' }] } };
-  const turns = useLoad(`turns|${props.project}|${props.threadId}|${page}`, () =>
-    api<{ calls: Call[] }>('/traces/calls/query', {
-      method: 'POST',
-      body: {
-        project_id: props.project,
-        filter,
-        query,
-        sort_by: [{ field: 'started_at', direction: 'asc' }],
-        limit: PAGE,
-        offset: page * PAGE,
-        columns: [...LIST_COLUMNS, 'inputs', 'output'],
-      },
-      exactNumbers: true,
-    }),
+  const { calls: turns, error, count, pages } = useCallPage(
+    `turns|${props.project}|${props.threadId}`,
+    props.project,
+    { filter, query, sort_by: [{ field: 'started_at', direction: 'asc' }], columns: [...LIST_COLUMNS, 'inputs', 'output'] },
+    page,
+    PAGE,
+    true,
   );
-  const stats = useLoad(`turns-count|${props.project}|${props.threadId}`, () =>
-    api<{ count: number }>('/traces/calls/query_stats', { method: 'POST', body: { project_id: props.project, filter, query } }),
-  );
-  const count = stats.data?.count;
-  const pages = count === undefined ? undefined : Math.max(1, Math.ceil(count / PAGE));
   return (
     <main>
       <ProjectTabs project={props.project} active="threads" />
       <h1>Thread {props.threadId}</h1>
-      <Problem error={turns.error ?? stats.error} />
+      <Problem error={error} />
       {count !== undefined && <p class="muted">{count === 1 ? '1 turn' : `${count} turns`}</p>}
       {!turns.data && !turns.error && <Loading what="turns" />}
       {turns.data && <PastLastPage page={page} pages={pages} />}

@@ -1,8 +1,5 @@
-import { api } from '../lib/api.js';
-import { costOf, LIST_COLUMNS, opLabel, tokensOf } from '../lib/calls.js';
-import { useLoad } from '../lib/hooks.js';
+import { costOf, LIST_COLUMNS, opLabel, tokensOf, useCallPage } from '../lib/calls.js';
 import { appPath, location, pageParam, projectPath, setQuery } from '../lib/router.js';
-import type { Call } from '../lib/types.js';
 import { Badge, fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, QueryInput, when } from '../lib/ui.js';
 
 const PAGE = 25;
@@ -22,27 +19,13 @@ export function TracesPage(props: { project: string }) {
   if (status) conditions.push({ $eq: [{ $getField: 'summary.weave.status' }, { $literal: status }] });
   const query = conditions.length ? { $expr: conditions.length === 1 ? conditions[0] : { $and: conditions } } : undefined;
   const filter = { trace_roots_only: true };
-  const key = `${props.project}|${op}|${status}|${sort}|${dir}|${page}`;
-  const calls = useLoad(key, () =>
-    api<{ calls: Call[] }>('/traces/calls/query', {
-      method: 'POST',
-      body: {
-        project_id: props.project,
-        filter,
-        query,
-        sort_by: [{ field: SORTS[sort], direction: dir }],
-        limit: PAGE,
-        offset: page * PAGE,
-        columns: LIST_COLUMNS,
-        include_costs: true,
-      },
-    }),
+  const { calls, error, count, pages } = useCallPage(
+    `traces|${props.project}|${op}|${status}|${sort}|${dir}`,
+    props.project,
+    { filter, query, sort_by: [{ field: SORTS[sort], direction: dir }], columns: LIST_COLUMNS, include_costs: true },
+    page,
+    PAGE,
   );
-  const stats = useLoad(`${props.project}|${op}|${status}`, () =>
-    api<{ count: number }>('/traces/calls/query_stats', { method: 'POST', body: { project_id: props.project, filter, query } }),
-  );
-  const count = stats.data?.count;
-  const pages = count === undefined ? undefined : Math.max(1, Math.ceil(count / PAGE));
 
   const header = (id: string, label: string) => (
     <th aria-sort={sort === id ? (dir === 'asc' ? 'ascending' : 'descending') : undefined}>
@@ -73,7 +56,7 @@ export function TracesPage(props: { project: string }) {
         </label>
         {count !== undefined && <span class="muted">{count} traces</span>}
       </form>
-      <Problem error={calls.error ?? stats.error} />
+      <Problem error={error} />
       {!calls.data && !calls.error && <Loading what="traces" />}
       {calls.data && <PastLastPage page={page} pages={pages} />}
       {calls.data && (
