@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { AuthService } from '../auth/service.js';
-import { ConfigError, loadConfig, type Config } from '../config.js';
+import { ConfigError, loadConfig, StartError, type Config } from '../config.js';
 import { backupEmbedded, restoreEmbedded } from '../db/backup.js';
 import { migrateToLatest, openDatabase, type DatabaseHandle } from '../db/index.js';
 import { DataDirLockedError, lockHolder } from '../db/lock.js';
@@ -52,11 +52,6 @@ function adminKey(config: Config): string {
   }
 }
 
-/** What `--help` prints (on stdout, exit 0). */
-class Help {
-  readonly text = USAGE;
-}
-
 /** The command line, parsed; an unknown option or a missing value is a usage error, not a crash. */
 function parseCommandLine(argv: string[]) {
   try {
@@ -78,10 +73,8 @@ function parseCommandLine(argv: string[]) {
   }
 }
 
-async function run(argv: string[], config: Config): Promise<unknown> {
-  const { values, positionals } = parseCommandLine(argv);
+async function run({ values, positionals }: ReturnType<typeof parseCommandLine>, config: Config): Promise<unknown> {
   const [group, action, ...args] = positionals;
-  if (values.help) return new Help();
   if (!group) throw new UsageError(USAGE);
   const need = (count: number) => {
     if (args.length !== count) throw new UsageError(USAGE);
@@ -202,11 +195,16 @@ async function withDatabase(config: Config, fn: (auth: AuthService) => Promise<u
 
 async function main(): Promise<void> {
   try {
-    const config = loadConfig();
-    const result = await run(process.argv.slice(2), config);
-    process.stdout.write(`${result instanceof Help ? result.text : JSON.stringify(result, null, 2)}\n`);
+    const commandLine = parseCommandLine(process.argv.slice(2));
+    // Help needs no configuration: it is there to read while a setting is wrong.
+    if (commandLine.values.help) {
+      process.stdout.write(`${USAGE}\n`);
+      return;
+    }
+    const result = await run(commandLine, loadConfig());
+    process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
   } catch (error) {
-    const known = [UsageError, RefusedError, ConfigError, DataDirLockedError, AppError, HttpAdminError].some((type) => error instanceof type);
+    const known = [UsageError, RefusedError, ConfigError, StartError, DataDirLockedError, AppError, HttpAdminError].some((type) => error instanceof type);
     const message = error instanceof Error ? (known ? error.message : (error.stack ?? error.message)) : String(error);
     process.stderr.write(`${message}\n`);
     process.exitCode = error instanceof UsageError ? 2 : 1;

@@ -292,7 +292,8 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
   });
 
   it('answers --help with the usage, and an unknown option or a stray argument with a usage error', async () => {
-    const help = start('src/cli/main.ts', ['--help']);
+    // Help needs no configuration: it shows while a setting is wrong.
+    const help = start('src/cli/main.ts', ['--help'], { PORT: 'eighty' });
     expect(await help.exited).toBe(0);
     expect(help.out()).toMatch(/^Usage: npm run cli -- <command>\n/);
     expect(help.err()).toBe('');
@@ -317,6 +318,10 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
     const noServer = start('src/main.ts', [], { DATA_DIR: path.join(dataDir, 'unused'), DATABASE_URL: 'postgres://someone:secret@127.0.0.1:1/trainyard' });
     expect(await noServer.exited).toBe(1);
     expect(noServer.err()).toBe('trainyard: failed to start: DATABASE_URL=postgres://someone:***@127.0.0.1:1/trainyard: connect ECONNREFUSED 127.0.0.1:1\n');
+    // The CLI opens the database the same way, and says the same.
+    const cliNoServer = start('src/cli/main.ts', ['users', 'list'], { DATABASE_URL: 'postgres://someone:secret@127.0.0.1:1/trainyard' });
+    expect(await cliNoServer.exited).toBe(1);
+    expect(cliNoServer.err()).toBe('DATABASE_URL=postgres://someone:***@127.0.0.1:1/trainyard: connect ECONNREFUSED 127.0.0.1:1\n');
 
     const missing = path.join(dataDir, 'no-such-backends.json');
     const noBackends = start('src/main.ts', [], { DATA_DIR: path.join(dataDir, 'backends'), BACKENDS_FILE: missing });

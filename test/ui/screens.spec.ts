@@ -4,7 +4,7 @@ import { createUserWithKey, createWorkerKey, type TestUser } from '../helpers/ap
 import { backendEntry, writeBackendsFile } from '../inference/gateway-helpers.js';
 import { call, ScriptedWorker } from '../training/fixtures.js';
 import { openPage, screenshot, signInContext, startUi, type UiServer, type WatchedPage } from './harness.js';
-import { insertMetricRows, insertUsageRows, publishDataset, queueJob, seedTrainedModel, upsertCalls, type SeededCall } from './seed.js';
+import { insertMetricRows, insertUsageRows, publishDataset, queueJob, seedTrainedModel, upsertCalls, WHOLE_FLOAT_ONE, type SeededCall } from './seed.js';
 
 /**
  * Every screen of the web UI on data seeded through the real APIs, checked against what the API returns.
@@ -615,7 +615,8 @@ describe('datasets and evaluations', () => {
       {
         id: 'eval-a', trace_id: 'ta', op_name: evaluate, startedAt: at(0),
         inputs: { self, model: `weave:///${where}/object/Echo:m1` },
-        output: { exact: { correct: { true_count: 1, true_fraction: 0.5 } }, model_latency: { mean: 0.25 } },
+        // A whole float as a Python client sends it (1.0): the run's page reads it exactly and shows it still.
+        output: { exact: { correct: { true_count: 1, true_fraction: 0.5 } }, model_latency: { mean: 0.25 }, judge: { score: WHOLE_FLOAT_ONE } },
       },
       ...[0, 1].map((i) => ({
         id: `row-${i}`, trace_id: 'ta', parent_id: 'eval-a', op_name: `weave:///${where}/op/Evaluation.predict_and_score:s1`, startedAt: at(1 + i),
@@ -636,12 +637,12 @@ describe('datasets and evaluations', () => {
     await table.waitFor();
     expect(await table.locator('thead th').allTextContents()).toEqual([
       'Evaluation', 'Model', 'Status', 'Started',
-      'exact.correct.true_count', 'exact.correct.true_fraction', 'judge.passed', 'model_latency.mean',
+      'exact.correct.true_count', 'exact.correct.true_fraction', 'judge.passed', 'model_latency.mean', 'judge.score',
     ]);
     const cells = (rows: typeof table) => rows.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)));
     expect(await cells(table)).toEqual([
-      ['echo-eval', 'Shout', 'success', '2026-11-21 10:01:00', '2', '1', 'true', '0.5000'],
-      ['echo-eval', 'Echo', 'success', '2026-11-21 10:00:00', '1', '0.5000', '—', '0.2500'],
+      ['echo-eval', 'Shout', 'success', '2026-11-21 10:01:00', '2', '1', 'true', '0.5000', '—'],
+      ['echo-eval', 'Echo', 'success', '2026-11-21 10:00:00', '1', '0.5000', '—', '0.2500', '1'],
     ]);
     await screenshot(w.page, 'evaluations');
 
@@ -653,6 +654,7 @@ describe('datasets and evaluations', () => {
     expect(await summary.locator('tr').evaluateAll((trs) => trs.map((tr) => [tr.querySelector('th')!.textContent, tr.querySelector('td')!.textContent]))).toEqual([
       ['exact.correct.true_count', '1'],
       ['exact.correct.true_fraction', '0.5000'],
+      ['judge.score', '1'],
       ['model_latency.mean', '0.2500'],
     ]);
     const rows = w.page.getByRole('table', { name: 'Rows' });

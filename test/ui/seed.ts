@@ -65,6 +65,9 @@ export interface SeededCall {
   summary?: Record<string, unknown>;
 }
 
+/** The string that upsertCalls sends as the number `1.0`, as a Python client writes it (JSON.stringify would write `1`). */
+export const WHOLE_FLOAT_ONE = '__whole_float_1.0__';
+
 /** Calls through /traces/call/upsert_batch (start and end of each), in batches. */
 export async function upsertCalls(app: App, user: TestUser, project: string, calls: SeededCall[]): Promise<void> {
   for (let i = 0; i < calls.length; i += 500) {
@@ -101,7 +104,8 @@ export async function upsertCalls(app: App, user: TestUser, project: string, cal
         },
       },
     ]);
-    const response = await app.inject({ method: 'POST', url: '/traces/call/upsert_batch', headers: user.headers, payload: { batch } });
+    const payload = JSON.stringify({ batch }).replaceAll(JSON.stringify(WHOLE_FLOAT_ONE), '1.0');
+    const response = await app.inject({ method: 'POST', url: '/traces/call/upsert_batch', headers: { ...user.headers, 'content-type': 'application/json' }, payload });
     if (response.statusCode !== 200) throw new Error(`upsert_batch answered ${response.statusCode}: ${response.body}`);
   }
 }

@@ -17,7 +17,8 @@ function count(value: unknown): number | undefined {
   return typeof number === 'number' && Number.isFinite(number) ? number : undefined;
 }
 
-const isRawJson = (value: unknown): value is { rawJSON: string } =>
+/** Whether a value is a number read with its exact text (lib/api.ts `exactNumbers`). */
+export const isRawJson = (value: unknown): value is { rawJSON: string } =>
   (JSON as { isRawJSON?: (value: unknown) => boolean }).isRawJSON?.(value) === true;
 
 /** Each entry of a summary map that is an object (`{model: {...}}`); nulls and scalars are left out. */

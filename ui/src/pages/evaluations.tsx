@@ -1,7 +1,7 @@
 import { api } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
 import { appPath, location, pageParam, projectPath } from '../lib/router.js';
-import { useCallPage } from '../lib/calls.js';
+import { isRawJson, useCallPage } from '../lib/calls.js';
 import type { Call } from '../lib/types.js';
 import { Badge, fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, TextCell, when } from '../lib/ui.js';
 
@@ -22,12 +22,16 @@ function refName(value: unknown): string | undefined {
   return match ? decodeURIComponent(match[1]) : undefined;
 }
 
-/** Every number and boolean of a summary by its dotted path, in the order they come. */
+/**
+ * Every number and boolean of a summary by its dotted path, in the order they come. A number read with its
+ * exact text (lib/api.ts `exactNumbers`: a Python client's `1.0`) counts as its number.
+ */
 function scoresOf(output: unknown, prefix = '', into = new Map<string, number | boolean>()): Map<string, number | boolean> {
   if (!output || typeof output !== 'object' || Array.isArray(output)) return into;
   for (const [key, value] of Object.entries(output as Record<string, unknown>)) {
     const path = prefix ? `${prefix}.${key}` : key;
     if (typeof value === 'number' || typeof value === 'boolean') into.set(path, value);
+    else if (isRawJson(value)) into.set(path, Number(value.rawJSON));
     else scoresOf(value, path, into);
   }
   return into;
