@@ -28,7 +28,7 @@ export async function resolveTrainingRows(db: Kysely<Database>, args: { entities
     requireEntity(args.entities, entity, `${entity}/${project}`);
     const content = await files.readFileContent(db, { projectId: `${entity}/${project}`, digest });
     if (!content) throw new NotFoundError('file', undefined, { message: `File ${digest} not found in ${entity}/${project}` });
-    return jsonLinesRows(content, url);
+    return fileRows(content, url);
   }
 
   const ref = parseRef(url);
@@ -78,7 +78,8 @@ async function tableRows(db: Kysely<Database>, projectId: string, digest: string
   return rows.map((r) => toPlainJson(r.val));
 }
 
-function jsonLinesRows(bytes: Uint8Array, url: string): unknown[] {
+/** The rows of a JSONL file stored through /file/create (src/http/json-lines.ts); a problem is a 400 `invalid_jsonl`. */
+function fileRows(bytes: Uint8Array, url: string): unknown[] {
   try {
     return readJsonLines(bytes);
   } catch (error) {

@@ -31,7 +31,7 @@ function unresolvable(url: string, why: string): UnprocessableError {
 }
 
 /** The rows of a JSON Lines file (src/http/json-lines.ts); a problem is the 422 on `training_data_url`. */
-export function jsonLinesRows(bytes: Uint8Array, url: string): unknown[] {
+function downloadedRows(bytes: Uint8Array, url: string): unknown[] {
   try {
     return readJsonLines(bytes);
   } catch (error) {
@@ -100,7 +100,7 @@ export class SftDataResolver {
       }
       throw error;
     }
-    return jsonLinesRows(bytes, url);
+    return downloadedRows(bytes, url);
   }
 
   private async fetchHttp(url: string): Promise<unknown[]> {
@@ -137,6 +137,6 @@ export class SftDataResolver {
       if (error instanceof UnprocessableError) throw error;
       throw unresolvable(url, `the download failed (${error instanceof Error ? error.message : String(error)})`);
     }
-    return jsonLinesRows(Buffer.concat(chunks), url);
+    return downloadedRows(Buffer.concat(chunks), url);
   }
 }

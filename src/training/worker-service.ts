@@ -102,7 +102,9 @@ export class WorkerService {
         const seen = signal.version;
         // A retry of a claim whose answer was lost: its job, once that claim has committed (a claim still in
         // flight commits under the claim lock, which claimJob takes before it looks for the id again).
-        const again = body.claim_id === undefined ? undefined : await repo.reclaimJob(this.db, { ...claimArgs, claimId: body.claim_id });
+        // In a transaction: the reclaim may fail a job whose KL reference is gone (an update and its event).
+        const claimId = body.claim_id;
+        const again = claimId === undefined ? undefined : await this.db.transaction().execute((trx) => repo.reclaimJob(trx, { ...claimArgs, claimId }));
         if (again) return this.claimJson(again);
         if (await repo.hasClaimableJob(this.db, claimArgs)) {
           const claim = await this.db.transaction().execute((trx) => repo.claimJob(trx, claimArgs));

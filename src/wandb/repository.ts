@@ -367,6 +367,14 @@ export async function deleteAliases(db: Executor, args: { collectionId: number; 
   await db.deleteFrom('wandb_aliases').where('collection_id', '=', args.collectionId).where('artifact_id', '=', args.artifactId).where('alias', 'in', args.aliases).execute();
 }
 
+/** Adds `add` to an artifact version's tags and takes `remove` off, on its locked row: concurrent edits each keep the other's. Returns the tags. */
+export async function changeArtifactTags(db: Executor, args: { artifactId: number; add: string[]; remove: ReadonlySet<string> }): Promise<string[]> {
+  const row = await db.selectFrom('wandb_artifacts').select('tags').where('id', '=', args.artifactId).forUpdate().executeTakeFirstOrThrow();
+  const tags = [...new Set([...row.tags, ...args.add])].filter((tag) => !args.remove.has(tag));
+  if (tags.length !== row.tags.length || tags.some((tag, i) => tag !== row.tags[i])) await setArtifactTags(db, { artifactId: args.artifactId, tags });
+  return tags;
+}
+
 export async function setArtifactTags(db: Executor, args: { artifactId: number; tags: string[] }): Promise<void> {
   await db.updateTable('wandb_artifacts').set({ tags: args.tags, updated_at: new Date() }).where('id', '=', args.artifactId).execute();
 }

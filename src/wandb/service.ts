@@ -397,9 +397,8 @@ export class WandbService {
       const existing = push ? undefined : await repo.findCommittedByDigest(tx, { collectionId: collection.id, digest: input.digest });
       if (existing) {
         await repo.setAliases(tx, { collectionId: collection.id, artifactId: existing.id, aliases });
-        const merged = [...new Set([...existing.tags, ...tags])];
+        const merged = await repo.changeArtifactTags(tx, { artifactId: existing.id, add: tags, remove: new Set() });
         if (merged.length > MAX_ARTIFACT_TAGS) throw new WandbRequestError(`An artifact has at most ${MAX_ARTIFACT_TAGS} tags.`);
-        if (merged.length > existing.tags.length) await repo.setArtifactTags(tx, { artifactId: existing.id, tags: merged });
         return { artifact: { ...existing, tags: merged }, collection, latest };
       }
       const artifact = await repo.insertArtifact(tx, {
@@ -519,15 +518,16 @@ export class WandbService {
     }
     const added = checkArtifactTags(input.tagsToAdd ?? []);
     const deleted = new Set(checkArtifactTags(input.tagsToDelete ?? []));
-    const tags = [...new Set([...found.artifact.tags, ...added])].filter((tag) => !deleted.has(tag));
-    if (tags.length > MAX_ARTIFACT_TAGS) throw new WandbRequestError(`An artifact has at most ${MAX_ARTIFACT_TAGS} tags.`);
     await this.db.transaction().execute(async (tx) => {
+      if (added.length || deleted.size) {
+        const tags = await repo.changeArtifactTags(tx, { artifactId: found.artifact.id, add: added, remove: deleted });
+        if (tags.length > MAX_ARTIFACT_TAGS) throw new WandbRequestError(`An artifact has at most ${MAX_ARTIFACT_TAGS} tags.`);
+      }
       await repo.updateArtifactFields(tx, {
         artifactId: found.artifact.id,
         description: input.description === undefined ? undefined : input.description,
         metadata: input.metadata === undefined ? undefined : input.metadata,
       });
-      if (added.length || deleted.size) await repo.setArtifactTags(tx, { artifactId: found.artifact.id, tags });
       if (found.artifact.state === 'COMMITTED') await repo.setAliases(tx, { collectionId: found.collection.id, artifactId: found.artifact.id, aliases });
     });
     return (await repo.findArtifact(this.db, { id: found.artifact.id }))!;
@@ -553,11 +553,18 @@ export class WandbService {
     const aliases = checkAliases(input.aliases, collection.name);
     if (aliases.length === 0) return;
     if (artifact.checkpoint_id !== null) throw new WandbRequestError(CHECKPOINT_ALIASES);
+    // `latest` follows the newest version: moved onto an older one, or taken off, it would name a version
+    // that is not. Adding it where it already is changes nothing.
+    if (aliases.includes('latest')) {
+      const held = await repo.aliasesOf(this.db, { artifactIds: [artifact.id] });
+      if (!input.add || !held.some((row) => row.alias === 'latest')) {
+        throw new WandbRequestError(`The alias "latest" always names the newest version: it cannot be ${input.add ? 'moved to another' : 'deleted'}.`);
+      }
+    }
     if (input.add) {
       await repo.setAliases(this.db, { collectionId: collection.id, artifactId: artifact.id, aliases });
       return;
     }
-    if (aliases.includes('latest')) throw new WandbRequestError('The alias "latest" always names the newest version: it cannot be deleted.');
     await repo.deleteAliases(this.db, { collectionId: collection.id, artifactId: artifact.id, aliases });
   }
 

@@ -91,11 +91,18 @@ describe('SFT data from http(s) URLs', () => {
         ],
       },
     ]);
-    const why = async (path: string) => (await create(model.id, `${filesUrl}${path}`)).body.detail[0].ctx.error;
-    expect(await why('/nul.jsonl')).toBe('row 1 holds U+0000 or a lone UTF-16 surrogate at messages.0.content, which cannot be stored; remove or replace it');
-    expect(await why('/surrogate.jsonl')).toBe('row 0 holds U+0000 or a lone UTF-16 surrogate at messages.0.content, which cannot be stored; remove or replace it');
-    expect(await why('/no-role.jsonl')).toBe(
-      'row 0 is not a training row (Invalid input: expected string, received undefined at messages.0.role); each row needs "messages", a list of chat messages',
+    const refusal = (path: string, why: string) => {
+      const named = `${filesUrl}${path}`;
+      return [422, { detail: [{ type: 'value_error', loc: ['body', 'training_data_url'], msg: `Value error, training_data_url ${named} cannot be used: ${why}`, input: named, ctx: { error: why } }] }];
+    };
+    const answer = async (path: string) => {
+      const response = await create(model.id, `${filesUrl}${path}`);
+      return [response.status, response.body];
+    };
+    expect(await answer('/nul.jsonl')).toEqual(refusal('/nul.jsonl', 'row 1 holds U+0000 or a lone UTF-16 surrogate at messages.0.content, which cannot be stored; remove or replace it'));
+    expect(await answer('/surrogate.jsonl')).toEqual(refusal('/surrogate.jsonl', 'row 0 holds U+0000 or a lone UTF-16 surrogate at messages.0.content, which cannot be stored; remove or replace it'));
+    expect(await answer('/no-role.jsonl')).toEqual(
+      refusal('/no-role.jsonl', 'row 0 is not a training row (Invalid input: expected string, received undefined at messages.0.role); each row needs "messages", a list of chat messages'),
     );
     const jobs = await call(app, user.headers, 'GET', `/v1/preview/training-jobs?model_id=${model.id}`);
     expect(jobs.body.data).toEqual([]);
@@ -103,14 +110,14 @@ describe('SFT data from http(s) URLs', () => {
 
   it('a learning rate that is not positive is a 422 at creation, not a failed job', async () => {
     const { model } = await userWithModel(app, user);
-    for (const learning_rate of [0, -1e-5, [1e-5, 0]]) {
+    const refused = async (learning_rate: unknown) => {
       const response = await call(app, user.headers, 'POST', '/v1/preview/sft-training-jobs', { model_id: model.id, training_data_url: `${filesUrl}/train.jsonl`, config: { learning_rate } });
-      expect(response.status, JSON.stringify(learning_rate)).toBe(422);
-    }
-    const response = await call(app, user.headers, 'POST', '/v1/preview/sft-training-jobs', { model_id: model.id, training_data_url: `${filesUrl}/train.jsonl`, config: { learning_rate: 0 } });
-    expect(response.body).toEqual({
-      detail: [{ type: 'greater_than', loc: ['body', 'config', 'learning_rate'], msg: 'Input should be greater than 0', input: 0, ctx: { gt: 0 } }],
-    });
+      return [response.status, response.body];
+    };
+    const greaterThanZero = (loc: (string | number)[], input: number) => [422, { detail: [{ type: 'greater_than', loc, msg: 'Input should be greater than 0', input, ctx: { gt: 0 } }] }];
+    expect(await refused(0)).toEqual(greaterThanZero(['body', 'config', 'learning_rate'], 0));
+    expect(await refused(-1e-5)).toEqual(greaterThanZero(['body', 'config', 'learning_rate'], -1e-5));
+    expect(await refused([1e-5, 0])).toEqual(greaterThanZero(['body', 'config', 'learning_rate', 1], 0));
     expect((await call(app, user.headers, 'GET', `/v1/preview/training-jobs?model_id=${model.id}`)).body.data).toEqual([]);
   });
 

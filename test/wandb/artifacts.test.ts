@@ -335,5 +335,16 @@ describe('artifact aliases edited after the commit', () => {
       expect(await databaseFingerprint(app)).toEqual(before);
     }
     expect(await aliasesOf(d.id)).toEqual(['v0', 'latest']);
+
+    // latest cannot be moved back to an older version; added where it already is, it changes nothing.
+    const newer = await upload({ 'a.txt': Buffer.from(`refused aliases, second version ${project}`) }, { project });
+    const before = await databaseFingerprint(app);
+    expect(await gql(owner, ADD_ALIASES, { input: { artifactID: d.id, aliases: [aliasInput(project, 'latest')] } })).toEqual({
+      data: { result: null },
+      errors: [{ message: 'The alias "latest" always names the newest version: it cannot be moved to another.', path: ['result'] }],
+    });
+    expect(await gql(owner, ADD_ALIASES, { input: { artifactID: newer.id, aliases: [aliasInput(project, 'latest')] } })).toEqual({ data: { result: { success: true } } });
+    expect(await databaseFingerprint(app)).toEqual(before);
+    expect([await aliasesOf(d.id), await aliasesOf(newer.id)]).toEqual([['v0'], ['v1', 'latest']]);
   });
 });

@@ -4,6 +4,7 @@ and training that diverges, before any adapter is saved."""
 import json
 import math
 import os
+import pathlib
 
 import pytest
 import torch
@@ -189,13 +190,14 @@ def _with_kl_reference(spec, checkpoint):
 
 
 def test_kl_reference_is_loaded_from_the_checkpoint_the_spec_names_wherever_it_lives(tmp_path, capsys, model_dir, tokenizer):
-    spec, first = write_job(str(tmp_path / "trained"), "rl", model_dir, rl_groups(tokenizer), config={"learning_rate": 1e-2})
+    spec, first = write_job(str(tmp_path / "trained adapters"), "rl", model_dir, rl_groups(tokenizer), config={"learning_rate": 1e-2})
     assert run_job(capsys, spec, "--device", "cpu")[0] == 0
-    # Step 1 lives elsewhere (imported, or trained on another worker): nothing at <output-dir>/../step-1.
+    # Step 1 lives elsewhere (imported, or trained on another worker): nothing at <output-dir>/../step-1. Its
+    # path holds a space, which a file:// URI writes as %20.
     for key, value in (("kl_penalty_reference_step", 1), ("kl_penalty_step_lag", 1)):
         spec, _ = write_job(str(tmp_path / key), "rl", model_dir, rl_groups(tokenizer), base=first, step=2,
                             config={"kl_penalty_coef": 0.5, key: value})
-        _with_kl_reference(spec, {"id": "r", "step": 1, "uri": f"file://{first}"})
+        _with_kl_reference(spec, {"id": "r", "step": 1, "uri": pathlib.Path(first).as_uri()})
         code, events, err = run_job(capsys, spec, "--device", "cpu")
         assert code == 0, err
         assert events[1]["data"]["kl_policy_ref"] == pytest.approx(0.0, abs=1e-6)

@@ -68,12 +68,12 @@ def _read_jsonl(path: str) -> list[Any]:
 
 
 def _base_adapter(spec: dict[str, Any]) -> str | None:
-    from .model import check_adapter
+    from .model import check_adapter, local_path
 
     uri = spec.get("base_checkpoint_uri")
     if not uri:
         return None
-    path = uri[len("file://") :] if uri.startswith("file://") else uri
+    path = local_path(uri)
     if not os.path.isfile(os.path.join(path, "adapter_config.json")):
         raise Permanent(f"base_checkpoint_uri {uri!r} is not an adapter directory this machine can read")
     check_adapter(path, f"base_checkpoint_uri {uri!r}")

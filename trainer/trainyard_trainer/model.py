@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import sys
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +93,14 @@ def load_base(base_model: str, device: torch.device) -> Any:
         raise ConfigError(f"cannot load base model {base_model!r}: {error}") from error
     model.config.use_cache = False
     return model.to(device)
+
+
+def local_path(uri: str) -> str:
+    """A checkpoint URI as a path on this machine: a `file://` URL decoded (the server writes a space in a path as
+    `%20`), anything else as it is."""
+    if uri.startswith("file://"):
+        return urllib.parse.unquote(urllib.parse.urlsplit(uri).path)
+    return uri
 
 
 def check_adapter(adapter_dir: str, label: str) -> None:

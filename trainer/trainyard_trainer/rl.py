@@ -15,7 +15,7 @@ from . import distributed, events
 from .batch import normalise, pack, row_length, tokenize_groups
 from .config import ConfigError, RLConfig, parse_rl_config
 from .loss import LossTerms, combine, metrics_from_sums, rl_loss
-from .model import Options, adapter_loading, as_tensor, check_adapter, copy_checkpoint, packed_logprobs, save_adapter, trainable_parameters
+from .model import Options, adapter_loading, as_tensor, check_adapter, copy_checkpoint, local_path, packed_logprobs, save_adapter, trainable_parameters
 from .packing import Pack, plan
 from .source import ColdSource
 from .tokenize import TokenizedResult
@@ -86,7 +86,7 @@ def reference_adapter(config: RLConfig, spec: dict[str, Any]) -> tuple[bool, str
         if checkpoint is None:
             return True, None
         uri, step = checkpoint["uri"], checkpoint["step"]
-        path = uri[len("file://") :] if uri.startswith("file://") else uri
+        path = local_path(uri)
         label = f"experimental_config.{key}: the checkpoint of step {step}"
         if not os.path.isfile(os.path.join(path, "adapter_config.json")):
             raise ConfigError(f"{label} is not an adapter directory this machine can read")
