@@ -74,7 +74,8 @@ export interface CallsRequest {
 
 /**
  * Page `page` (from 0, `size` calls) of a calls query and how many calls match it (`query_stats`):
- * `key` names the query (the page is added to it), `pages` is undefined until the count is known.
+ * `key` names the filter and query (sort and page are added to it: a new order needs no new count),
+ * `pages` is undefined until the count is known.
  * `exactNumbers`: payloads shown as JSON keep their exact numbers (lib/api.ts).
  */
 export function useCallPage(
@@ -85,7 +86,7 @@ export function useCallPage(
   size: number,
   exactNumbers = false,
 ): { calls: Loaded<{ calls: Call[] }>; error: string | undefined; count: number | undefined; pages: number | undefined } {
-  const calls = useLoad(`${key}|${page}`, () =>
+  const calls = useLoad(`${key}|${JSON.stringify(request.sort_by)}|${page}`, () =>
     api<{ calls: Call[] }>('/traces/calls/query', {
       method: 'POST',
       body: { project_id: project, ...request, limit: size, offset: page * size },

@@ -131,6 +131,8 @@ export function PastLastPage(props: { page: number; pages: number | undefined })
  */
 export function TextCell(props: { value: unknown }) {
   const text = props.value === undefined ? '' : typeof props.value === 'string' ? props.value : JSON.stringify(props.value);
-  const short = text.length > 200 ? `${text.slice(0, 200)}…` : text;
+  // Never cut between the two halves of a surrogate pair (an emoji).
+  const cut = text.slice(0, 200);
+  const short = text.length > 200 ? `${/[\ud800-\udbff]$/.test(cut) ? cut.slice(0, -1) : cut}…` : text;
   return <td title={short === text ? undefined : text}>{short}</td>;
 }

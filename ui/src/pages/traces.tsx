@@ -20,7 +20,7 @@ export function TracesPage(props: { project: string }) {
   const query = conditions.length ? { $expr: conditions.length === 1 ? conditions[0] : { $and: conditions } } : undefined;
   const filter = { trace_roots_only: true };
   const { calls, error, count, pages } = useCallPage(
-    `traces|${props.project}|${op}|${status}|${sort}|${dir}`,
+    `traces|${props.project}|${op}|${status}`,
     props.project,
     { filter, query, sort_by: [{ field: SORTS[sort], direction: dir }], columns: LIST_COLUMNS, include_costs: true },
     page,
