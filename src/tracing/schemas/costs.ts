@@ -25,7 +25,9 @@ export const CostCreateBody = z.object({
     .describe(`llm_id → price; at most ${TRACING_LIMITS.batchItems} models`),
   wb_user_id: Key.nullish().describe('Ignored: set from the key.'),
 });
-export const CostCreateResponse = z.object({ ids: z.array(z.tuple([z.string(), z.string()])).describe('[cost_id, llm_id] pairs') });
+// Each pair as a two-string array, not a tuple: schemathesis 4.32 rewrites a 3.1 tuple (prefixItems with items
+// false) into a schema its own response check then refuses as invalid, erroring the fuzz run.
+export const CostCreateResponse = z.object({ ids: z.array(z.array(z.string()).length(2)).describe('[cost_id, llm_id] pairs') });
 
 export const CostQueryBody = z.object({
   project_id: ProjectId,

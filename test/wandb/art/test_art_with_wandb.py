@@ -43,14 +43,15 @@ def sft_trajectories() -> list[art.Trajectory]:
 
 
 def rl_groups() -> list[art.TrajectoryGroup]:
-    """Rollouts as a user's code builds them from chat completions (here without an engine: no logprobs, so the
-    trainer carries the adapter forward to the new step)."""
+    """Rollouts as a user's code builds them from chat completions, here without an engine and so without
+    logprobs: their rewards are equal, so the group teaches nothing and the trainer carries the adapter forward
+    to the new step (with rewards that differ, Choices without logprobs fail the job, as ART refuses them)."""
 
     def trajectory(answer: str, reward: float) -> art.Trajectory:
         choice = Choice(finish_reason="stop", index=0, message=ChatCompletionMessage(role="assistant", content=answer))
         return art.Trajectory(messages_and_choices=[{"role": "user", "content": "yes or no?"}, choice], reward=reward)
 
-    return [art.TrajectoryGroup([trajectory(" yes", 1.0), trajectory(" no", 0.0)])]
+    return [art.TrajectoryGroup([trajectory(" yes", 0.5), trajectory(" no", 0.5)])]
 
 
 def checkpoint_steps(stack, model_id: str) -> list[int]:
