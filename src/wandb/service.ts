@@ -71,7 +71,9 @@ export function decodeId(type: string, value: string): number | undefined {
 }
 
 function checkName(what: string, value: string): string {
-  if (!NAME.test(value)) throw new WandbRequestError(`Invalid ${what} ${JSON.stringify(value.slice(0, 200))}: use 1 to 128 letters, digits, '.', '_' and '-'.`);
+  if (!NAME.test(value)) {
+    throw new WandbRequestError(`Invalid ${what} ${JSON.stringify(value.slice(0, 200))}: use 1 to 128 letters, digits, '.', '_' and '-', starting with a letter or digit.`);
+  }
   return value;
 }
 

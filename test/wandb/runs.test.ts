@@ -328,7 +328,7 @@ describe('W&B runs through the public API', () => {
     expect(await gql(owner, upsert, { name: run, project, tags: [] })).toEqual({ data: { upsertBucket: { bucket: { tags: [], notes: 'first try', group: 'exp-7' } } } });
   });
 
-  it('refuses tags, notes and a group past their bounds, changing nothing', async () => {
+  it('refuses tags, notes and a group past their bounds, and a run name not starting with a letter or digit, changing nothing', async () => {
     const { project, run } = await newRun();
     const upsert = 'mutation($name: String, $project: String, $tags: [String!], $notes: String, $group: String) { upsertBucket(input: {name: $name, modelName: $project, tags: $tags, notes: $notes, groupName: $group}) { inserted } }';
     const cases: [Record<string, unknown>, string][] = [
@@ -337,6 +337,7 @@ describe('W&B runs through the public API', () => {
       [{ tags: [''] }, 'Invalid run tag "": a tag is 1 to 64 characters.'],
       [{ notes: 'n'.repeat(65_537) }, "A run's notes field holds 65537 characters; at most 65536 are allowed."],
       [{ group: 'g'.repeat(129) }, "A run's group name holds 129 characters; at most 128 are allowed."],
+      [{ name: '_scratch' }, 'Invalid run name "_scratch": use 1 to 128 letters, digits, \'.\', \'_\' and \'-\', starting with a letter or digit.'],
     ];
     for (const [variables, message] of cases) {
       const before = await databaseFingerprint(app);
