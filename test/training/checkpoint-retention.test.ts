@@ -6,10 +6,10 @@ import { CheckpointReleaser } from '../../src/training/checkpoint-release.js';
 import { LifecycleService } from '../../src/training/lifecycle-service.js';
 import * as repo from '../../src/training/repository.js';
 import type { TrainingService } from '../../src/training/service.js';
-import { createTestApp, createWorkerKey, type TestUser } from '../helpers/app.js';
+import { createTestApp, createWorkerKey } from '../helpers/app.js';
 import { blockedOrSettled, onPostgresServer } from '../helpers/database.js';
 import { createTenants, databaseFingerprint, expectOtherTenantRefused, jsonRequest as json } from '../helpers/tenants.js';
-import { call, groupGenerationA, ScriptedWorker, userWithModel, type Reply } from './fixtures.js';
+import { call, checkpointSteps, groupGenerationA, modelWithWorker, ScriptedWorker, userWithModel, type ModelWithWorker, type Reply } from './fixtures.js';
 
 /**
  * Retention per model: the latest N, the best K by a metric, pinned checkpoints; a TTL for the rest;
@@ -30,17 +30,7 @@ afterAll(async () => {
   await app.close();
 });
 
-interface Trained {
-  user: TestUser;
-  model: { id: string; name: string };
-  worker: ScriptedWorker;
-  base: string;
-}
-
-async function modelWithWorker(): Promise<Trained> {
-  const { user, model, baseModel } = await userWithModel(app);
-  return { user, model, worker: await ScriptedWorker.create(app, user, [baseModel]), base: `/v1/preview/models/${model.id}` };
-}
+type Trained = ModelWithWorker;
 
 /** One training step per value: a job, claimed and completed with that checkpoint metric. */
 async function train(t: Trained, metrics: Record<string, number>[]): Promise<void> {
@@ -54,11 +44,7 @@ async function train(t: Trained, metrics: Record<string, number>[]): Promise<voi
   }
 }
 
-async function steps(t: Trained): Promise<number[]> {
-  const page = await call(app, t.user.headers, 'GET', `${t.base}/checkpoints?limit=100`);
-  expect(page.status, page.text).toBe(200);
-  return page.body.data.map((c: { step: number }) => c.step);
-}
+const steps = (t: Trained) => checkpointSteps(app, t);
 
 async function lifecycle(t: Trained): Promise<Record<number, { pinned: boolean; latest: boolean; best: boolean; expires_at: string | null }>> {
   const page = await call(app, t.user.headers, 'GET', `${t.base}/checkpoints/lifecycle?limit=100`);
@@ -75,7 +61,7 @@ const rewards = (...values: number[]) => values.map((value) => ({ 'val/reward': 
 
 describe('keeping the latest and the best', () => {
   it('keeps the latest N, the best K by val/reward and every pinned checkpoint as checkpoints land', async () => {
-    const t = await modelWithWorker();
+    const t = await modelWithWorker(app);
     await setPolicy(t, { keep_latest: 2, keep_best: 1, best_metric: 'val/reward', best_mode: 'max' });
     await train(t, rewards(0.1));
     expect((await call(app, t.user.headers, 'POST', `${t.base}/checkpoints/1/pin`)).status).toBe(200);
@@ -103,7 +89,7 @@ describe('keeping the latest and the best', () => {
   });
 
   it('ranks by a metric where lower is better with best_mode min, applied on request', async () => {
-    const t = await modelWithWorker();
+    const t = await modelWithWorker(app);
     await train(t, [{ 'loss/val': 0.5 }, { 'loss/val': 0.2 }, { 'loss/val': 0.3 }, { 'loss/val': 0.1 }, { 'loss/val': 0.9 }]);
     await setPolicy(t, { keep_latest: 1, keep_best: 2, best_metric: 'loss/val', best_mode: 'min' });
     expect(await steps(t)).toEqual([1, 2, 3, 4, 5]);
@@ -115,7 +101,7 @@ describe('keeping the latest and the best', () => {
   });
 
   it('keeps everything with no policy, and reports the policy it stored', async () => {
-    const t = await modelWithWorker();
+    const t = await modelWithWorker(app);
     expect((await call(app, t.user.headers, 'GET', `${t.base}/retention`)).body).toEqual({
       keep_latest: null,
       keep_best: null,
@@ -140,7 +126,7 @@ describe('keeping the latest and the best', () => {
 
 describe('pins', () => {
   it('spares a pinned checkpoint from Delete Model Checkpoints, and deletes it once unpinned', async () => {
-    const t = await modelWithWorker();
+    const t = await modelWithWorker(app);
     await train(t, rewards(0.1, 0.2));
     const pinned = await call(app, t.user.headers, 'POST', `${t.base}/checkpoints/1/pin`);
     expect(pinned.status, pinned.text).toBe(200);
@@ -158,7 +144,7 @@ describe('pins', () => {
 
 describe('checkpoints a running job trains from', () => {
   it('spares a running job\'s base checkpoint from Delete Model Checkpoints, releasing nothing, and deletes it once the job ends', async () => {
-    const t = await modelWithWorker();
+    const t = await modelWithWorker(app);
     await train(t, rewards(0.1, 0.2));
     const job = await call(app, t.user.headers, 'POST', '/v1/preview/training-jobs', { model_id: t.model.id, trajectory_groups: [groupGenerationA()] });
     expect(job.status, job.text).toBe(200);
@@ -188,7 +174,7 @@ describe('checkpoints a running job trains from', () => {
  */
 describe.skipIf(!onPostgresServer)('retention while a job is being claimed (PostgreSQL)', () => {
   it('waits for a claim in flight, then keeps the checkpoint the claimed job trains from', async () => {
-    const t = await modelWithWorker();
+    const t = await modelWithWorker(app);
     await train(t, rewards(0.1, 0.2, 0.3));
     await setPolicy(t, { keep_latest: 1 });
     const job = await call(app, t.user.headers, 'POST', '/v1/preview/training-jobs', { model_id: t.model.id, trajectory_groups: [groupGenerationA()] });
@@ -212,7 +198,7 @@ describe('paging while checkpoints are deleted', () => {
   const item = (id: string, step: number) => ({ id, step, metrics: { 'val/reward': step / 10 } });
 
   it('pages on from the cursor of a checkpoint deleted between two pages, in both orders and on the lifecycle list', async () => {
-    const t = await modelWithWorker();
+    const t = await modelWithWorker(app);
     await train(t, rewards(0.1, 0.2, 0.3, 0.4, 0.5));
     const ids = new Map<number, string>((await page(t, 'limit=100')).body.data.map((c: { id: string; step: number }) => [c.step, c.id]));
     const id = (step: number) => ids.get(step)!;
@@ -246,9 +232,9 @@ describe('paging while checkpoints are deleted', () => {
   });
 
   it('still refuses an id that was never a checkpoint of the model, and forgets deleted ones after a day or with their model', async () => {
-    const t = await modelWithWorker();
+    const t = await modelWithWorker(app);
     await train(t, rewards(0.1, 0.2));
-    const other = await modelWithWorker();
+    const other = await modelWithWorker(app);
     await train(other, rewards(0.1));
     const [first] = (await page(t, 'limit=1')).body.data;
     const [foreign] = (await page(other, 'limit=1')).body.data;
@@ -294,7 +280,7 @@ describe('time to live', () => {
   }
 
   it('expires unpinned checkpoints that are neither latest nor best, and shows when each will', async () => {
-    const t = await modelWithWorker();
+    const t = await modelWithWorker(app);
     await train(t, rewards(0.9, 0.1, 0.2, 0.3));
     await setPolicy(t, { best_metric: 'val/reward', ttl_seconds: 3600 });
     expect((await call(app, t.user.headers, 'POST', `${t.base}/checkpoints/3/pin`)).status).toBe(200);
@@ -323,7 +309,7 @@ describe('time to live', () => {
   });
 
   it('sweeps every model with a TTL, page after page, not only the first page of models', async () => {
-    const models = [await modelWithWorker(), await modelWithWorker(), await modelWithWorker()];
+    const models = [await modelWithWorker(app), await modelWithWorker(app), await modelWithWorker(app)];
     for (const t of models) {
       await train(t, rewards(0.1, 0.2));
       await setPolicy(t, { ttl_seconds: 60 });
@@ -343,7 +329,7 @@ describe('time to live', () => {
   });
 
   async function expiresBySweep(): Promise<void> {
-    const t = await modelWithWorker();
+    const t = await modelWithWorker(app);
     await train(t, rewards(0.1, 0.2, 0.3));
     await setPolicy(t, { ttl_seconds: 60 });
     await ageCheckpoints(t);
@@ -356,7 +342,7 @@ describe('time to live', () => {
 
 describe('storage handed to the workers\' side', () => {
   it('lists the URIs of deleted trained checkpoints to the owner\'s worker key only, until they are acknowledged', async () => {
-    const t = await modelWithWorker();
+    const t = await modelWithWorker(app);
     await train(t, rewards(0.1, 0.2, 0.3));
     await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [1, 2] });
     const mine = (reply: { body: { data: { uri: string }[] } }) => reply.body.data.filter((r) => r.uri.startsWith(`s3://checkpoints/${t.model.name}/`));
@@ -372,7 +358,7 @@ describe('storage handed to the workers\' side', () => {
     expect(mine(await t.worker.call('GET', `/v1/workers/checkpoint-releases?limit=1000&after=${ids[0]}`)).map((r: any) => r.id)).toEqual([ids[1]]);
     expect(mine(await t.worker.call('GET', `/v1/workers/checkpoint-releases?limit=1000&after=${ids[1]}`))).toEqual([]);
 
-    const stranger = await modelWithWorker();
+    const stranger = await modelWithWorker(app);
     expect(mine(await stranger.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000'))).toEqual([]);
     expect((await stranger.worker.call('POST', '/v1/workers/checkpoint-releases/ack', { ids })).body).toEqual({ acknowledged: 0 });
     expect(mine(await t.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000'))).toHaveLength(2);
@@ -384,7 +370,7 @@ describe('storage handed to the workers\' side', () => {
   });
 
   it('lists no storage that a remaining checkpoint still names, and lists it once when none does', async () => {
-    const t = await modelWithWorker();
+    const t = await modelWithWorker(app);
     await train(t, rewards(0.1));
     const uri = `s3://checkpoints/${t.model.name}/1`;
     // A trainer that took no step registers its base checkpoint's storage as step 2.
@@ -402,7 +388,7 @@ describe('storage handed to the workers\' side', () => {
   });
 
   it('refuses an empty or malformed acknowledgement, and a malformed page cursor', async () => {
-    const t = await modelWithWorker();
+    const t = await modelWithWorker(app);
     const cursor = await t.worker.call('GET', '/v1/workers/checkpoint-releases?after=0');
     expect(cursor).toMatchObject({
       status: 422,
@@ -418,7 +404,7 @@ describe('storage handed to the workers\' side', () => {
 describe('bad input', () => {
   let t: Trained;
   beforeAll(async () => {
-    t = await modelWithWorker();
+    t = await modelWithWorker(app);
     await train(t, rewards(0.5));
   });
 
@@ -480,7 +466,7 @@ describe('bad input', () => {
 
 describe('another tenant', () => {
   it('answers the best checkpoint by any metric, highest or lowest, ties to the later step, null when none has it', async () => {
-    const t = await modelWithWorker();
+    const t = await modelWithWorker(app);
     await train(t, [{ 'val/reward': 0.4, 'loss/train': 0.9 }, { 'val/reward': 0.8, 'loss/train': 0.5 }, { 'val/reward': 0.8 }, { 'val/reward': 0.1, 'loss/train': 0.7 }]);
     const ids = new Map<number, string>((await call(app, t.user.headers, 'GET', `${t.base}/checkpoints?limit=100`)).body.data.map((c: any) => [c.step, c.id]));
     const best = async (query: string) => (await call(app, t.user.headers, 'GET', `${t.base}/checkpoints/best?${query}`)).body;

@@ -265,6 +265,26 @@ export async function userWithModel(app: App, user?: TestUser): Promise<{ user: 
   return { user: owner, model: reply.body, baseModel };
 }
 
+/** A user's model with a worker serving its base model, and the model's path under the training API. */
+export interface ModelWithWorker {
+  user: TestUser;
+  model: { id: string; name: string };
+  worker: ScriptedWorker;
+  base: string;
+}
+
+export async function modelWithWorker(app: App): Promise<ModelWithWorker> {
+  const { user, model, baseModel } = await userWithModel(app);
+  return { user, model, worker: await ScriptedWorker.create(app, user, [baseModel]), base: `/v1/preview/models/${model.id}` };
+}
+
+/** The steps of the model's checkpoints, as Get Model Checkpoints lists them. */
+export async function checkpointSteps(app: App, t: ModelWithWorker): Promise<number[]> {
+  const page = await call(app, t.user.headers, 'GET', `${t.base}/checkpoints?limit=100`);
+  if (page.status !== 200) throw new Error(`list checkpoints answered ${page.status}: ${page.text}`);
+  return page.body.data.map((c: { step: number }) => c.step);
+}
+
 /** ART's `train.jsonl` lines: `{messages, tools?}`, Choices flattened to assistant messages (reference §3.7). */
 export function sftRows(count: number): Record<string, unknown>[] {
   return Array.from({ length: count }, (_, i) => ({

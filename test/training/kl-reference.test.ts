@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
-import { createTestApp, type TestUser } from '../helpers/app.js';
+import { createTestApp } from '../helpers/app.js';
 import { databaseFingerprint } from '../helpers/tenants.js';
-import { call, groupGenerationA, ScriptedWorker, userWithModel, type ClaimedJob } from './fixtures.js';
+import { call, checkpointSteps, groupGenerationA, modelWithWorker, ScriptedWorker, userWithModel, type ClaimedJob, type ModelWithWorker } from './fixtures.js';
 
 /**
  * The checkpoint an RL job's KL penalty compares against (experimental_config.kl_penalty_reference_step or
@@ -19,16 +19,10 @@ afterAll(async () => {
   await app.close();
 });
 
-interface Trained {
-  user: TestUser;
-  model: { id: string; name: string };
-  worker: ScriptedWorker;
-  base: string;
-}
+type Trained = ModelWithWorker;
 
 async function modelWithSteps(steps: number): Promise<Trained> {
-  const { user, model, baseModel } = await userWithModel(app);
-  const t = { user, model, worker: await ScriptedWorker.create(app, user, [baseModel]), base: `/v1/preview/models/${model.id}` };
+  const t = await modelWithWorker(app);
   for (let i = 0; i < steps; i++) {
     await queue(t);
     const done = await t.worker.complete((await t.worker.claim(5))!);
@@ -52,10 +46,7 @@ async function checkpoint(t: Trained, step: number): Promise<{ id: string; step:
   return { id: found.id, step, uri: row.uri };
 }
 
-async function steps(t: Trained): Promise<number[]> {
-  const page = await call(app, t.user.headers, 'GET', `${t.base}/checkpoints?limit=100`);
-  return page.body.data.map((c: { step: number }) => c.step);
-}
+const steps = (t: Trained) => checkpointSteps(app, t);
 
 const deleteSteps = (t: Trained, list: number[]) => call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: list });
 
