@@ -1,8 +1,10 @@
 /**
- * Wakes long-polling claims in this process when a job may have become claimable (one was queued, requeued,
- * or a model's running job ended so its next one may go). Other processes' changes reach it through the
- * worker service's watch loop, which reads the queue once a second while claims wait and notifies when it
- * changed (worker-service.ts); the database stays the one source of truth.
+ * Wakes waiters in this process when what they watch may have changed; the database stays the one source
+ * of truth. The training plugin holds two: one wakes long-polling claims when a job may have become
+ * claimable (one was queued, requeued, or a model's running job ended so its next one may go), with other
+ * processes' changes reaching it through the worker service's watch loop, which reads the queue once a
+ * second while claims wait (worker-service.ts); the other wakes job event streams when a job's events or
+ * status changed, which also read again every second (event-stream.ts).
  */
 export class JobSignal {
   private readonly waiters = new Set<() => void>();

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { resolveTrainingRows } from '../tracing/datasets.js';
 import { registerTrainingJsonParser } from './exact-bodies.js';
+import { JobEventStreams } from './event-stream.js';
 import { JobSignal } from './job-signal.js';
 import { previewRoutes } from './routes.js';
 import { TrainingService } from './service.js';
@@ -26,6 +27,8 @@ export const trainingPlugin: FastifyPluginAsyncZod = async (app) => {
   registerTrainingJsonParser(app);
   const db = app.db;
   const signal = new JobSignal();
+  // Wakes the training job event streams of this process; other processes' changes reach them by polling.
+  const jobChanges = new JobSignal();
   const sftData = new SftDataResolver({
     resolveTracingRows: (args) => resolveTrainingRows(db, args),
     readWandbArtifact: (principal, url) => app.wandb.datasetBytes(principal, url),
@@ -33,12 +36,13 @@ export const trainingPlugin: FastifyPluginAsyncZod = async (app) => {
     maxHttpBytes: app.config.bodyLimitBytes,
   });
   const releaser = new CheckpointReleaser(db, app.events, path.resolve(app.config.adaptersDir), app.log);
-  const service = new TrainingService({ db, config: app.config, releaser, signal, sftData });
+  const service = new TrainingService({ db, config: app.config, releaser, signal, sftData, jobChanges });
   const lifecycle = new LifecycleService({ db, training: service, releaser });
   const workers = new WorkerService({
     db,
     config: app.config,
     signal,
+    jobChanges,
     // After the complete committed: a failure is logged, and the next landing, sweep or apply catches up.
     currentPrincipal: (keyId) => app.auth.currentPrincipal(keyId),
     onCheckpointLanded: (modelId) => {
@@ -69,7 +73,8 @@ export const trainingPlugin: FastifyPluginAsyncZod = async (app) => {
   app.systemChecks.register('cpu_queue', () => workers.queueCheck(), { usesDatabase: true });
   app.systemChecks.register('gpu_queue', () => workers.workersCheck(), { usesDatabase: true });
 
-  await app.register(previewRoutes, { service });
+  const streams = new JobEventStreams({ service, changes: jobChanges, currentPrincipal: (keyId) => app.auth.currentPrincipal(keyId) });
+  await app.register(previewRoutes, { service, streams });
   const adapters = new AdapterService({ db, training: service, adaptersDir: releaser.adaptersDir, archiveLimitBytes: app.config.adapterArchiveLimitBytes });
   await app.register(lifecycleRoutes, { lifecycle, adapters, archiveLimitBytes: app.config.adapterArchiveLimitBytes });
   await app.register(workerRoutes, { workers });
@@ -83,6 +88,7 @@ export const trainingPlugin: FastifyPluginAsyncZod = async (app) => {
   // instead of holding the shutdown for up to 30 s, and no sweep runs on a closing database.
   app.addHook('preClose', async () => {
     signal.close();
+    streams.close();
     await Promise.all([leaseSweeper.stop(), expirySweeper.stop()]);
   });
 };

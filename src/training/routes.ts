@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
 import { principalOf } from '../auth/plugin.js';
 import {
   BaseModelList,
@@ -9,7 +10,10 @@ import {
   DeleteCheckpointsRequest,
   DeleteCheckpointsResponse,
   DeleteModelResponse,
+  ErrorDetail,
   EventListQuery,
+  EventStreamHeaders,
+  EventStreamQuery,
   LogRequest,
   LogResponse,
   MetricHistory,
@@ -31,12 +35,13 @@ import {
 } from './schemas.js';
 import { unmarkResponse } from './exact-bodies.js';
 import type { TrainingService } from './service.js';
+import { EVENT_STREAM_BUSY_RETRY_SECONDS, EVENT_STREAMS_PER_KEY, type JobEventStreams } from './event-stream.js';
 
 /**
  * The users' side of the training API under /v1/preview (reference §3; summaries are the seed's operation
  * names). Handlers call one service function each; errors are `{"detail": ...}`, validation FastAPI 422.
  */
-export const previewRoutes: FastifyPluginAsyncZod<{ service: TrainingService }> = async (app, { service }) => {
+export const previewRoutes: FastifyPluginAsyncZod<{ service: TrainingService; streams: JobEventStreams }> = async (app, { service, streams }) => {
   const tags = ['training'];
 
   app.post(
@@ -258,5 +263,36 @@ export const previewRoutes: FastifyPluginAsyncZod<{ service: TrainingService }> 
       },
     },
     async (request) => service.listEvents(principalOf(request), request.params.training_job_id, request.query),
+  );
+
+  app.get(
+    '/v1/preview/training-jobs/:training_job_id/events/stream',
+    {
+      schema: {
+        tags,
+        summary: 'Stream Training Job Events',
+        description:
+          'Server-sent events (text/event-stream), for EventSource and `curl -N`: `job` {the training job} first and whenever it changes, then each event once in append order as `id: <event id>`, `event: <type>`, `data: {id, type, data}`, and `end` {the training job} after the last event of a finished job, when the stream closes. ' +
+          '`after`, or the `Last-Event-ID` header a reconnecting EventSource sends (it wins), starts after that event; an unknown one starts from the beginning. ' +
+          `A comment line (\`: keep-alive\`) comes after 15 s without a message; the stream closes after 10 minutes or when the key no longer reaches the job, and EventSource reconnects where it was. A key may hold ${EVENT_STREAMS_PER_KEY} streams open at once in one trainyard process (429 with Retry-After ${EVENT_STREAM_BUSY_RETRY_SECONDS} s beyond).`,
+        params: TrainingJobParams,
+        querystring: EventStreamQuery,
+        headers: EventStreamHeaders,
+        response: {
+          200: { description: 'Server-sent events', content: { 'text/event-stream': { schema: z.string() } } },
+          404: ErrorDetail,
+          429: ErrorDetail,
+        },
+      },
+    },
+    async (request, reply) => {
+      const gone = new AbortController();
+      reply.raw.once('close', () => gone.abort());
+      const after = request.headers['last-event-id'] ?? request.query.after;
+      const stream = await streams.open(principalOf(request), request.params.training_job_id, after, gone.signal);
+      // no-transform and X-Accel-Buffering keep proxies from buffering or compressing the stream.
+      reply.type('text/event-stream; charset=utf-8').header('cache-control', 'no-cache, no-transform').header('x-accel-buffering', 'no');
+      return reply.send(stream as never);
+    },
   );
 };

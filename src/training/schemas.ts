@@ -513,6 +513,14 @@ export type EventListQuery = z.infer<typeof EventListQuery>;
 
 export const TrainingJobEventPage = Page(TrainingJobEvent);
 
+export const EventStreamQuery = z.object({ after: PageAfter });
+
+/** A reconnecting EventSource names the last event it read; a stream starts after it. */
+export const EventStreamHeaders = z.object({ 'last-event-id': z.string().max(256).optional() });
+
+/** The training API's error form: `{"detail": "..."}` (validation errors: FastAPI's list of details). */
+export const ErrorDetail = z.object({ detail: z.string() });
+
 // ---------------------------------------------------------------------------------------------------------
 // Trainer-worker protocol (docs/workers.md)
 

@@ -44,6 +44,8 @@ export interface TrainingServiceDeps {
   releaser: CheckpointReleaser;
   signal: JobSignal;
   sftData: SftDataResolver;
+  /** Notified when a job's status changed (its event streams read it again). */
+  jobChanges?: JobSignal;
 }
 
 /** What the API shows of a model (the entity id stays inside). */
@@ -206,6 +208,7 @@ export class TrainingService {
     const { model, result } = outcome;
     await this.deps.releaser.released(model, result.deleted);
     this.deps.signal.notify();
+    this.deps.jobChanges?.notify();
     // There is no separate tracking run to delete: the model row is the run.
     return { model_id: model.id, deleted_checkpoints: result.deleted_checkpoints, deleted_run: true };
   }
@@ -358,12 +361,22 @@ export class TrainingService {
     const job = await this.db.transaction().execute((trx) => repo.cancelJob(trx, { ...scope, jobId }));
     if (!job) throw new NotFoundError('training job', jobId);
     this.deps.signal.notify();
+    this.deps.jobChanges?.notify();
     return jobJson(job);
   }
 
   async listEvents(principal: Principal, jobId: string, query: EventListQuery): Promise<PageOf<TrainingJobEvent>> {
     const job = await this.job(principal, jobId);
     return repo.listEvents(this.db, { job, ...query });
+  }
+
+  /**
+   * The job, then its events after `after`: read in that order, a job that had ended when it was read has
+   * all its events in the page (its last one commits with its status) unless the page has more.
+   */
+  async jobAndEvents(principal: Principal, jobId: string, query: EventListQuery): Promise<{ job: TrainingJob; events: PageOf<TrainingJobEvent> }> {
+    const job = await this.job(principal, jobId);
+    return { job: jobJson(job), events: await repo.listEvents(this.db, { job, ...query }) };
   }
 }
 

@@ -7,6 +7,7 @@ import {
   ClaimResponse,
   CompleteRequest,
   CompleteResponse,
+  ErrorDetail,
   FailRequest,
   FailResponse,
   HeartbeatRequest,
@@ -19,8 +20,6 @@ import {
   WorkerSettingsResponse,
 } from './schemas.js';
 import { CLAIM_BUSY_RETRY_SECONDS, type WorkerService } from './worker-service.js';
-
-const ErrorDetail = z.object({ detail: z.string() });
 
 const AdminWorkersQuery = z.object({
   limit: z.coerce.number().int().min(1).max(100).default(100),

@@ -32,6 +32,8 @@ export interface WorkerServiceDeps {
   db: repo.TrainingDb;
   config: Config;
   signal: JobSignal;
+  /** Notified when a job's events or status changed (its event streams read it again). */
+  jobChanges?: JobSignal;
   /** Runs after a complete registered a checkpoint (the model's retention policy); never throws. */
   onCheckpointLanded?: (modelId: string) => Promise<void>;
   /** The principal of a key as it stands now (undefined once revoked), for a claim that waited. */
@@ -108,7 +110,10 @@ export class WorkerService {
         if (again) return this.claimJson(again);
         if (await repo.hasClaimableJob(this.db, claimArgs)) {
           const claim = await this.db.transaction().execute((trx) => repo.claimJob(trx, claimArgs));
-          if (claim) return this.claimJson(claim);
+          if (claim) {
+            this.deps.jobChanges?.notify();
+            return this.claimJson(claim);
+          }
         }
         const left = deadline - Date.now();
         if (left <= 0) return undefined;
@@ -265,6 +270,7 @@ export class WorkerService {
       return { kind: 'appended' as const, ids: [...ids, ...(await repo.appendWorkerEvents(trx, { job, events: fresh }))] };
     });
     if (outcome.kind === 'stale') throw staleLease(jobId);
+    if (outcome.kind === 'appended') this.deps.jobChanges?.notify();
     if (outcome.kind === 'gap') {
       throw new UnprocessableError(
         `Value error, first_seq ${body.first_seq} is past the ${outcome.stored} events stored for this attempt: post the events before it first`,
@@ -300,6 +306,7 @@ export class WorkerService {
     );
     if (result.outcome === 'stale') throw staleLease(jobId);
     this.deps.signal.notify(); // the model's next job may run now
+    this.deps.jobChanges?.notify();
     if (result.outcome === 'canceled') {
       throw new ConflictError(`Training job ${jobId} was canceled; no checkpoint was registered.`, { code: 'job_canceled' });
     }
@@ -316,6 +323,7 @@ export class WorkerService {
     );
     if (!job) throw staleLease(jobId);
     this.deps.signal.notify();
+    this.deps.jobChanges?.notify();
     return { job: jobJson(job) };
   }
 
@@ -326,7 +334,10 @@ export class WorkerService {
    */
   async sweepExpiredLeases(): Promise<repo.StoredJob[]> {
     const ended = await this.db.transaction().execute((trx) => repo.sweepExpiredLeases(trx, { limit: 100 }));
-    if (ended.length > 0) this.deps.signal.notify();
+    if (ended.length > 0) {
+      this.deps.signal.notify();
+      this.deps.jobChanges?.notify();
+    }
     await repo.pruneWorkers(this.db, { unseenForSeconds: WORKER_ROW_TTL_SECONDS });
     return ended;
   }

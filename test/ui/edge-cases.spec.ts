@@ -693,27 +693,57 @@ describe('usage', () => {
 });
 
 describe('job page', () => {
-  it('keeps polling through failed requests, saying so, until the job ends', async () => {
+  it('follows the event stream again after a dropped and a refused one, from the last event read, saying so, until the job ends', async () => {
     const queued = await queueJob(server.app, user, model, worker);
-    const w = await signedIn();
-    let jobReads = 0;
-    await w.page.route(`**/v1/preview/training-jobs/${queued.jobId}`, async (route) => {
-      jobReads++;
-      // The first read works; the next two fail as a restarting server would.
-      if (jobReads === 2 || jobReads === 3) await route.fulfill({ status: 503, contentType: 'application/json', body: '{"detail":"restarting"}' });
-      else await route.continue();
-    });
-    await w.page.goto(`${server.url}/ui/jobs/${queued.jobId}`);
-    await w.page.locator('h1 .badge', { hasText: 'QUEUED' }).waitFor();
-    await w.page.getByRole('status').getByText('restarting', { exact: false }).waitFor();
-    expect(await w.page.getByRole('status').textContent()).toMatch(/^Could not refresh \(restarting\); retrying in \d+ s\.$/);
     const claimed = await queued.claim();
     await worker.events(claimed, [{ type: 'training_started', data: { num_sequences: 1 } }]);
-    await w.page.locator('h1 .badge', { hasText: 'RUNNING' }).waitFor({ timeout: 20_000 });
-    expect(await w.page.getByRole('status').count()).toBe(0);
+    const running = (await call(server.app, user.headers, 'GET', `/v1/preview/training-jobs/${queued.jobId}`)).body;
+    const [started] = (await call(server.app, user.headers, 'GET', `/v1/preview/training-jobs/${queued.jobId}/events`)).body.data;
+    const w = await signedIn();
+    const opened: string[] = [];
+    await w.page.route(`**/v1/preview/training-jobs/${queued.jobId}/events/stream*`, async (route) => {
+      opened.push(new URL(route.request().url()).search);
+      if (opened.length === 1) {
+        // The job and its first event, then the connection drops.
+        const body = `retry: 1000\n\nevent: job\ndata: ${JSON.stringify(running)}\n\nid: ${started.id}\nevent: training_started\ndata: ${JSON.stringify(started)}\n\n`;
+        await route.fulfill({ status: 200, contentType: 'text/event-stream', body });
+      } else if (opened.length === 2) {
+        // A restarting server refuses the next one.
+        await route.fulfill({ status: 503, contentType: 'application/json', body: '{"detail":"restarting"}' });
+      } else {
+        await route.continue();
+      }
+    });
+    await w.page.goto(`${server.url}/ui/jobs/${queued.jobId}`);
+    await w.page.locator('h1 .badge', { hasText: 'RUNNING' }).waitFor();
+    await w.page.getByRole('status').getByText('restarting', { exact: false }).waitFor();
+    expect(await w.page.getByRole('status').textContent()).toBe('Could not refresh (restarting); retrying in 2 s.');
+    await w.page.getByRole('status').waitFor({ state: 'detached', timeout: 20_000 });
+    expect(opened).toEqual(['', `?after=${started.id}`, `?after=${started.id}`]);
+    await worker.events(claimed, [{ type: 'gradient_step', data: { loss: 0.5 } }]);
     await worker.complete(claimed, {});
     await w.page.locator('h1 .badge', { hasText: 'COMPLETED' }).waitFor();
+    await w.page.locator('tr[data-type="training_ended"]').waitFor();
+    const types = await w.page.locator('table[aria-label="Events"] tbody tr').evaluateAll((rows) => rows.map((row) => row.getAttribute('data-type')));
+    expect(types).toEqual(['training_started', 'gradient_step', 'training_ended']);
+    expect(opened).toHaveLength(3);
     w.expectClean([FAILED_503]);
+    await w.context.close();
+  });
+
+  it('says why when the job is not there for this key, and stops', async () => {
+    const w = await signedIn();
+    const unknown = crypto.randomUUID();
+    let opened = 0;
+    await w.page.route('**/events/stream*', async (route) => {
+      opened++;
+      await route.continue();
+    });
+    await w.page.goto(`${server.url}/ui/jobs/${unknown}`);
+    await w.page.getByText(`training job ${unknown} not found`).waitFor();
+    await w.page.waitForTimeout(2500);
+    expect(opened).toBe(1);
+    w.expectClean([/status of 404/]);
     await w.context.close();
   });
 

@@ -82,6 +82,57 @@ export async function api<T>(path: string, options: { method?: string; body?: un
   return body as T;
 }
 
+/** One server-sent event: its `event:` name, `data:` text and `id:` (if it had one). */
+export interface ServerEvent {
+  event: string;
+  data: string;
+  id?: string;
+}
+
+/**
+ * The server-sent events of a GET stream, read with fetch (not EventSource) so that a refused stream is an
+ * ApiError with its status and body, as from api(). Ends when the server closes the stream or `signal` aborts.
+ */
+export async function* serverEvents(path: string, signal: AbortSignal): AsyncGenerator<ServerEvent> {
+  const response = await fetch(path, { headers: { accept: 'text/event-stream', 'x-trainyard-ui': '1' }, credentials: 'same-origin', signal });
+  if (!response.ok || !response.body) {
+    const text = await response.text();
+    let body: unknown = text;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      // not JSON: the text is the message
+    }
+    if (response.status === 401) session.value = null;
+    throw new ApiError(response.status, body);
+  }
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = '';
+  try {
+    for (;;) {
+      const chunk = await reader.read();
+      if (chunk.done) return;
+      buffer += chunk.value.replaceAll('\r\n', '\n');
+      let end: number;
+      while ((end = buffer.indexOf('\n\n')) !== -1) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const fields: Record<string, string> = {};
+        for (const line of block.split('\n')) {
+          if (line === '' || line.startsWith(':')) continue;
+          const colon = line.indexOf(':');
+          const name = colon === -1 ? line : line.slice(0, colon);
+          const value = colon === -1 ? '' : line.slice(colon + (line[colon + 1] === ' ' ? 2 : 1));
+          fields[name] = name === 'data' && fields.data !== undefined ? `${fields.data}\n${value}` : value;
+        }
+        if (fields.data !== undefined) yield { event: fields.event ?? 'message', data: fields.data, ...(fields.id === undefined ? {} : { id: fields.id }) };
+      }
+    }
+  } finally {
+    void reader.cancel().catch(() => undefined);
+  }
+}
+
 /** Every page of a cursor list (`after` = last_id), `pageSize` at a time, up to `max` items. */
 export async function allPages<T>(path: string, max = 5000, pageSize = 100): Promise<T[]> {
   const items: T[] = [];

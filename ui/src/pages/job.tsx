@@ -1,12 +1,14 @@
-import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { api, ApiError } from '../lib/api.js';
+import { useEffect, useMemo, useState } from 'preact/hooks';
+import { api, ApiError, serverEvents } from '../lib/api.js';
 import { Chart, type Series } from '../lib/chart.js';
 import { appPath } from '../lib/router.js';
 import type { Job, JobEvent } from '../lib/types.js';
 import { Badge, fmt, Link, Problem, when } from '../lib/ui.js';
 
-const POLL_MS = 1000;
-/** The longest wait between two tries after failed polls (the wait doubles from POLL_MS). */
+/** The wait before following a stream again that the server closed before the job ended (its time limit). */
+const REOPEN_MS = 1000;
+/** The first wait after a failed stream; it doubles with each failure in a row, up to MAX_BACKOFF_MS. */
+const RETRY_MS = 1000;
 const MAX_BACKOFF_MS = 30_000;
 const DONE = new Set(['COMPLETED', 'FAILED', 'CANCELED']);
 
@@ -16,60 +18,59 @@ function permanent(err: unknown): boolean {
 }
 
 /**
- * A job: status, its events as they arrive (polled by cursor until the job ends), gradient-step charts,
- * cancel. A failed poll (a restarting server, a dropped connection) is retried with a doubling wait, and
- * said on the page until a poll works again.
+ * A job: status, its events as they arrive (its server-sent event stream, followed from the last event
+ * read until the job ends), gradient-step charts, cancel. A stream that fails (a restarting server, a
+ * dropped connection) is opened again with a doubling wait, said on the page until one works again.
  */
 export function JobPage(props: { id: string }) {
   const [job, setJob] = useState<Job | undefined>(undefined);
   const [events, setEvents] = useState<JobEvent[]>([]);
   const [error, setError] = useState<string | undefined>(undefined);
   const [retrying, setRetrying] = useState<string | undefined>(undefined);
-  const after = useRef('');
 
   useEffect(() => {
-    let live = true;
+    const stop = new AbortController();
     let timer: number | undefined;
     let failures = 0;
-    after.current = '';
+    let after = '';
+    setJob(undefined);
     setEvents([]);
     setError(undefined);
     setRetrying(undefined);
-    async function tick() {
+    async function follow() {
+      const path = appPath`/v1/preview/training-jobs/${props.id}/events/stream`;
       try {
-        const current = await api<Job>(appPath`/v1/preview/training-jobs/${props.id}`);
-        if (!live) return;
-        setJob(current);
-        for (;;) {
-          const page = await api<{ data: JobEvent[]; last_id: string; has_more: boolean }>(
-            `${appPath`/v1/preview/training-jobs/${props.id}/events`}?limit=100${after.current ? `&after=${encodeURIComponent(after.current)}` : ''}`,
-          );
-          if (!live) return;
-          if (page.data.length) {
-            after.current = page.last_id;
-            setEvents((old) => [...old, ...page.data]);
+        for await (const message of serverEvents(after ? `${path}?after=${encodeURIComponent(after)}` : path, stop.signal)) {
+          failures = 0;
+          setRetrying(undefined);
+          if (message.event === 'job') {
+            setJob(JSON.parse(message.data) as Job);
+          } else if (message.event === 'end') {
+            setJob(JSON.parse(message.data) as Job);
+            return;
+          } else {
+            const event = JSON.parse(message.data) as JobEvent;
+            after = event.id;
+            setEvents((old) => [...old, event]);
           }
-          if (!page.has_more) break;
         }
-        failures = 0;
-        setRetrying(undefined);
-        if (!DONE.has(current.status)) timer = window.setTimeout(tick, POLL_MS);
+        if (!stop.signal.aborted) timer = window.setTimeout(follow, REOPEN_MS);
       } catch (err) {
-        if (!live) return;
+        if (stop.signal.aborted) return;
         if (permanent(err)) {
           setRetrying(undefined);
           setError((err as Error).message);
           return;
         }
         failures += 1;
-        const wait = Math.min(POLL_MS * 2 ** failures, MAX_BACKOFF_MS);
+        const wait = Math.min(RETRY_MS * 2 ** failures, MAX_BACKOFF_MS);
         setRetrying(`Could not refresh (${(err as Error).message}); retrying in ${Math.round(wait / 1000)} s.`);
-        timer = window.setTimeout(tick, wait);
+        timer = window.setTimeout(follow, wait);
       }
     }
-    void tick();
+    void follow();
     return () => {
-      live = false;
+      stop.abort();
       window.clearTimeout(timer);
     };
   }, [props.id]);
