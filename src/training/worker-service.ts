@@ -258,7 +258,8 @@ export class WorkerService {
           const posted = body.events[index];
           const at = `sequence number ${body.first_seq + index} of this attempt`;
           if (event.type !== posted.type) return { kind: 'refused' as const, index, field: 'type' as const, message: `${posted.type} differs from the ${event.type} stored at ${at}` };
-          if (!isDeepStrictEqual(event.data, posted.data)) return { kind: 'refused' as const, index, field: 'data' as const, message: `the data of this ${posted.type} differs from that stored at ${at}` };
+          // As stored: JSONB keeps -0 as 0, which a strict comparison tells apart.
+          if (!isDeepStrictEqual(event.data, JSON.parse(JSON.stringify(posted.data)))) return { kind: 'refused' as const, index, field: 'data' as const, message: `the data of this ${posted.type} differs from that stored at ${at}` };
         }
         repeated = stored.events;
       }

@@ -370,6 +370,22 @@ describe('re-posted events (first_seq)', () => {
     ]);
   });
 
+  it('a batch posted again as the same text answers the same ids when its data holds -0.0 (stored as 0)', async () => {
+    const { worker, queue } = await setup();
+    await queue();
+    const claimed = (await worker.claim())!;
+    await postNumbered(worker, claimed, [started], 0);
+    // Python's json.dumps writes a zero loss of a zero advantage as -0.0; JSON.stringify would write 0.
+    const text = `{"lease_token": "${claimed.lease.token}", "first_seq": 1, "events": [{"type": "gradient_step", "data": {"loss": -0.0, "grad_norm": 0.5}}]}`;
+    const post = () =>
+      app.inject({ method: 'POST', url: `/v1/workers/jobs/${claimed.job.id}/events`, headers: { ...worker.headers, 'content-type': 'application/json' }, payload: text });
+    const first = await post();
+    expect(first.statusCode, first.body).toBe(200);
+    const again = await post();
+    expect(again.statusCode, again.body).toBe(200);
+    expect(again.json()).toEqual(first.json());
+  });
+
   it('a batch that overlaps the stored events appends only the ones after them', async () => {
     const { user, worker, queue } = await setup();
     const jobId = await queue();
