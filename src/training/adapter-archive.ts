@@ -1,4 +1,8 @@
-import { gunzipSync, gzipSync } from 'node:zlib';
+import { promisify } from 'node:util';
+import { gunzip, gzipSync } from 'node:zlib';
+
+/** Inflates off the event loop (libuv's thread pool): a small upload may unpack to the whole limit. */
+const gunzipAsync = promisify(gunzip);
 
 /**
  * PEFT adapter archives (docs/training.md, "Export and import"): a tar, gzipped or not, of an adapter
@@ -111,11 +115,11 @@ function paxRecords(data: Buffer): { path?: string; size?: number } {
  * (`tar -C parent -cf x.tar adapter/`); directories are skipped; everything else is checked as above,
  * on the path and size a pax header gives the entry after it. Global pax headers are skipped.
  */
-export function readAdapterArchive(archive: Buffer, maxBytes: number): AdapterFile[] {
+export async function readAdapterArchive(archive: Buffer, maxBytes: number): Promise<AdapterFile[]> {
   let tar = archive;
   if (archive.length >= 2 && archive[0] === 0x1f && archive[1] === 0x8b) {
     try {
-      tar = gunzipSync(archive, { maxOutputLength: maxBytes });
+      tar = await gunzipAsync(archive, { maxOutputLength: maxBytes });
     } catch (error) {
       const tooLarge = error instanceof RangeError || (error as { code?: string }).code === 'ERR_BUFFER_TOO_LARGE';
       throw new ArchiveProblem(tooLarge ? `the archive unpacks to more than ${maxBytes} bytes` : 'the archive is not valid gzip');

@@ -57,7 +57,7 @@ export class AdapterService {
     }
     let files: AdapterFile[];
     try {
-      files = readAdapterArchive(body, this.deps.archiveLimitBytes);
+      files = await readAdapterArchive(body, this.deps.archiveLimitBytes);
       const base = adapterBaseModel(files);
       if (base !== model.base_model) {
         throw new ArchiveProblem(`the adapter was trained on ${base}, but model ${model.id} is based on ${model.base_model}`);

@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
@@ -408,6 +409,9 @@ describe('archives that are refused', () => {
     await refused(tarGz(many), 422, problem('the archive holds more than 16 files'));
     await refused(Buffer.from('{"not": "a tar"}'), 422, problem('the archive is not a tar file (shorter than one 512-byte header)'), 'application/octet-stream');
     await refused(Buffer.alloc(2048, 'x'), 422, problem('the archive is not a tar file (a header field is not an octal number)'), 'application/octet-stream');
+    // A small gzip that would unpack past the limit (a gzip bomb) is refused without unpacking it all.
+    await refused(gzipSync(Buffer.alloc(8 * 1024 * 1024)), 422, problem('the archive unpacks to more than 1048576 bytes'), 'application/gzip');
+    await refused(Buffer.from([0x1f, 0x8b, 1, 2, 3, 4, 5, 6, 7, 8]), 422, problem('the archive is not valid gzip'), 'application/gzip');
     const before = await databaseFingerprint(app);
     const big = await upload(owner, model.base, Buffer.alloc(1024 * 1024 + 1), 'application/octet-stream');
     expect(big.statusCode).toBe(413);
