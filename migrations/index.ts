@@ -22,6 +22,7 @@ import * as feedbackExactNumbers from './0022_feedback_exact_numbers.js';
 import * as databaseId from './0023_database_id.js';
 import * as runFileUrlExpiry from './0024_run_file_url_expiry.js';
 import * as wandbRunTags from './0025_wandb_run_tags.js';
+import * as checkpointReleaseSteps from './0026_checkpoint_release_steps.js';
 
 /**
  * Every migration, in order. Listed here rather than read from the folder so that the same list runs
@@ -51,4 +52,5 @@ export const migrations: Record<string, Migration> = {
   '0023_database_id': databaseId,
   '0024_run_file_url_expiry': runFileUrlExpiry,
   '0025_wandb_run_tags': wandbRunTags,
+  '0026_checkpoint_release_steps': checkpointReleaseSteps,
 };

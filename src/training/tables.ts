@@ -68,6 +68,9 @@ export interface CheckpointReleaseTable {
   uri: string;
   reason: 'deleted' | 'retention' | 'expired';
   created_at: Generated<Date>;
+  /** The deleted checkpoint's model and (lowest) step; null on releases recorded before they were kept. */
+  model_id: string | null;
+  step: number | null;
 }
 
 /** The turn each entity last had at a claim: the entity with the oldest turn is served next. */

@@ -387,6 +387,49 @@ describe('storage handed to the workers\' side', () => {
     expect((await mine()).map((r: { reason: string }) => r.reason)).toEqual(['deleted']);
   });
 
+  it('takes `dir/` for the same storage as `dir`', async () => {
+    const t = await modelWithWorker(app);
+    await train(t, rewards(0.1));
+    const uri = `s3://checkpoints/${t.model.name}/1`;
+    const job = await call(app, t.user.headers, 'POST', '/v1/preview/training-jobs', { model_id: t.model.id, trajectory_groups: [groupGenerationA()] });
+    expect(job.status, job.text).toBe(200);
+    const claimed = await t.worker.claim(5);
+    expect((await t.worker.complete(claimed!, {}, `${uri}/`)).status).toBe(200);
+    const mine = async () =>
+      (await t.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000')).body.data.filter((r: { uri: string }) => r.uri.startsWith(uri)).map((r: { uri: string }) => r.uri);
+
+    await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [1] });
+    expect(await mine()).toEqual([]);
+    await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [2] });
+    expect(await mine()).toEqual([`${uri}/`]);
+  });
+
+  it('does not list the storage of a deleted step while a job trains that step again, and drops it when the job lands there', async () => {
+    const t = await modelWithWorker(app);
+    await train(t, rewards(0.1, 0.2));
+    const uri = `s3://checkpoints/${t.model.name}/2`;
+    const listed = async () => (await t.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000')).body.data.filter((r: { uri: string }) => r.uri === uri).map((r: { uri: string }) => r.uri);
+    await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [2] });
+    expect(await listed()).toEqual([uri]);
+
+    // The next job trains step 2 again, into the same storage: not listed while it runs.
+    await call(app, t.user.headers, 'POST', '/v1/preview/training-jobs', { model_id: t.model.id, trajectory_groups: [groupGenerationA()] });
+    const again = (await t.worker.claim(5))!;
+    expect(again.job.target_step).toBe(2);
+    expect(await listed()).toEqual([]);
+    // It fails: the old storage is listed again.
+    expect((await t.worker.fail(again, 'out of memory', false)).status).toBe(200);
+    expect(await listed()).toEqual([uri]);
+
+    // Another one lands there: the release is dropped, as the storage is a live checkpoint's.
+    await call(app, t.user.headers, 'POST', '/v1/preview/training-jobs', { model_id: t.model.id, trajectory_groups: [groupGenerationA()] });
+    const third = (await t.worker.claim(5))!;
+    expect(third.job.target_step).toBe(2);
+    expect(await listed()).toEqual([]);
+    expect((await t.worker.complete(third, {})).status).toBe(200);
+    expect(await listed()).toEqual([]);
+  });
+
   it('refuses an empty or malformed acknowledgement, and a malformed page cursor', async () => {
     const t = await modelWithWorker(app);
     const cursor = await t.worker.call('GET', '/v1/workers/checkpoint-releases?after=0');

@@ -6,13 +6,14 @@ import * as workerResidentTrainers from '../../migrations/0010_worker_resident_t
 import * as deletedCheckpoints from '../../migrations/0016_deleted_checkpoints.js';
 import * as workerKeys from '../../migrations/0017_worker_keys.js';
 import * as claimIds from '../../migrations/0018_claim_ids.js';
+import * as checkpointReleaseSteps from '../../migrations/0026_checkpoint_release_steps.js';
 import { createPglite, pgliteHandle, type DatabaseHandle } from '../../src/db/index.js';
 import type { TrainingDb } from '../../src/training/repository.js';
 
 /**
  * An in-memory PGlite with only the migrations the training tables need (foundation, training, checkpoint
- * lifecycle, workers' resident trainers, deleted checkpoints, workers keyed by api key, claim ids), so that
- * repository tests do not pay for the tracing tables.
+ * lifecycle, workers' resident trainers, deleted checkpoints, workers keyed by api key, claim ids, the
+ * steps of storage releases), so that repository tests do not pay for the tracing tables.
  */
 export async function openTrainingDb(): Promise<{ handle: DatabaseHandle; db: TrainingDb }> {
   const handle = pgliteHandle(await createPglite());
@@ -24,6 +25,7 @@ export async function openTrainingDb(): Promise<{ handle: DatabaseHandle; db: Tr
   await deletedCheckpoints.up(raw);
   await workerKeys.up(raw);
   await claimIds.up(raw);
+  await checkpointReleaseSteps.up(raw);
   return { handle, db: handle.db as unknown as TrainingDb };
 }
 

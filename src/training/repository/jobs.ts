@@ -4,6 +4,7 @@ import { MAX_INT4, type JobKind, type JobStatus, type PageOf } from '../schemas.
 import type { TrainingJobTable } from '../tables.js';
 import { chunkBySize, iso, isUuid, jsonb, jsonbText, lockClaims, toPage, type EntityScope, type TrainingDb } from './db.js';
 import { appendEvents } from './events.js';
+import { storageForms } from './retention.js';
 import { toCheckpoint, toJob, type StoredCheckpoint, type StoredJob, type StoredModel } from './rows.js';
 
 /**
@@ -490,7 +491,7 @@ export async function completeJob(
   // worker writes per model and step) is no longer to be deleted.
   await db
     .deleteFrom('checkpoint_releases')
-    .where('uri', '=', args.uri)
+    .where('uri', 'in', storageForms(args.uri))
     .where('entity_id', 'in', (eb) => eb.selectFrom('models').select('models.entity_id').where('models.id', '=', row.model_id))
     .execute();
   await appendEvents(db, {

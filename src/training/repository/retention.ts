@@ -217,7 +217,7 @@ export async function findLiveModelById(db: TrainingDb, args: { modelId: string 
   return row && { ...row, created_at: iso(row.created_at) };
 }
 
-/** Releases one insert writes (3 parameters each; a statement holds at most 65,535). */
+/** Releases one insert writes (5 parameters each; a statement holds at most 65,535). */
 const RELEASE_BATCH = 5000;
 
 /**
@@ -231,17 +231,44 @@ export async function recordReleases(
   db: TrainingDb,
   args: { model: StoredModel; checkpoints: readonly DeletedCheckpoint[]; reason: 'deleted' | 'retention' | 'expired' },
 ): Promise<void> {
-  const uris = [...new Set(args.checkpoints.filter((c) => c.source === 'trained').map((c) => c.uri))];
+  // Each storage once, with the lowest step that named it: the step whose directory a worker wrote it in.
+  const steps = new Map<string, number>();
+  for (const c of args.checkpoints) {
+    if (c.source === 'trained') steps.set(c.uri, Math.min(c.step, steps.get(c.uri) ?? c.step));
+  }
+  const uris = [...steps.keys()];
   if (uris.length === 0) return;
-  const named = new Set((await db.selectFrom('checkpoints').select('uri').where(sql<boolean>`uri = any(${uris}::text[])`).execute()).map((row) => row.uri));
-  const released = uris.filter((uri) => !named.has(uri));
+  const named = new Set(
+    (await db.selectFrom('checkpoints').select('uri').where(sql<boolean>`uri = any(${uris.flatMap(storageForms)}::text[])`).execute()).map((row) => storageKey(row.uri)),
+  );
+  const released = uris.filter((uri) => !named.has(storageKey(uri)));
   if (released.length === 0) return;
   for (let i = 0; i < released.length; i += RELEASE_BATCH) {
     await db
       .insertInto('checkpoint_releases')
-      .values(released.slice(i, i + RELEASE_BATCH).map((uri) => ({ entity_id: args.model.entity_id, uri, reason: args.reason, created_at: sql<Date>`clock_timestamp()` })))
+      .values(
+        released.slice(i, i + RELEASE_BATCH).map((uri) => ({
+          entity_id: args.model.entity_id,
+          uri,
+          reason: args.reason,
+          created_at: sql<Date>`clock_timestamp()`,
+          model_id: args.model.id,
+          step: steps.get(uri) as number,
+        })),
+      )
       .execute();
   }
+}
+
+/** A checkpoint URI as storage is compared: `dir` and `dir/` are the same storage. */
+function storageKey(uri: string): string {
+  return uri.endsWith('/') ? uri.slice(0, -1) : uri;
+}
+
+/** The URIs that name the same storage as `uri` (compared for equality, as the URI index allows). */
+export function storageForms(uri: string): string[] {
+  const key = storageKey(uri);
+  return [key, `${key}/`];
 }
 
 /** Storage releases of the entities a worker key reaches (by name; 'all' for an admin's key), oldest first. */
@@ -250,7 +277,21 @@ export async function listReleases(
   args: { reach: readonly string[] | 'all'; limit: number; after?: string },
 ): Promise<{ id: string; uri: string; reason: 'deleted' | 'retention' | 'expired'; created_at: string }[]> {
   if (args.reach !== 'all' && args.reach.length === 0) return [];
-  let query = db.selectFrom('checkpoint_releases as r').select(['r.id', 'r.uri', 'r.reason', 'r.created_at']);
+  let query = db
+    .selectFrom('checkpoint_releases as r')
+    .select(['r.id', 'r.uri', 'r.reason', 'r.created_at'])
+    // Not while a job of the model trains that step again: it writes where the deleted checkpoint was.
+    .where(({ not, exists, selectFrom }) =>
+      not(
+        exists(
+          selectFrom('training_jobs as j')
+            .select(sql<number>`1`.as('one'))
+            .whereRef('j.model_id', '=', 'r.model_id')
+            .whereRef('j.target_step', '=', 'r.step')
+            .where('j.status', '=', 'RUNNING'),
+        ),
+      ),
+    );
   if (args.after !== undefined) query = query.where(sql<boolean>`r.id > cast(${args.after} as bigint)`);
   if (args.reach !== 'all') {
     query = query.innerJoin('entities as e', 'e.id', 'r.entity_id').where('e.name', 'in', [...args.reach]);
