@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { principalOf } from '../auth/plugin.js';
 import { isRefusedValue, UNSTORABLE_CHARACTER } from '../db/refusals.js';
 import { AppError } from '../errors.js';
-import { registerJsonBodyParser } from '../http/json-body.js';
+import { bodyMayHoldUnstorable, registerJsonBodyParser, walkJson } from '../http/json-body.js';
 import { WandbRequestError, type WandbService } from '../wandb/service.js';
 import { checkExpandedCost, checkWrittenFields, GRAPHQL_LIMITS } from './limits.js';
 import { rootValue, type GraphQLContext } from './resolvers.js';
@@ -44,8 +44,20 @@ function unstorable(where: string, text: string): string | undefined {
   return `${where} holds ${what}, which is not text that can be stored; remove it.`;
 }
 
-/** The first string argument or variable (at any depth) holding what `unstorable` refuses, described. */
-function unstorableString(document: DocumentNode, variables: Record<string, unknown>): string | undefined {
+/** `$name` and the keys after it, written as the message names a place in a variable (`$input.tags[2]`). */
+function variablePath(name: string, keys: readonly (string | number)[]): string {
+  let text = `$${name}`;
+  for (const key of keys) text += typeof key === 'number' ? `[${key}]` : `.${key}`;
+  return text;
+}
+
+/**
+ * The first string argument or variable (at any depth) holding what `unstorable` refuses, described.
+ * `variablesMayHold`: false when the body's text has no escape that could put such a string in a variable
+ * (`bodyMayHoldUnstorable`); the variables, however large, are then not walked. A walk builds a message
+ * only for the string it finds.
+ */
+export function unstorableString(document: DocumentNode, variables: Record<string, unknown>, variablesMayHold = true): string | undefined {
   let message: string | undefined;
   visit(document, {
     [Kind.STRING](node) {
@@ -53,19 +65,20 @@ function unstorableString(document: DocumentNode, variables: Record<string, unkn
       return message ? BREAK : undefined;
     },
   });
-  if (message) return message;
-  const walk = (value: unknown, path: string): string | undefined => {
-    if (typeof value === 'string') return unstorable(`Variable ${path}`, value);
-    if (value === null || typeof value !== 'object') return undefined;
-    for (const [key, item] of Object.entries(value)) {
-      const found = unstorable(`A key of variable ${path}`, key) ?? walk(item, Array.isArray(value) ? `${path}[${key}]` : `${path}.${key}`);
-      if (found) return found;
-    }
-    return undefined;
-  };
+  if (message || !variablesMayHold) return message;
   for (const [name, value] of Object.entries(variables)) {
-    const found = walk(value, `$${name}`);
-    if (found) return found;
+    if (typeof value === 'string') {
+      if (UNSTORABLE_CHARACTER.test(value)) return unstorable(`Variable $${name}`, value);
+      continue;
+    }
+    walkJson(value, (item, path) => {
+      // An object's keys are strings, an array's indexes numbers: only an object's key is text.
+      const key = path[path.length - 1];
+      if (typeof key === 'string' && UNSTORABLE_CHARACTER.test(key)) message = unstorable(`A key of variable ${variablePath(name, path.slice(0, -1))}`, key);
+      else if (typeof item === 'string' && UNSTORABLE_CHARACTER.test(item)) message = unstorable(`Variable ${variablePath(name, path)}`, item);
+      return message !== undefined;
+    });
+    if (message) return message;
   }
   return undefined;
 }
@@ -113,7 +126,7 @@ export const graphqlPlugin: FastifyPluginAsyncZod<{ wandb: WandbService }> = asy
       if (tooLarge) return { errors: [{ message: tooLarge }] };
       const invalid = validate(schema, document);
       if (invalid.length) return { errors: invalid.map(formatError) };
-      const refused = checkExpandedCost(document, request.body.variables ?? {}) ?? unstorableString(document, request.body.variables ?? {});
+      const refused = checkExpandedCost(document, request.body.variables ?? {}) ?? unstorableString(document, request.body.variables ?? {}, bodyMayHoldUnstorable(request));
       if (refused) return { errors: [{ message: refused }] };
       const contextValue: GraphQLContext = { principal, wandb: options.wandb, baseUrl: `${request.protocol}://${request.host}` };
       const result = await execute({

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { PayloadTooLargeError } from '../errors.js';
-import { isPlainJson, parseJsonBody } from './json-body.js';
+import { isPlainJson, parseJsonBody, walkJson } from './json-body.js';
 import { RequestValidationError } from './validation.js';
 
 /**
@@ -230,20 +230,16 @@ export function holdBigInts(
   stand: (value: bigint, path: (string | number)[]) => number = (value) => Number(value),
 ): HeldValue<bigint>[] {
   const held: HeldValue<bigint>[] = [];
-  const walk = (value: unknown, path: (string | number)[]): unknown => {
-    if (typeof value === 'bigint') {
-      held.push({ path, value });
-      return stand(value, path);
-    }
-    if (Array.isArray(value)) {
-      for (let i = 0; i < value.length; i++) value[i] = walk(value[i], [...path, i]);
-    } else if (value !== null && typeof value === 'object') {
-      const object = value as Record<string, unknown>;
-      for (const key of Object.keys(object)) object[key] = walk(object[key], [...path, key]);
-    }
-    return value;
+  // Each held value's path is a copy of the walk's one shared path, made only for it.
+  const hold = (value: bigint, path: readonly (string | number)[]): number => {
+    const kept = [...path];
+    held.push({ path: kept, value });
+    return stand(value, kept);
   };
-  walk(body, []);
+  if (typeof body === 'bigint') hold(body, []);
+  walkJson(body, (value, path, parent) => {
+    if (typeof value === 'bigint') parent[path[path.length - 1]] = hold(value, path);
+  });
   return held;
 }
 

@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import secureJson from 'secure-json-parse';
 import { UNSTORABLE_CHARACTER } from '../db/refusals.js';
 import { LONE_SURROGATE_DETAIL, NUL_DETAIL, RequestValidationError } from './validation.js';
@@ -70,23 +70,87 @@ export function unstorableStringAt(value: unknown): (string | number)[] | undefi
 /** A `\uD800`-`\uDFFF` escape, in either case. */
 const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/;
 
+/** A `\u0000` escape, or a `\uD800`-`\uDFFF` one in either case. */
+const UNSTORABLE_ESCAPE = /\\u(?:0000|[dD][89a-fA-F])/;
+
+/**
+ * Whether a JSON text can parse to a string (or key) holding U+0000 or a lone UTF-16 surrogate: only with
+ * a `\u0000` or `\uD800`-`\uDFFF` escape, since JSON refuses a raw U+0000 and a body decoded from UTF-8
+ * holds no lone surrogate. A native scan of the text; true may be an escaped backslash's `\u` instead.
+ */
+export function mayHoldUnstorable(text: string): boolean {
+  return text.includes('\\u') && UNSTORABLE_ESCAPE.test(text);
+}
+
+/** Requests whose JSON body `registerJsonBodyParser` parsed from a text that `mayHoldUnstorable` clears. */
+const storableBodies = new WeakSet<FastifyRequest>();
+
+/**
+ * Whether a request's body may hold a string with U+0000 or a lone surrogate: false only for a body that
+ * `registerJsonBodyParser` parsed from a text without their escapes, so a caller can skip walking it.
+ */
+export function bodyMayHoldUnstorable(request: FastifyRequest): boolean {
+  return !storableBodies.has(request);
+}
+
 /** The location of the first string (or key) that `bad` holds true of, or undefined. */
-function pathOf(value: unknown, path: (string | number)[], bad: (text: string) => boolean): (string | number)[] | undefined {
-  if (typeof value === 'string') return bad(value) ? path : undefined;
-  if (value === null || typeof value !== 'object') return undefined;
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      const found = pathOf(value[i], [...path, i], bad);
-      if (found) return found;
+function pathOf(value: unknown, prefix: readonly (string | number)[], bad: (text: string) => boolean): (string | number)[] | undefined {
+  if (typeof value === 'string') return bad(value) ? [...prefix] : undefined;
+  let found: (string | number)[] | undefined;
+  walkJson(value, (item, path) => {
+    // An object's keys are strings, an array's indexes numbers: only an object's key is text.
+    const key = path[path.length - 1];
+    if ((typeof key === 'string' && bad(key)) || (typeof item === 'string' && bad(item))) found = [...prefix, ...path];
+    return found !== undefined;
+  });
+  return found;
+}
+
+/**
+ * Visits each value nested in `root` (not `root` itself) in the order a recursive walk takes: a value
+ * before what it holds, an array's items in order, an object's entries in `Object.keys` order. `path` is
+ * the keys from `root` to the value (numbers in arrays, strings in objects), and `parent` holds the value
+ * at its last key. `path` is one array for the whole walk, changed after each call: a visitor that keeps it
+ * copies it. So a walk costs one step per value whatever the depth (copying the path at every value cost
+ * depth × values: seconds for a body a few thousand levels deep), and, being iterative, any depth
+ * is walked without overflowing the call stack. A visitor returning true stops the walk, which then
+ * returns true.
+ */
+export function walkJson(
+  root: unknown,
+  visit: (value: unknown, path: readonly (string | number)[], parent: Record<string | number, unknown>) => boolean | void,
+): boolean {
+  if (root === null || typeof root !== 'object') return false;
+  const path: (string | number)[] = [];
+  // One frame per object or array being walked: it, its keys (none for an array), the next entry.
+  const parents: Record<string | number, unknown>[] = [root as Record<string | number, unknown>];
+  const keyLists: (string[] | undefined)[] = [Array.isArray(root) ? undefined : Object.keys(root)];
+  const next: number[] = [0];
+  while (parents.length > 0) {
+    const top = parents.length - 1;
+    const parent = parents[top];
+    const keys = keyLists[top];
+    const index = next[top]++;
+    if (index >= (keys ? keys.length : (parent as unknown as unknown[]).length)) {
+      parents.pop();
+      keyLists.pop();
+      next.pop();
+      path.pop(); // the key of the object or array just walked (none for root's)
+      continue;
     }
-    return undefined;
+    const key = keys ? keys[index] : index;
+    const value = parent[key];
+    path.push(key);
+    if (visit(value, path, parent) === true) return true;
+    if (value !== null && typeof value === 'object') {
+      parents.push(value as Record<string | number, unknown>);
+      keyLists.push(Array.isArray(value) ? undefined : Object.keys(value));
+      next.push(0);
+    } else {
+      path.pop();
+    }
   }
-  for (const [key, item] of Object.entries(value)) {
-    if (bad(key)) return [...path, key];
-    const found = pathOf(item, [...path, key], bad);
-    if (found) return found;
-  }
-  return undefined;
+  return false;
 }
 
 /**
@@ -97,9 +161,11 @@ function pathOf(value: unknown, path: (string | number)[], bad: (text: string) =
 export function registerJsonBodyParser(app: FastifyInstance, options: { rejectNul?: boolean } = {}): void {
   if (app.hasContentTypeParser('application/json')) app.removeContentTypeParser('application/json');
   if (app.hasContentTypeParser('text/plain')) app.removeContentTypeParser('text/plain');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => {
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
     try {
-      done(null, parseJsonBody(body as string, options));
+      const value = parseJsonBody(body as string, options);
+      if (!mayHoldUnstorable(body as string)) storableBodies.add(request);
+      done(null, value);
     } catch (error) {
       done(error as Error, undefined);
     }

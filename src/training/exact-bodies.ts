@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { holdBigInts, MARK, parseWithExactNumbers, restoreHeld, unmarkNumbers, type HeldValue } from '../http/exact-numbers.js';
+import { walkJson } from '../http/json-body.js';
 import { RequestValidationError, type ValidationDetail } from '../http/validation.js';
 
 /**
@@ -31,19 +32,18 @@ export function registerTrainingJsonParser(app: FastifyInstance): void {
   });
 }
 
-/** Refuses the infinities JSON.parse makes of literals too large for a double (integers are held exactly). */
-function refuseInfinities(body: unknown): void {
+/**
+ * Refuses the infinities JSON.parse makes of literals too large for a double (integers are held exactly):
+ * a 422 `finite_number` at each, in the body's order.
+ */
+export function refuseInfinities(body: unknown): void {
   const details: ValidationDetail[] = [];
-  const walk = (value: unknown, path: (string | number)[]): void => {
-    if (typeof value === 'number') {
-      if (!Number.isFinite(value)) details.push({ type: 'finite_number', loc: ['body', ...path], msg: 'Input should be a finite number', input: String(value) });
-    } else if (Array.isArray(value)) {
-      for (let i = 0; i < value.length; i++) walk(value[i], [...path, i]);
-    } else if (value !== null && typeof value === 'object') {
-      for (const key of Object.keys(value)) walk((value as Record<string, unknown>)[key], [...path, key]);
-    }
+  const refuse = (value: unknown, path: readonly (string | number)[]): void => {
+    if (typeof value === 'number' && !Number.isFinite(value)) details.push({ type: 'finite_number', loc: ['body', ...path], msg: 'Input should be a finite number', input: String(value) });
   };
-  walk(body, []);
+  refuse(body, []);
+  // One shared path, copied only into a refusal's `loc`.
+  walkJson(body, (value, path) => refuse(value, path));
   if (details.length > 0) throw new RequestValidationError(details);
 }
 
