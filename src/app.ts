@@ -64,6 +64,22 @@ function loggedRequest(request: FastifyRequest) {
   };
 }
 
+/**
+ * Node's server options that make REQUEST_TIMEOUT_SECONDS hold. Node times a request's head with
+ * headersTimeout (60 s by default) and the whole request with requestTimeout, but when the first is the
+ * longer it swaps the two, which would give a stalled body 60 s whatever the setting: the head's time is
+ * kept within the request's. Node looks for requests past their time every connectionsCheckingInterval
+ * (30 s by default): a tenth of the timeout, from 1 s to 30 s, so that a short one is kept to about its length.
+ */
+function receiveTimeouts(requestTimeoutMs: number): { requestTimeout: number; headersTimeout: number; connectionsCheckingInterval: number } {
+  if (requestTimeoutMs === 0) return { requestTimeout: 0, headersTimeout: 60_000, connectionsCheckingInterval: 30_000 };
+  return {
+    requestTimeout: requestTimeoutMs,
+    headersTimeout: Math.min(60_000, requestTimeoutMs),
+    connectionsCheckingInterval: Math.min(30_000, Math.max(1_000, Math.round(requestTimeoutMs / 10))),
+  };
+}
+
 /** Builds the whole app on a migrated database. Never listens: src/server.ts does. */
 export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App> {
   const database = await migrateOrClose(deps.database ?? (await openDatabase(config)));
@@ -74,6 +90,13 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
     logController: new LogController({ requestIdLogLabel: 'request_id' }),
     genReqId: requestId,
     bodyLimit: config.bodyLimitBytes,
+    // The time a client has to send a whole request, head and body (REQUEST_TIMEOUT_SECONDS; Fastify's
+    // default, 0, turns off Node's): a client that stalls mid-body would otherwise hold its buffered part
+    // for as long as it likes. Node then answers 408 and closes the connection. Only receiving is timed:
+    // a response (an SSE stream, a long-polled claim, a completion waiting for its first token) is not,
+    // and no socket inactivity timeout (connectionTimeout) is set, for the same reason.
+    requestTimeout: config.requestTimeoutMs,
+    http: receiveTimeouts(config.requestTimeoutMs),
     // Fastify answers a path parameter over 100 raw characters with a 414 of its own form. Weave object ids
     // reach 128 characters, and a percent-encoded character can take 12: route schemas bound the decoded value.
     routerOptions: { maxParamLength: 4096 },

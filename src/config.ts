@@ -41,6 +41,7 @@ const EnvSchema = z.object({
     })
     .default('info'),
   BODY_LIMIT_MB: megabytes(4096).default(64 * 1024 * 1024),
+  REQUEST_TIMEOUT_SECONDS: integer(0, 86_400).default(300),
   SHUTDOWN_GRACE_MS: integer(0, 3_600_000).default(10_000),
   AUTH_CACHE_TTL_MS: integer(0, 3_600_000).default(5_000),
   BOOTSTRAP_ADMIN: boolean.default(true),
@@ -88,6 +89,11 @@ export interface Config {
   readonly dataDir: string;
   readonly logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   readonly bodyLimitBytes: number;
+  /**
+   * How long a client may take to send a whole request, head and body (0: no limit); past it the
+   * connection is answered 408 and closed. Responses (streams, long polls) are not limited by it.
+   */
+  readonly requestTimeoutMs: number;
   readonly shutdownGraceMs: number;
   readonly authCacheTtlMs: number;
   readonly bootstrapAdmin: boolean;
@@ -209,6 +215,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     dataDir: path.resolve(e.DATA_DIR),
     logLevel: e.LOG_LEVEL,
     bodyLimitBytes: e.BODY_LIMIT_MB,
+    requestTimeoutMs: e.REQUEST_TIMEOUT_SECONDS * 1000,
     shutdownGraceMs: e.SHUTDOWN_GRACE_MS,
     authCacheTtlMs: e.AUTH_CACHE_TTL_MS,
     bootstrapAdmin: e.BOOTSTRAP_ADMIN,

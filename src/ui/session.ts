@@ -1,3 +1,4 @@
+import type { FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { checkCsrf, principalOf, readCookie, SESSION_COOKIE } from '../auth/plugin.js';
@@ -20,6 +21,21 @@ function whoami(principal: Principal): z.infer<typeof Whoami> {
 }
 
 /**
+ * The most a sign-in (or sign-out) body may hold: `{"api_key": ...}` with a key of at most 200 characters
+ * is a few hundred bytes. These routes need no key, so without a limit of their own an anonymous client
+ * could make the server read and parse BODY_LIMIT_MB of JSON; past this it gets the app's 413.
+ */
+export const SESSION_BODY_LIMIT_BYTES = 4 * 1024;
+
+/**
+ * The CSRF check of the session routes, as an onRequest hook: it runs before the body is read, so a
+ * cross-site (or header-less) request is refused without reading or parsing anything it sent.
+ */
+async function csrfBeforeBody(request: FastifyRequest): Promise<void> {
+  checkCsrf(request);
+}
+
+/**
  * The web UI's session (an API key exchanged for an HttpOnly cookie; the auth hook reads it), the
  * project list it starts from, and the system check as the admin page reads it. Errors are the training
  * form `{"detail": ...}`.
@@ -31,6 +47,9 @@ export const sessionRoutes: FastifyPluginAsyncZod = async (app) => {
     '/ui/api/session',
     {
       config: { auth: 'none' },
+      bodyLimit: SESSION_BODY_LIMIT_BYTES,
+      // A cross-site form must not sign a browser in to someone else's key; checked before the body is read.
+      onRequest: csrfBeforeBody,
       schema: {
         tags,
         summary: 'Sign in to the web UI',
@@ -41,7 +60,6 @@ export const sessionRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (request, reply) => {
-      checkCsrf(request); // a cross-site form must not sign a browser in to someone else's key
       const principal = await app.auth.authenticate(request.body.api_key);
       if (!principal) throw new UnauthorizedError('Invalid or revoked API key.');
       if (principal.keyKind !== 'user') throw new ForbiddenError('Worker keys cannot sign in to the web UI: use a user key.');
@@ -65,8 +83,15 @@ export const sessionRoutes: FastifyPluginAsyncZod = async (app) => {
     '/ui/api/session',
     {
       // No live session needed: a browser whose session already ended (expired, key revoked, signed out
-      // in another tab) must still be able to drop the dead cookie. The CSRF check stays, below.
+      // in another tab) must still be able to drop the dead cookie. The CSRF check stays (onRequest, below).
       config: { auth: 'none' },
+      // Sign-out takes no body; one sent anyway is not read past this.
+      bodyLimit: SESSION_BODY_LIMIT_BYTES,
+      // A cross-site page must not sign the browser out: checked before any body is read. With a bearer
+      // key (never sent by a browser on its own) there is no cookie to protect.
+      onRequest: async (request) => {
+        if (!request.headers.authorization) checkCsrf(request);
+      },
       schema: {
         tags,
         summary: 'Sign out of the web UI',
@@ -76,7 +101,6 @@ export const sessionRoutes: FastifyPluginAsyncZod = async (app) => {
     },
     async (request, reply) => {
       const token = request.headers.authorization ? undefined : readCookie(request, SESSION_COOKIE);
-      if (!request.headers.authorization) checkCsrf(request); // a cross-site page must not sign the browser out
       if (token) await app.auth.endSession(token);
       reply.header('set-cookie', `${SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0`);
       return reply.status(204).send(null);

@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -6,11 +7,58 @@ import type { App } from '../../src/app.js';
 import Fastify from 'fastify';
 import { UI_CSP, uiPages } from '../../src/ui/plugin.js';
 import { createTestApp, createUserWithKey, createWorkerKey, type TestUser } from '../helpers/app.js';
+import { listen } from '../helpers/listen.js';
 
 const UI = { 'x-trainyard-ui': '1' };
 
 async function signIn(app: App, key: string, headers: Record<string, string> = UI) {
   return app.inject({ method: 'POST', url: '/ui/api/session', headers, payload: { api_key: key } });
+}
+
+/**
+ * Sends a request head declaring `declared` bytes of JSON body and only `sent` of them, then waits for an
+ * answer without sending more. Resolves with the answer once its body has arrived, or with whatever came
+ * when `giveUpMs` passed (an answer that needs the whole body never comes).
+ */
+function answerBeforeBody(
+  baseUrl: string,
+  request: { method: string; headers: Record<string, string>; declared: number; sent: string; giveUpMs?: number },
+): Promise<{ status: number; body: unknown }> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: '127.0.0.1', port: Number(new URL(baseUrl).port) });
+    let received = '';
+    const finish = () => {
+      clearTimeout(giveUp);
+      socket.destroy();
+      const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(received)?.[1] ?? 0);
+      const text = received.slice(received.indexOf('\r\n\r\n') + 4);
+      let body: unknown = text;
+      try {
+        body = JSON.parse(text);
+      } catch {
+        // left as text
+      }
+      resolve({ status, body });
+    };
+    const giveUp = setTimeout(finish, request.giveUpMs ?? 10_000);
+    socket.on('data', (chunk) => {
+      received += chunk.toString('latin1');
+      const match = /\r\ncontent-length: (\d+)\r\n[\s\S]*?\r\n\r\n([\s\S]*)$/i.exec(received);
+      if (match && Buffer.byteLength(match[2], 'latin1') >= Number(match[1])) finish();
+    });
+    socket.on('error', finish);
+    socket.on('close', finish);
+    const head = [
+      `${request.method} /ui/api/session HTTP/1.1`,
+      'Host: 127.0.0.1',
+      'Content-Type: application/json',
+      `Content-Length: ${request.declared}`,
+      ...Object.entries(request.headers).map(([name, value]) => `${name}: ${value}`),
+      '',
+      '',
+    ].join('\r\n');
+    socket.write(head + request.sent);
+  });
 }
 
 function sessionCookie(setCookie: string | string[] | undefined): string {
@@ -79,6 +127,42 @@ describe('web UI sessions', () => {
     const foreign = await signIn(app, user.key, { ...UI, origin: 'https://evil.example' });
     expect(foreign.statusCode).toBe(403);
     expect(foreign.json()).toEqual({ detail: 'Cross-origin request refused: Origin "https://evil.example" is not this server.' });
+  });
+
+  it('a sign-in body over 4 KiB is refused with 413 before it is parsed', async () => {
+    const response = await signIn(app, `ty_${'x'.repeat(5000)}`);
+    expect(response.statusCode).toBe(413);
+    expect(response.json()).toEqual({ detail: 'Request body is larger than the limit of 4096 bytes.' });
+    expect(response.headers['set-cookie']).toBeUndefined();
+    // Sign-out takes no body: one sent anyway is held to the same limit.
+    const out = await app.inject({ method: 'DELETE', url: '/ui/api/session', headers: UI, payload: { pad: 'x'.repeat(5000) } });
+    expect(out.statusCode).toBe(413);
+    expect(out.json()).toEqual({ detail: 'Request body is larger than the limit of 4096 bytes.' });
+  });
+
+  it('a sign-in or sign-out without the UI header is refused before its body is read, and the server still answers', async () => {
+    const baseUrl = await listen(app);
+    // 32 MiB declared (under BODY_LIMIT_MB), a few bytes sent: only a refusal that does not wait for the body arrives.
+    for (const method of ['POST', 'DELETE']) {
+      const refused = await answerBeforeBody(baseUrl, { method, headers: {}, declared: 32 * 1024 * 1024, sent: '{"api_key": "' });
+      expect(refused).toEqual({
+        status: 403,
+        body: { detail: 'Cookie-authenticated writes need the header "x-trainyard-ui: 1" (sent by the web UI).' },
+      });
+    }
+    const foreign = await answerBeforeBody(baseUrl, {
+      method: 'POST',
+      headers: { ...UI, origin: 'https://evil.example' },
+      declared: 32 * 1024 * 1024,
+      sent: '{"api_key": "',
+    });
+    expect(foreign).toEqual({ status: 403, body: { detail: 'Cross-origin request refused: Origin "https://evil.example" is not this server.' } });
+    const after = await fetch(`${baseUrl}/ui/api/session`, {
+      method: 'POST',
+      headers: { ...UI, 'content-type': 'application/json' },
+      body: JSON.stringify({ api_key: user.key }),
+    });
+    expect(after.status).toBe(200);
   });
 
   it('cookie-authenticated writes without the UI header or from another origin get 403 and change nothing', async () => {
