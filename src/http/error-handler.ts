@@ -108,6 +108,14 @@ function isTooDeep(error: unknown): boolean {
 }
 
 
+/**
+ * The request body stopped arriving because the client went away: Node fails the request stream with
+ * `aborted` (ECONNRESET), which would otherwise pass for a database socket's reset.
+ */
+function clientWentAway(error: unknown, request: FastifyRequest): boolean {
+  return (error as { code?: unknown })?.code === 'ECONNRESET' && (request.raw.readableAborted || request.raw.destroyed);
+}
+
 function valueError(msg: string, error: string): ErrorShape {
   return {
     status: 422,
@@ -136,6 +144,9 @@ function toShape(error: unknown, request: FastifyRequest): ErrorShape | undefine
   const fastifyError = error as FastifyError;
   const known = fastifyError?.code ? FASTIFY_ERRORS[fastifyError.code] : undefined;
   if (known) return { ...known(request), param: null, extra: {} };
+  if (clientWentAway(error, request)) {
+    return { status: 400, message: 'The client closed the connection before the whole request arrived.', code: 'client_closed_request', param: null, extra: {} };
+  }
   const fault = databaseFault(error);
   if (fault) return { status: 503, message: fault.message, code: fault.code, param: null, extra: {}, retryAfterSeconds: DATABASE_RETRY_AFTER_SECONDS };
   if (error instanceof TooManyParametersError) {

@@ -162,6 +162,9 @@ export function registerJsonBodyParser(app: FastifyInstance, options: { rejectNu
   if (app.hasContentTypeParser('application/json')) app.removeContentTypeParser('application/json');
   if (app.hasContentTypeParser('text/plain')) app.removeContentTypeParser('text/plain');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    // A request for no route answers 404 whatever it sent: parsing up to BODY_LIMIT_MB of JSON that no
+    // handler will read would be work anyone could ask for, with or without a key.
+    if (request.is404) return done(null, undefined);
     try {
       const value = parseJsonBody(body as string, options);
       if (!mayHoldUnstorable(body as string)) storableBodies.add(request);

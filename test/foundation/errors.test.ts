@@ -229,6 +229,16 @@ describe('other client errors', () => {
     expect((await app.inject({ method: 'POST', url: '/traces/nothing?x=1' })).json()).toEqual({ reason: 'No route for POST /traces/nothing.' });
   });
 
+  it('404 for an unknown route without reading its JSON body, valid or not, with or without a key', async () => {
+    for (const payload of ['{"not json', `{"deep": ${'['.repeat(100_000)}${']'.repeat(100_000)}}`]) {
+      for (const headers of [{}, admin.headers]) {
+        const response = await app.inject({ method: 'POST', url: '/nope', headers: { ...headers, ...json('') }, payload });
+        expect(response.statusCode).toBe(404);
+        expect(response.json()).toEqual({ detail: 'No route for POST /nope.' });
+      }
+    }
+  });
+
   it('typed service errors map to each API form with their extra fields', async () => {
     const training = await app.inject({ method: 'GET', url: '/v1/probe/gone', headers: admin.headers });
     expect(training.statusCode).toBe(404);

@@ -1,9 +1,11 @@
 import fs from 'node:fs';
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from '../../src/app.js';
 import { generateOpenApi, OPENAPI_PATH, validateOpenApi } from '../../src/openapi.js';
 import { createTestApp, createUserWithKey, testConfig } from '../helpers/app.js';
 import { freshDatabase } from '../helpers/database.js';
+import { listen } from '../helpers/listen.js';
 
 let app: App;
 beforeAll(async () => {
@@ -65,10 +67,10 @@ describe('request ids', () => {
 });
 
 describe('logs', () => {
-  /** An app logging at info into `lines` (JSON-parsed), for one test; closed by the test. */
-  async function appWithLogs(): Promise<{ logged: App; lines: Record<string, unknown>[] }> {
+  /** An app logging at info into `lines` (JSON-parsed), for one test, with `env` set; closed by the test. */
+  async function appWithLogs(env: Record<string, string> = {}): Promise<{ logged: App; lines: Record<string, unknown>[] }> {
     const lines: Record<string, unknown>[] = [];
-    const logged = await buildApp(testConfig({ LOG_LEVEL: 'info' }), {
+    const logged = await buildApp(testConfig({ LOG_LEVEL: 'info', ...env }), {
       database: await freshDatabase(),
       logStream: { write: (line: string) => void lines.push(JSON.parse(line)) },
     });
@@ -95,6 +97,32 @@ describe('logs', () => {
       const mine = lines.filter((line) => line.request_id === 'upload-1');
       expect(mine[0]).toMatchObject({ msg: 'incoming request', req: { method: 'PUT', url: '/wandb/artifact-files/<token>?part=1' } });
       expect(JSON.stringify(lines)).not.toContain(token);
+    } finally {
+      await logged.close();
+    }
+  });
+
+  it('take a body cut off by REQUEST_TIMEOUT_SECONDS for the client gone, not for a database fault', async () => {
+    const { logged, lines } = await appWithLogs({ REQUEST_TIMEOUT_SECONDS: '1' });
+    let handled: (error: Error) => void;
+    const errorHandled = new Promise<Error>((resolve) => (handled = resolve));
+    logged.addHook('onError', async (_request, _reply, error) => handled(error));
+    try {
+      const url = await listen(logged);
+      const user = await createUserWithKey(logged);
+      const socket = net.connect({ host: '127.0.0.1', port: Number(new URL(url).port) });
+      socket.on('error', () => undefined);
+      socket.write(
+        `POST /v1/preview/models HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: cut-off\r\nContent-Type: application/json\r\nAuthorization: Bearer ${user.key}\r\nContent-Length: 100000\r\n\r\n{"name": "`,
+      );
+      // Node answers 408 and closes the connection, which fails the request's body stream ("aborted").
+      expect((await errorHandled) as Error & { code?: string }).toMatchObject({ code: 'ECONNRESET', message: 'aborted' });
+      await new Promise((resolve) => setImmediate(resolve));
+      socket.destroy();
+      const mine = lines.filter((line) => line.request_id === 'cut-off');
+      expect(mine.map((line) => line.msg)).toContain('incoming request');
+      expect(mine.filter((line) => (line.level as number) >= 50)).toEqual([]);
+      expect(JSON.stringify(mine)).not.toContain('database');
     } finally {
       await logged.close();
     }
