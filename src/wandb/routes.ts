@@ -130,9 +130,18 @@ export const wandbRoutes: FastifyPluginAsyncZod<{ wandb: WandbService }> = async
     const limit = app.config.bodyLimitBytes;
     bytes.removeAllContentTypeParsers();
     bytes.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: limit }, (_request, body, done) => done(null, body));
-    const upload = (summary: string, store: (token: string, data: Buffer, contentMd5: string | undefined) => Promise<void>) => ({
+    const upload = (
+      summary: string,
+      target: (token: string) => Promise<unknown>,
+      store: (token: string, data: Buffer, contentMd5: string | undefined) => Promise<void>,
+    ) => ({
       config: { auth: 'none' as const },
       bodyLimit: limit,
+      // The URL is the only credential: one that takes no upload is refused before the body is read, so
+      // that anyone cannot have the server hold BODY_LIMIT_MB for a made-up URL.
+      onRequest: async (request: FastifyRequest) => {
+        await target((request.params as { token: string }).token);
+      },
       schema: { tags, summary, description: 'The URL comes from a GraphQL answer and needs no key. The body is the raw bytes; a Content-MD5 header, when sent, must match them.', params: TokenParams, consumes: ['application/octet-stream'], response: { 200: Stored } },
       handler: async (request: FastifyRequest<{ Params: { token: string } }>) => {
         const header = request.headers['content-md5'];
@@ -142,9 +151,9 @@ export const wandbRoutes: FastifyPluginAsyncZod<{ wandb: WandbService }> = async
         return { stored: true as const };
       },
     });
-    bytes.put('/wandb/artifact-files/:token', upload('W&B: upload an artifact file', (t, d, m) => wandb.uploadArtifactFile(t, d, m)));
-    bytes.put('/wandb/manifests/:token', upload('W&B: upload an artifact manifest', (t, d, m) => wandb.uploadManifest(t, d, m)));
-    bytes.put('/wandb/run-files/:token', upload('W&B: upload a run file', (t, d, m) => wandb.uploadRunFile(t, d, m)));
+    bytes.put('/wandb/artifact-files/:token', upload('W&B: upload an artifact file', (t) => wandb.artifactFileUpload(t), (t, d, m) => wandb.uploadArtifactFile(t, d, m)));
+    bytes.put('/wandb/manifests/:token', upload('W&B: upload an artifact manifest', (t) => wandb.manifestUpload(t), (t, d, m) => wandb.uploadManifest(t, d, m)));
+    bytes.put('/wandb/run-files/:token', upload('W&B: upload a run file', (t) => wandb.runFileUpload(t), (t, d, m) => wandb.uploadRunFile(t, d, m)));
 
     bytes.get(
       '/wandb/artifact-files/:token',

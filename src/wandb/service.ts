@@ -573,17 +573,29 @@ export class WandbService {
   // -------------------------------------------------------------------------------------------------
   // Bytes: uploads and downloads by the capability tokens in server-minted URLs (the SDK sends no key)
 
-  async uploadArtifactFile(token: string, data: Buffer, contentMd5: string | undefined): Promise<void> {
+  /** The artifact file an upload URL names, or why it takes no upload (404, 409). */
+  async artifactFileUpload(token: string): Promise<NonNullable<Awaited<ReturnType<typeof repo.findFileByToken>>>> {
     const file = await repo.findFileByToken(this.db, { token });
     if (!file) throw new NotFoundError('upload URL');
     if (file.state !== 'PENDING') throw new ConflictError('This artifact is committed: its files cannot change.');
+    return file;
+  }
+
+  async uploadArtifactFile(token: string, data: Buffer, contentMd5: string | undefined): Promise<void> {
+    const file = await this.artifactFileUpload(token);
     await this.storeChecked(file.entity, data, file.md5, contentMd5);
   }
 
-  async uploadManifest(token: string, data: Buffer, contentMd5: string | undefined): Promise<void> {
+  /** The artifact whose manifest an upload URL names, or why it takes no upload (404, 409). */
+  async manifestUpload(token: string): Promise<NonNullable<Awaited<ReturnType<typeof repo.findArtifactByManifestToken>>>> {
     const found = await repo.findArtifactByManifestToken(this.db, { token });
     if (!found) throw new NotFoundError('upload URL');
     if (found.artifact.state !== 'PENDING') throw new ConflictError('This artifact is committed: its manifest cannot change.');
+    return found;
+  }
+
+  async uploadManifest(token: string, data: Buffer, contentMd5: string | undefined): Promise<void> {
+    const found = await this.manifestUpload(token);
     parseManifest(data, (m) => new InvalidRequestError(m));
     const { hex } = this.checked(data, found.artifact.manifest_expected_md5 ?? undefined, contentMd5);
     const entity = found.collection.entity;
@@ -601,10 +613,16 @@ export class WandbService {
     });
   }
 
-  async uploadRunFile(token: string, data: Buffer, contentMd5: string | undefined): Promise<void> {
+  /** The run file an upload URL names, or why it takes no upload (404, 403 once expired). */
+  async runFileUpload(token: string): Promise<NonNullable<Awaited<ReturnType<typeof repo.findRunFileByToken>>>> {
     const file = await repo.findRunFileByToken(this.db, { token });
     if (!file) throw new NotFoundError('upload URL');
     if (!file.live) throw new ForbiddenError(`This upload URL has expired (${repo.RUN_FILE_URL_HOURS} hours after it was handed out): ask for the file's URL again (createRunFiles).`);
+    return file;
+  }
+
+  async uploadRunFile(token: string, data: Buffer, contentMd5: string | undefined): Promise<void> {
+    const file = await this.runFileUpload(token);
     const { hex } = this.checked(data, undefined, contentMd5);
     await this.db.transaction().execute(async (tx) => {
       // The file's row first, then the entity's blobs (the order every transaction takes them in).

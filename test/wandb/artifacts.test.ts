@@ -1,7 +1,9 @@
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { manifestDigest } from '../../src/wandb/service.js';
 import { createTestApp, uniqueName, type TestUser } from '../helpers/app.js';
+import { listen } from '../helpers/listen.js';
 import { createTenants, databaseFingerprint, expectOtherTenantRefused, jsonRequest } from '../helpers/tenants.js';
 import * as h from './helpers.js';
 import { b64md5, manifestOf, pathOf } from './helpers.js';
@@ -39,6 +41,27 @@ describe('artifact uploads', () => {
     expect(response.statusCode).toBe(404);
     expect(response.json()).toEqual({ detail: 'upload URL not found' });
     expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
+  it('answers a forged upload URL before reading the body, on every upload route', async () => {
+    const url = await listen(app);
+    for (const route of ['artifact-files', 'manifests', 'run-files']) {
+      // The head declares a body near the limit; only a few bytes of it are sent, and the answer comes anyway.
+      const answer = await new Promise<string>((resolve) => {
+        const socket = net.connect({ host: '127.0.0.1', port: Number(new URL(url).port) });
+        let received = '';
+        socket.on('data', (chunk) => {
+          received += chunk.toString('latin1');
+          if (received.includes('\r\n\r\n') && received.endsWith('}')) {
+            socket.destroy();
+            resolve(received);
+          }
+        });
+        socket.write(`PUT /wandb/${route}/forged-token HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\nContent-Length: 1000000\r\n\r\nxxxx`);
+      });
+      expect(answer).toMatch(/^HTTP\/1\.1 404 Not Found\r\n/);
+      expect(answer.endsWith('{"detail":"upload URL not found"}')).toBe(true);
+    }
   });
 
   it('refuses bytes whose MD5 is not the one announced for the file, storing nothing', async () => {
