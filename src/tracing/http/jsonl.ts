@@ -8,22 +8,24 @@ import { losslessJsonText } from '../json.js';
  * Sends rows as JSON Lines (reference §1.1) as they come from `batches`: the first batch is read before
  * the headers go out, so a bad query still answers with a proper error status; later batches are read
  * only as the client takes the earlier ones (stream back-pressure). An empty result is an empty body.
+ * `encoded`: the batches hold each row's JSON text already. A batch goes out in chunks of about
+ * CHUNK_CHARS, never as one string: a batch of large rows could pass the longest string V8 holds.
  */
 export async function sendJsonLines(
   reply: FastifyReply,
   batches: AsyncIterator<readonly unknown[]>,
-  options: { lossless?: boolean } = {},
+  options: { lossless?: boolean; encoded?: boolean } = {},
 ): Promise<FastifyReply> {
-  const encode = options.lossless ? encodeLossless : encodePlain;
+  const encode = options.encoded ? (row: unknown) => row as string : options.lossless ? losslessJsonText : encodePlain;
   const first = await batches.next();
   async function* lines(): AsyncGenerator<string> {
     try {
       if (first.done) return;
-      if (first.value.length) yield encode(first.value);
+      yield* chunks(first.value, encode);
       for (;;) {
         const next = await batches.next();
         if (next.done) return;
-        if (next.value.length) yield encode(next.value);
+        yield* chunks(next.value, encode);
       }
     } finally {
       // Stops the reader (closes a cursor, ends its transaction) when the client goes away early.
@@ -38,24 +40,32 @@ export async function sendJsonLines(
   return reply.send(body);
 }
 
-/**
- * Rows as JSON Lines; exact numbers read from call payloads (tracing/exact-numbers.ts) as their literals.
- * Only a row marked as holding them is searched for their marks.
- */
-function encodePlain(rows: readonly unknown[]): string {
+/** Characters of JSON Lines sent as one chunk (a longer row is a chunk of its own). */
+const CHUNK_CHARS = 1024 * 1024;
+
+/** The rows as JSON Lines, in chunks of about CHUNK_CHARS. */
+function* chunks(rows: readonly unknown[], encode: (row: unknown) => string): Generator<string> {
   let out = '';
   for (const row of rows) {
-    const text = JSON.stringify(row);
-    out += `${holdsExactNumbers(row) ? unmarkNumbers(text) : text}\n`;
+    const line = `${encode(row)}\n`;
+    if (out.length > 0 && out.length + line.length > CHUNK_CHARS) {
+      yield out;
+      out = '';
+    }
+    out += line;
   }
-  return out;
+  if (out.length > 0) yield out;
 }
 
-/** For stored digested values (table rows), which may hold LosslessNumbers. */
-function encodeLossless(rows: readonly unknown[]): string {
-  let out = '';
-  for (const row of rows) out += `${losslessJsonText(row)}\n`;
-  return out;
+/** A row's JSON text; exact numbers read from call payloads (tracing/exact-numbers.ts) as their literals. */
+function encodePlain(row: unknown): string {
+  const text = JSON.stringify(row);
+  return holdsExactNumbers(row) ? unmarkNumbers(text) : text;
+}
+
+/** Sends JSON text built by the caller as the answer, as it is. */
+export function sendJsonText(reply: FastifyReply, text: string): FastifyReply {
+  return reply.type('application/json; charset=utf-8').serializer((payload) => payload as string).send(text);
 }
 
 /**

@@ -230,18 +230,76 @@ export interface SpanContext {
   projectId: string;
   resource: Tree;
   scope: Tree;
+  /** Characters of `resource` and `scope` as JSON: what each span's copy of them stores. */
+  sharedChars: number;
+  /** `resource` and `scope` without their attributes (counted in `dropped_attributes_count`), for spans past the export's budget. */
+  cut: { resource: Tree; scope: Tree };
+}
+
+/** Characters of names and versions the cut copies keep (a scope name may be any length). */
+const CUT_NAME_CHARS = 256;
+
+/** A resource's part of the dump, its JSON length and its cut form: made once per resource, whatever its scopes. */
+const resourceParts = new WeakMap<OtlpResourceSpans, { whole: Tree; chars: number; cut: Tree }>();
+
+function resourcePart(resource: OtlpResourceSpans): { whole: Tree; chars: number; cut: Tree } {
+  let part = resourceParts.get(resource);
+  if (!part) {
+    const whole = { attributes: flat(resource.resource.attributes), schema_url: resource.schemaUrl };
+    const cut = { attributes: {}, dropped_attributes_count: resource.resource.attributes.length, schema_url: shortText(resource.schemaUrl, CUT_NAME_CHARS) };
+    part = { whole, chars: JSON.stringify(whole).length, cut };
+    resourceParts.set(resource, part);
+  }
+  return part;
 }
 
 export function spanContext(projectId: string, resource: OtlpResourceSpans, scope: OtlpScope): SpanContext {
+  const shared = resourcePart(resource);
+  const scopePart = { name: scope.name, version: scope.version, attributes: flat(scope.attributes) };
+  const name = (text: string) => shortText(text, CUT_NAME_CHARS);
   return {
     projectId,
-    resource: { attributes: flat(resource.resource.attributes), schema_url: resource.schemaUrl },
-    scope: { name: scope.name, version: scope.version, attributes: flat(scope.attributes) },
+    resource: shared.whole,
+    scope: scopePart,
+    // As the two stand in the dump: "resource":{...},"scope":{...}
+    sharedChars: shared.chars + JSON.stringify(scopePart).length + '"resource":,"scope":'.length,
+    cut: {
+      resource: shared.cut,
+      scope: { name: name(scope.name), version: name(scope.version), attributes: {}, dropped_attributes_count: scope.attributes.length },
+    },
   };
 }
 
+/**
+ * What the spans of one export may spend on their copies of resource and scope attributes (each span's
+ * otel_dump holds its own, read back as attributes.otel_span): the larger of SHARED_COPY_CHARS and the
+ * export's own size, in characters of JSON. A span whose copy no longer fits stores its resource and scope
+ * without their attributes. Without it, one 100 KB resource attribute sent once with 4,000 spans (a 22 KB
+ * gzip body) stored 400 MB and took 2.5 GB of memory to write.
+ */
+export class SharedCopyBudget {
+  /** Spans whose copy was cut. */
+  cut = 0;
+  private left: number;
+  constructor(exportChars: number) {
+    this.left = Math.max(SHARED_COPY_CHARS, exportChars);
+  }
+  /** Whether a span of `context` may keep its whole copy. */
+  fits(context: SpanContext): boolean {
+    return context.sharedChars <= this.left;
+  }
+  /** A span of `context` was stored, with its whole copy or without. */
+  spend(context: SpanContext, whole: boolean): void {
+    if (whole) this.left -= context.sharedChars;
+    else this.cut += 1;
+  }
+}
+
+export const SHARED_COPY_CHARS = 16 * 1024 * 1024;
+
 /** The whole span as stored in otel_dump and returned as attributes.otel_span. */
-function dump(span: OtlpSpan, context: SpanContext): Tree {
+function dump(span: OtlpSpan, context: SpanContext, whole: boolean): Tree {
+  const shared = whole ? context : context.cut;
   return {
     name: span.name,
     context: { trace_id: span.traceId, span_id: span.spanId, trace_state: span.traceState },
@@ -257,8 +315,8 @@ function dump(span: OtlpSpan, context: SpanContext): Tree {
     dropped_links_count: span.droppedLinksCount,
     status: { code: STATUS_CODES[span.status.code] ?? String(span.status.code), message: span.status.message },
     flags: span.flags,
-    resource: context.resource,
-    scope: context.scope,
+    resource: shared.resource,
+    scope: shared.scope,
   };
 }
 
@@ -292,8 +350,11 @@ export interface OtelCall {
   wb_run_step_end: number | null;
 }
 
-/** A span as one finished call of `context.projectId`; throws SpanRejected for a malformed span. */
-export function spanToCall(context: SpanContext, span: OtlpSpan): OtelCall {
+/**
+ * A span as one finished call of `context.projectId`; throws SpanRejected for a malformed span. `budget`:
+ * the export's SharedCopyBudget (by default one of its own, for a span alone).
+ */
+export function spanToCall(context: SpanContext, span: OtlpSpan, budget = new SharedCopyBudget(0)): OtelCall {
   if (!TRACE_ID.test(span.traceId)) throw new SpanRejected(`invalid trace id ${JSON.stringify(span.traceId)} (expected 16 bytes, not all zero)`);
   if (!SPAN_ID.test(span.spanId)) throw new SpanRejected(`invalid span id ${JSON.stringify(span.spanId)} (expected 8 bytes, not all zero)`);
   if (span.parentSpanId !== '' && !PARENT_ID.test(span.parentSpanId)) throw new SpanRejected(`invalid parent span id ${JSON.stringify(span.parentSpanId)}`);
@@ -369,7 +430,8 @@ export function spanToCall(context: SpanContext, span: OtlpSpan): OtelCall {
     exception = span.status.message || fromEvent || 'Span status ERROR';
   }
 
-  const otelDump = dump(span, context);
+  const whole = budget.fits(context);
+  const otelDump = dump(span, context, whole);
   // The same bound as every other stored payload: a kvlist nested (or a JSON string attribute parsed)
   // past it would be stored and then fail every read of the project's calls.
   // The dump holds each attribute two levels down (dump > attributes > value), so it is the first to pass it.
@@ -378,6 +440,9 @@ export function spanToCall(context: SpanContext, span: OtlpSpan): OtelCall {
     if (nestsDeeperThan(value)) throw new SpanRejected(`${field} nests more than ${MAX_JSON_DEPTH} levels of objects and arrays, the most that is stored`);
   }
 
+  const threadId = bounded(str(THREAD_ID) ?? vertexSession, 'wandb.thread_id', TRACING_LIMITS.callIdLength);
+  const runId = bounded(str(RUN_ID), 'wandb.wb_run_id', TRACING_LIMITS.keyLength);
+  budget.spend(context, whole);
   return {
     project_id: context.projectId,
     id: span.spanId,
@@ -385,13 +450,13 @@ export function spanToCall(context: SpanContext, span: OtlpSpan): OtelCall {
     parent_id: span.parentSpanId || null,
     op_name: opName(span.name),
     display_name: displayName(str(DISPLAY_NAME)),
-    thread_id: bounded(str(THREAD_ID) ?? vertexSession, 'wandb.thread_id', TRACING_LIMITS.callIdLength),
+    thread_id: threadId,
     turn_id: isTurn ? span.spanId : null,
     started_at: startedAt,
     attributes: callAttributes,
     inputs,
     otel_dump: otelDump,
-    wb_run_id: bounded(str(RUN_ID), 'wandb.wb_run_id', TRACING_LIMITS.keyLength),
+    wb_run_id: runId,
     wb_run_step: int(RUN_STEP),
     ended_at: endedAt,
     exception,

@@ -36,8 +36,17 @@ const CONVERT_TYPES: Record<Exclude<ConvertTarget, 'exists'>, SqlType> = {
   bool: 'bool',
 };
 
-/** ASCII characters that are not letters or digits: what separates tokens for $containsToken. */
-const TOKEN_SEPARATORS = '[\\x01-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7f]+';
+/** An ASCII character that is not a letter or digit: what separates tokens for $containsToken. */
+const SEPARATOR = '[\\x01-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7f]';
+const TOKEN_SEPARATORS = `${SEPARATOR}+`;
+const BEFORE_TOKEN = `(^|${SEPARATOR})`;
+const AFTER_TOKEN = `(${SEPARATOR}|$)`;
+/**
+ * The longest token $containsToken looks for with a regular expression; a longer one is compared with the
+ * text's tokens instead. PostgreSQL compiles a long pattern slowly (10,000 characters: 2 s on PGlite) and
+ * refuses a longer one as too complex.
+ */
+const TOKEN_PATTERN_CHARS = 256;
 
 const invalid = (message: string) => new InvalidRequestError(message, { code: 'invalid_query' });
 
@@ -76,15 +85,28 @@ function compileOperation(op: Operation, resolve: FieldResolver): RawBuilder<unk
   if ('$containsToken' in op) {
     const { input, substr, case_insensitive: caseInsensitive } = op.$containsToken;
     const fold = (text: RawBuilder<unknown>) => (caseInsensitive ? sql`lower(${text})` : text);
-    const haystack = fold(toType(compileOperand(input, resolve), 'text'));
-    const needle = fold(toType(compileOperand(substr, resolve), 'text'));
-    // A whole token: the text split on runs of ASCII characters that are not letters or digits
-    // (ClickHouse's hasToken; other characters belong to tokens).
-    return sql`(${needle} <> '' and ${needle} = any(regexp_split_to_array(${haystack}, ${TOKEN_SEPARATORS})))`;
+    return containsToken(fold(toType(compileOperand(input, resolve), 'text')), fold(toType(compileOperand(substr, resolve), 'text')));
   }
   const key = Object.keys(op)[0] as ComparisonKey;
   const [left, right] = (op as Record<ComparisonKey, [Operand, Operand]>)[key];
   return compare(key, compileOperand(left, resolve), compileOperand(right, resolve));
+}
+
+/**
+ * Whether `needle` is one of the tokens of `haystack`: the text split on runs of ASCII characters that are
+ * not letters or digits (ClickHouse's hasToken; other characters belong to tokens); an empty needle never
+ * matches. That is `needle = any(regexp_split_to_array(haystack, TOKEN_SEPARATORS))`, which builds an array
+ * of every token of every row; a needle without separators is a token exactly where it stands between
+ * separators or the ends of the text, which one regular-expression scan finds, stopping at the first
+ * (2 to 5 times faster on PGlite). Such a needle holds only letters, digits and non-ASCII characters, none
+ * of them special in a pattern. A needle with a separator is no token: false (null with a null haystack, as
+ * the array's comparison answers). Null in, null out, as before.
+ */
+function containsToken(haystack: RawBuilder<unknown>, needle: RawBuilder<unknown>): RawBuilder<unknown> {
+  return sql`(case when ${needle} = '' then false
+    when ${needle} ~ ${SEPARATOR} then (case when ${haystack} is null then null::boolean else false end)
+    when length(${needle}) <= ${sql.lit(TOKEN_PATTERN_CHARS)} then ${haystack} ~ (${BEFORE_TOKEN} || ${needle} || ${AFTER_TOKEN})
+    else ${needle} = any(regexp_split_to_array(${haystack}, ${TOKEN_SEPARATORS})) end)`;
 }
 
 function compare(key: ComparisonKey, left: Value, right: Value): RawBuilder<unknown> {

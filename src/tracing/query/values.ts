@@ -137,7 +137,7 @@ function bindLiteral(value: LiteralValue, type: SqlType): RawBuilder<unknown> {
     if (type === 'numeric') return sql`${value.value}::numeric`;
     if (type === 'text') return sql`${value.value}::text`;
     // As a number beyond the range of unix seconds, and as any number compared as a bool.
-    throw new InvalidRequestError(`Literal ${value.value} cannot be compared as ${type}`, { code: 'invalid_query' });
+    throw new InvalidRequestError(`Literal ${shown(value.value)} cannot be compared as ${type}`, { code: 'invalid_query' });
   }
   switch (type) {
     case 'text':
@@ -157,7 +157,17 @@ function bindLiteral(value: LiteralValue, type: SqlType): RawBuilder<unknown> {
       if (typeof value === 'string' && isValidIsoDateTime(value, { dateOnly: true })) return sql`${value}::timestamptz`;
       break;
   }
-  throw new InvalidRequestError(`Literal ${unmarkNumbers(JSON.stringify(value))} cannot be compared as ${type}`, { code: 'invalid_query' });
+  throw new InvalidRequestError(`Literal ${shown(unmarkNumbers(JSON.stringify(value)))} cannot be compared as ${type}`, { code: 'invalid_query' });
+}
+
+/** Characters of a literal's text a message shows: a literal may hold QUERY_LIMITS.literalChars. */
+const SHOWN_CHARS = 100;
+
+/** A literal's text for a message: cut after SHOWN_CHARS characters (never mid code point), with how long it was. */
+function shown(text: string): string {
+  if (text.length <= SHOWN_CHARS) return text;
+  const cut = text.slice(0, SHOWN_CHARS);
+  return `${/[\ud800-\udbff]$/.test(cut) ? cut.slice(0, -1) : cut}… (${text.length} characters)`;
 }
 
 /**

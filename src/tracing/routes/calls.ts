@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { principalOf } from '../../auth/plugin.js';
 import { depsOf, projectFor } from '../http/access.js';
-import { sendJsonLines } from '../http/jsonl.js';
+import { sendJsonLines, sendJsonText } from '../http/jsonl.js';
 import {
   CallEndBody,
   CallReadBody,
@@ -19,7 +19,7 @@ import {
   UpsertBatchBody,
   UpsertBatchResponse,
 } from '../schemas/calls.js';
-import { Empty, tags } from '../schemas/common.js';
+import { Empty, tags, TRACING_LIMITS } from '../schemas/common.js';
 import * as calls from '../services/calls.js';
 
 export const callRoutes: FastifyPluginAsyncZod = async (app) => {
@@ -122,13 +122,26 @@ export const callRoutes: FastifyPluginAsyncZod = async (app) => {
     async (request, reply) => {
       const { project_id: projectId, ...query } = request.body;
       projectFor(request, projectId);
-      return sendJsonLines(reply, calls.streamCalls(deps, projectId, query));
+      return sendJsonLines(reply, calls.callTexts(deps, projectId, query), { encoded: true });
     },
   );
 
-  app.post('/calls/query', { config: { exactNumbers: true }, schema: { tags, summary: 'Query calls', body: CallsQueryBody, response: { 200: CallsQueryResponse } } }, async (request) => {
-    const { project_id: projectId, ...query } = request.body;
-    projectFor(request, projectId);
-    return { calls: await calls.queryCalls(deps, projectId, query) };
-  });
+  app.post(
+    '/calls/query',
+    {
+      config: { exactNumbers: true },
+      schema: {
+        tags,
+        summary: 'Query calls',
+        description: `At most ${TRACING_LIMITS.answerBytes / (1024 * 1024)} MiB of JSON in one answer (400 past it, unless it holds a single call); /calls/stream_query streams any number of calls.`,
+        body: CallsQueryBody,
+        response: { 200: CallsQueryResponse },
+      },
+    },
+    async (request, reply) => {
+      const { project_id: projectId, ...query } = request.body;
+      projectFor(request, projectId);
+      return sendJsonText(reply, await calls.queryCallsJson(deps, projectId, query));
+    },
+  );
 };

@@ -83,6 +83,8 @@ export const otelRoutes: FastifyPluginAsyncZod = async (app) => {
         'An ExportTraceServiceRequest as application/x-protobuf (optionally Content-Encoding: gzip) or OTLP/JSON; or weave\'s ' +
         '{project_id, traces} JSON form. Project: the project_id header, else the wandb.entity and wandb.project resource attributes. ' +
         'Key: Basic, Bearer or a wandb-api-key header. Each span becomes a finished call; malformed spans are reported as partial success. ' +
+        'Once the spans\' copies of their resource and scope pass 16 MiB (or the export\'s size), later spans are stored without those attributes, ' +
+        'reported as partial success with no span rejected. ' +
         `At most ${MAX_OTLP_BYTES / (1024 * 1024)} MiB after decompression (413).`,
       consumes: ['application/x-protobuf', 'application/json'],
       body: OtlpJsonRequest,
@@ -98,12 +100,14 @@ export const otelRoutes: FastifyPluginAsyncZod = async (app) => {
     const bytes = body?.bytes ?? Buffer.alloc(0);
     if (bytes.length > MAX_OTLP_BYTES) throw tooLarge();
     let traces: OtlpTraceRequest;
+    let size = bytes.length;
     let bodyProject: string | undefined;
     let wrapped = false;
     if (encoding === 'protobuf') {
       traces = decodeTraceRequest(bytes);
     } else if (encoding === 'json') {
       const text = bytes.toString('utf8');
+      size = text.length;
       const json = parseJsonBody(text);
       if (json !== null && typeof json === 'object' && !Array.isArray(json) && 'traces' in json) {
         // weave's OtelExportReq: {project_id, traces: <ExportTraceServiceRequest as JSON>}
@@ -122,8 +126,9 @@ export const otelRoutes: FastifyPluginAsyncZod = async (app) => {
     const projects = resourceProjects(traces, headerProject ?? bodyProject);
     for (const projectId of new Set(projects)) projectFor(request, projectId);
 
-    const result = await exportSpans(deps, { userId: principalOf(request).userId, request: traces, projects });
-    const partial = result.rejectedSpans > 0 ? { rejectedSpans: result.rejectedSpans, errorMessage: result.errorMessage } : undefined;
+    const result = await exportSpans(deps, { userId: principalOf(request).userId, request: traces, projects, size });
+    // A message with no span rejected is a warning (spans stored without their resource attributes).
+    const partial = result.rejectedSpans > 0 || result.errorMessage ? { rejectedSpans: result.rejectedSpans, errorMessage: result.errorMessage } : undefined;
     if (encoding === 'protobuf') return reply.type('application/x-protobuf').send(encodeTraceResponse(partial));
     if (!partial) return {};
     return wrapped

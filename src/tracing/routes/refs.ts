@@ -1,8 +1,8 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { principalOf } from '../../auth/plugin.js';
 import { depsOf } from '../http/access.js';
-import { sendLosslessJson } from '../http/jsonl.js';
-import { tags } from '../schemas/common.js';
+import { sendJsonText } from '../http/jsonl.js';
+import { tags, TRACING_LIMITS } from '../schemas/common.js';
 import { RefsReadBatchBody, RefsReadBatchResponse } from '../schemas/refs.js';
 import { readRefsBatch } from '../services/refs.js';
 
@@ -14,11 +14,13 @@ export const refRoutes: FastifyPluginAsyncZod = async (app) => {
       schema: {
         tags,
         summary: 'Read the values of object and op refs',
-        description: 'At most 1000 refs, all into one project the key reaches. Deleted objects read as null.',
+        description:
+          'At most 1000 refs, all into one project the key reaches. Deleted objects read as null. ' +
+          `At most ${TRACING_LIMITS.answerBytes / (1024 * 1024)} MiB of JSON in one answer (400 past it, naming how many values fit, unless it holds a single value).`,
         body: RefsReadBatchBody,
         response: { 200: RefsReadBatchResponse },
       },
     },
-    async (request, reply) => sendLosslessJson(reply, { vals: await readRefsBatch(deps, { refs: request.body.refs, entities: principalOf(request).entities }) }),
+    async (request, reply) => sendJsonText(reply, await readRefsBatch(deps, { refs: request.body.refs, entities: principalOf(request).entities })),
   );
 };

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { InvalidRequestError } from '../../errors.js';
 import { boundedDepth } from '../../http/json-depth.js';
 
 /**
@@ -38,7 +39,22 @@ export const TRACING_LIMITS = {
    * text are 3,072 bytes, past the 2,704 PostgreSQL takes in an index entry.
    */
   opNameBytes: 2000,
+  /**
+   * Bytes of JSON one answer built whole in memory may hold: `/calls/query` and `/refs/read_batch`
+   * (400 past it, naming the bound; an answer of a single call or value is never refused). As much as
+   * one request may carry (the default BODY_LIMIT_MB); `/calls/stream_query` streams any number of calls.
+   */
+  answerBytes: 64 * 1024 * 1024,
 } as const;
+
+/** The 400 of an answer past TRACING_LIMITS.answerBytes: what it holds, how many fit, and what to do instead. */
+export function answerTooLarge(what: string, route: string, fitting: number, instead: string): InvalidRequestError {
+  const mib = TRACING_LIMITS.answerBytes / (1024 * 1024);
+  return new InvalidRequestError(
+    `The ${what} come to more than ${mib} MiB of JSON (${TRACING_LIMITS.answerBytes} bytes), the most one ${route} answer holds; the first ${fitting} fit. ${instead}`,
+    { code: 'answer_too_large' },
+  );
+}
 
 /** An id, ref, digest or name as list items and field paths carry them. */
 export const Key = z.string().max(TRACING_LIMITS.keyLength);

@@ -18,7 +18,11 @@ export interface BatchPlan<Row, Key = never> {
   /** The request's limit and offset, to plan the windows. */
   limit?: number | null;
   offset?: number | null;
-  size: number;
+  /**
+   * Rows per batch, or a function asked before each batch is read (after the consumer has taken the one
+   * before), so that a reader can size batches by what the earlier ones held.
+   */
+  size: number | (() => number);
 }
 
 /**
@@ -30,15 +34,18 @@ export interface BatchPlan<Row, Key = never> {
  * second one (N streams would otherwise deadlock a pool of N).
  */
 export async function* readInBatches<Row, Key = never>(deps: TracingDeps, plan: BatchPlan<Row, Key>): AsyncGenerator<{ rows: Row[]; db: Kysely<Database> }> {
+  const { size } = plan;
+  const nextSize = typeof size === 'number' ? () => size : () => Math.max(1, Math.floor(size()));
   if (deps.kind === 'postgres') {
     const trx = await deps.db.startTransaction().execute();
     let done = false;
     try {
       await sql`declare batch_cursor no scroll cursor for ${plan.query}`.execute(trx);
       for (;;) {
-        const { rows } = await sql<Row>`fetch forward ${sql.raw(String(plan.size))} from batch_cursor`.execute(trx);
+        const count = nextSize();
+        const { rows } = await sql<Row>`fetch forward ${sql.raw(String(count))} from batch_cursor`.execute(trx);
         yield { rows, db: trx };
-        if (rows.length < plan.size) break;
+        if (rows.length < count) break;
       }
       done = true;
     } finally {
@@ -59,11 +66,12 @@ export async function* readInBatches<Row, Key = never>(deps: TracingDeps, plan: 
   const start = plan.offset ?? 0;
   const end = plan.limit == null ? Infinity : start + plan.limit;
   let after: Key | undefined;
-  for (let offset = start; offset < end; offset += plan.size) {
-    const limit = Math.min(plan.size, end - offset);
+  for (let offset = start; offset < end; ) {
+    const limit = Math.min(nextSize(), end - offset);
     const rows = await plan.window(deps.db, after === undefined ? { limit, offset } : { limit, offset: 0, after });
     yield { rows, db: deps.db };
     if (rows.length < limit) return;
+    offset += limit;
     if (plan.key) after = plan.key(rows[rows.length - 1]);
   }
 }

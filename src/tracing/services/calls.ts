@@ -2,7 +2,7 @@ import { channel } from 'node:diagnostics_channel';
 import { usernamesByIds } from '../../auth/repository.js';
 import { InvalidRequestError } from '../../errors.js';
 import { hasMarkedNumbers, unmarkNumbers } from '../../http/exact-numbers.js';
-import { isJsonObject, markHoldsExactNumbers, numberOf, parsePayloadText, payloadJsonText } from '../exact-numbers.js';
+import { holdsExactNumbers, isJsonObject, markHoldsExactNumbers, numberOf, parsePayloadText, payloadJsonText } from '../exact-numbers.js';
 import { uuidv7 } from '../ids.js';
 import { seeksAfter, type CallPosition } from '../query/calls.js';
 import { splitFieldPath } from '../query/expr.js';
@@ -10,6 +10,7 @@ import { extractRefs, isWeaveRef, REF_SCHEME } from '../refs.js';
 import * as repo from '../repositories/calls.js';
 import { mapJsonbErrors, type Executor } from '../repositories/common.js';
 import type { CallsQueryBody, EndedCall, StartedCall } from '../schemas/calls.js';
+import { answerTooLarge, TRACING_LIMITS } from '../schemas/common.js';
 import { readInBatches } from './batches.js';
 import { listIdentity } from './call-pages.js';
 import type { TracingDeps } from './deps.js';
@@ -22,8 +23,14 @@ import { cleanJsonText, cleanNullable, cleanString } from '../sanitize.js';
 
 export const MAX_DELETE_IDS = 1000;
 
-/** Rows read per round trip when streaming: a cursor FETCH on a server, a LIMIT/OFFSET window on PGlite. */
+/**
+ * The most rows read per round trip when streaming (a cursor FETCH on a server, a window on PGlite), as
+ * weave's servers stream at most 500 calls a batch, starting at 50 (INITIAL_CALLS_STREAM_BATCH_SIZE).
+ */
 export const STREAM_BATCH_SIZE = 500;
+const FIRST_BATCH_ROWS = 50;
+/** About how many characters of JSON a batch of calls is sized to hold, judged by the batch before. */
+const BATCH_TARGET_CHARS = 8 * 1024 * 1024;
 
 /**
  * Published once per batch a calls stream reads from the database (`{ rows }`), so that tests and
@@ -270,11 +277,29 @@ function listArgs(projectId: string, body: Omit<CallsQueryBody, 'project_id'>): 
   };
 }
 
-export async function queryCalls(deps: TracingDeps, projectId: string, body: Omit<CallsQueryBody, 'project_id'>): Promise<Record<string, unknown>[]> {
-  const { args, ended } = startOfPage(deps, listArgs(projectId, body));
-  const rows = await repo.listCalls(deps.db, args);
-  if (rows.length > 0) ended(rows.length, rows[rows.length - 1]);
-  return finish(deps, projectId, rows, args, body);
+/**
+ * `/calls/query`: the answer's JSON text, `{"calls": [...]}`, read in the stream's batches (callTexts) so
+ * that a query past TRACING_LIMITS.answerBytes stops there with a 400 (answerTooLarge) instead of building
+ * an answer no string can hold. An answer of one call is never refused.
+ */
+export async function queryCallsJson(deps: TracingDeps, projectId: string, body: Omit<CallsQueryBody, 'project_id'>): Promise<string> {
+  const texts: string[] = [];
+  let bytes = 0;
+  for await (const batch of callTexts(deps, projectId, body)) {
+    for (const text of batch) {
+      bytes += Buffer.byteLength(text) + 1;
+      if (bytes > TRACING_LIMITS.answerBytes && texts.length > 0) {
+        throw answerTooLarge(
+          'calls of this query',
+          '/calls/query',
+          texts.length,
+          'Read them with /calls/stream_query (JSON Lines, any number of calls), or page with a smaller limit and offset, or select fewer columns.',
+        );
+      }
+      texts.push(text);
+    }
+  }
+  return `{"calls":[${texts.join(',')}]}`;
 }
 
 /** Where a row sits in a list ordered by started_at and id. */
@@ -334,16 +359,23 @@ async function addUsernames(deps: TracingDeps, calls: Record<string, unknown>[])
   for (const call of calls) call.wb_username = typeof call.wb_user_id === 'string' ? (names.get(call.wb_user_id) ?? null) : null;
 }
 
-/** The calls of a query in batches, read as the consumer asks for them (see readInBatches). */
-export async function* streamCalls(deps: TracingDeps, projectId: string, body: Omit<CallsQueryBody, 'project_id'>): AsyncGenerator<Record<string, unknown>[]> {
+/**
+ * The calls of a query in batches of their JSON texts (callText), read as the consumer asks for them (see
+ * readInBatches): `/calls/stream_query` sends them as JSON Lines, `/calls/query` gathers them. The first
+ * batch holds FIRST_BATCH_ROWS calls; each later one as many as would have made BATCH_TARGET_CHARS characters of the
+ * batch before (at least 1, at most STREAM_BATCH_SIZE), so that a batch of large calls stays a few
+ * megabytes rather than hundreds.
+ */
+export async function* callTexts(deps: TracingDeps, projectId: string, body: Omit<CallsQueryBody, 'project_id'>): AsyncGenerator<string[]> {
   const { args, ended } = startOfPage(deps, listArgs(projectId, body));
+  let size = FIRST_BATCH_ROWS;
   const batches = readInBatches(deps, {
     query: repo.callsListQuery(args), // compiles (and validates) the query before anything is read
     window: async (db, window) => (await repo.callsWindowQuery(args, window).execute(db)).rows,
     key: seeksAfter(args.sortBy) ? positionOf : undefined,
     limit: args.limit,
     offset: args.offset,
-    size: STREAM_BATCH_SIZE,
+    size: () => size,
   });
   let count = 0;
   let last: repo.CallRow | undefined;
@@ -352,9 +384,19 @@ export async function* streamCalls(deps: TracingDeps, projectId: string, body: O
     if (rows.length === 0) continue;
     count += rows.length;
     last = rows[rows.length - 1];
-    yield await finish({ db, kind: deps.kind }, projectId, rows, args, body);
+    const texts = (await finish({ db, kind: deps.kind }, projectId, rows, args, body)).map(callText);
+    let bytes = 0;
+    for (const text of texts) bytes += text.length;
+    size = Math.min(STREAM_BATCH_SIZE, Math.max(1, Math.floor((rows.length * BATCH_TARGET_CHARS) / Math.max(bytes, 1))));
+    yield texts;
   }
   if (last !== undefined) ended(count, last);
+}
+
+/** A call's JSON text as answers carry it: exact numbers written as their literals. */
+function callText(call: Record<string, unknown>): string {
+  const text = JSON.stringify(call);
+  return holdsExactNumbers(call) ? unmarkNumbers(text) : text;
 }
 
 /** A stored row as the clients' CallSchema, with the derived `summary.weave` (reference §3.6). */

@@ -1,6 +1,6 @@
 import { InvalidRequestError } from '../../errors.js';
 import type { OtlpTraceRequest } from '../otel/model.js';
-import { spanContext, spanToCall, SpanRejected, type OtelCall } from '../otel/mapping.js';
+import { SHARED_COPY_CHARS, SharedCopyBudget, spanContext, spanToCall, SpanRejected, type OtelCall } from '../otel/mapping.js';
 import { upsertCompleteCalls } from './calls.js';
 import type { TracingDeps } from './deps.js';
 
@@ -38,18 +38,25 @@ export function resourceProjects(request: OtlpTraceRequest, given: string | unde
 /**
  * Stores the spans as calls, each a complete row (start and end known) written with one multi-row
  * upsert per export. Malformed spans are left out and counted; the rest are stored. `projects[i]` is
- * resource i's project, already checked for access.
+ * resource i's project, already checked for access. `size`: the export's size (bytes of protobuf after
+ * decompression, or characters of JSON), which sets its SharedCopyBudget; spans stored without their
+ * resource and scope attributes are named in the error message, as a warning (OTLP's partial success
+ * with no span rejected).
  */
-export async function exportSpans(deps: TracingDeps, args: { userId: string; request: OtlpTraceRequest; projects: readonly string[] }): Promise<OtelExportResult> {
+export async function exportSpans(
+  deps: TracingDeps,
+  args: { userId: string; request: OtlpTraceRequest; projects: readonly string[]; size: number },
+): Promise<OtelExportResult> {
   const calls: OtelCall[] = [];
   const reasons: string[] = [];
+  const budget = new SharedCopyBudget(args.size);
   let rejected = 0;
   args.request.resourceSpans.forEach((resource, i) => {
     for (const scopeSpans of resource.scopeSpans) {
       const context = spanContext(args.projects[i], resource, scopeSpans.scope);
       for (const span of scopeSpans.spans) {
         try {
-          calls.push(spanToCall(context, span));
+          calls.push(spanToCall(context, span, budget));
         } catch (error) {
           if (!(error instanceof SpanRejected)) throw error;
           rejected++;
@@ -60,5 +67,14 @@ export async function exportSpans(deps: TracingDeps, args: { userId: string; req
   });
   if (calls.length > 0) await upsertCompleteCalls(deps, { userId: args.userId, calls });
   const more = rejected > reasons.length ? `; and ${rejected - reasons.length} more` : '';
-  return { accepted: calls.length, rejectedSpans: rejected, errorMessage: rejected ? `${rejected} span(s) rejected: ${reasons.join('; ')}${more}` : '' };
+  const messages = rejected ? [`${rejected} span(s) rejected: ${reasons.join('; ')}${more}`] : [];
+  if (budget.cut > 0) {
+    const mib = Math.max(SHARED_COPY_CHARS, args.size) / (1024 * 1024);
+    messages.push(
+      `${budget.cut} span(s) stored without their resource and scope attributes (otel_span.resource and otel_span.scope, ` +
+        `their dropped_attributes_count says how many): the export's copies of them reached ${Number(mib.toFixed(1))} MiB, ` +
+        'the most one export stores. Send fewer spans per export, or a smaller resource.',
+    );
+  }
+  return { accepted: calls.length, rejectedSpans: rejected, errorMessage: messages.join('; ') };
 }

@@ -1,9 +1,10 @@
 import { ForbiddenError, InvalidRequestError, NotFoundError } from '../../errors.js';
 import { isWeaveRef, parseRef, refProjectId, type ObjectRef, type RefPathStep, type WeaveRef } from '../refs.js';
-import { isLosslessNumber, toPlainJson } from '../json.js';
+import { isLosslessNumber, losslessJsonText, toPlainJson } from '../json.js';
 import type { Executor } from '../repositories/common.js';
 import * as objects from '../repositories/objects.js';
 import * as tables from '../repositories/tables.js';
+import { answerTooLarge, TRACING_LIMITS } from '../schemas/common.js';
 import type { TracingDeps } from './deps.js';
 import { parseVersionSelector } from './objects.js';
 
@@ -126,15 +127,18 @@ const isRecord = (value: unknown): value is Record<string, unknown> =>
 const uriOf = (ref: ObjectRef) => `weave:///${ref.entity}/${ref.project}/${ref.kind}/${ref.name}:${ref.digest}`;
 
 /**
- * `/refs/read_batch`: one value per ref, in order. All refs must be object or op refs into one project
- * the key reaches (403 otherwise; a ref into a second project is a 400). A missing version fails the
- * whole request (404); a deleted one, or a path that leads nowhere, reads as null.
+ * `/refs/read_batch`: the answer's JSON text, `{"vals": [...]}`, one value per ref, in order, written
+ * losslessly (stored number text as stored). All refs must be object or op refs into one project the key
+ * reaches (403 otherwise; a ref into a second project is a 400). A missing version fails the whole
+ * request (404); a deleted one, or a path that leads nowhere, reads as null. Values past
+ * TRACING_LIMITS.answerBytes in all are a 400 naming how many fit (a single value is always answered):
+ * 1,000 refs to one 1 MB object would otherwise be a 1 GB answer, past the longest string V8 holds.
  */
-export async function readRefsBatch(deps: TracingDeps, args: { refs: readonly string[]; entities: ReadonlySet<string> }): Promise<unknown[]> {
+export async function readRefsBatch(deps: TracingDeps, args: { refs: readonly string[]; entities: ReadonlySet<string> }): Promise<string> {
   if (args.refs.length > MAX_REFS) {
     throw new InvalidRequestError(`Cannot read more than ${MAX_REFS} refs at once (got ${args.refs.length}); split the request.`, { code: 'too_many_refs' });
   }
-  if (args.refs.length === 0) return [];
+  if (args.refs.length === 0) return '{"vals":[]}';
   const parsed = args.refs.map((uri) => {
     const ref = parseRef(uri);
     if (ref.kind !== 'object' && ref.kind !== 'op') {
@@ -147,15 +151,29 @@ export async function readRefsBatch(deps: TracingDeps, args: { refs: readonly st
   const resolver = new RefResolver(deps.db, projectId);
   parsed.forEach((ref, i) => resolver.checkProject(ref, args.refs[i]));
   await resolver.prefetch(parsed);
-  const values: unknown[] = [];
+  const texts: string[] = [];
+  // Refs to one value (the resolver loads each version once) share its text.
+  const written = new Map<unknown, { text: string; bytes: number }>();
+  let bytes = 0;
   for (let i = 0; i < parsed.length; i++) {
     const result = await resolver.resolveObject(parsed[i]);
     if (!result.ok && result.reason === 'missing' && !(await resolver.version(parsed[i]))) {
       throw new NotFoundError('object', undefined, { message: `Obj ${parsed[i].name}:${parsed[i].digest} not found` });
     }
-    values.push(result.ok ? result.value : null);
+    const value = result.ok ? result.value : null;
+    let entry = written.get(value);
+    if (!entry) {
+      const text = losslessJsonText(value);
+      entry = { text, bytes: Buffer.byteLength(text) + 1 };
+      if (value !== null && typeof value === 'object') written.set(value, entry);
+    }
+    bytes += entry.bytes;
+    if (bytes > TRACING_LIMITS.answerBytes && texts.length > 0) {
+      throw answerTooLarge('values of these refs', '/refs/read_batch', texts.length, 'Read fewer refs per call.');
+    }
+    texts.push(entry.text);
   }
-  return values;
+  return `{"vals":[${texts.join(',')}]}`;
 }
 
 /**
