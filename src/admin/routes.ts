@@ -45,6 +45,12 @@ export const CreateKeyBody = z.object({
   name: z.string().min(1).max(200).optional(),
   kind: z.enum(['user', 'worker']).default('user'),
 });
+export const CreateTeamBody = z.object({ name: Name });
+export const TeamParams = z.object({ team: Name });
+export const AddMemberBody = z.object({ username: Name, role: z.enum(['admin', 'member']).default('member') });
+export const MemberParams = z.object({ team: Name, username: Name });
+export const ListKeysQuery = z.object({ username: Name.optional() });
+export const RevokeKeyParams = z.object({ key_id: z.uuid() });
 
 export function userJson(user: UserRecord): z.infer<typeof User> {
   return { id: user.id, username: user.username, entity: user.entity, is_admin: user.isAdmin, created_at: user.createdAt.toISOString() };
@@ -152,7 +158,7 @@ export const adminRoutes: FastifyPluginAsyncZod = async (app) => {
     '/teams',
     {
       config,
-      schema: { tags, summary: 'Create a team entity', body: z.object({ name: Name }), response: { 201: z.object({ id: z.string(), name: z.string() }) } },
+      schema: { tags, summary: 'Create a team entity', body: CreateTeamBody, response: { 201: z.object({ id: z.string(), name: z.string() }) } },
     },
     async (request, reply) => reply.status(201).send(await app.auth.createTeam({ name: request.body.name })),
   );
@@ -164,8 +170,8 @@ export const adminRoutes: FastifyPluginAsyncZod = async (app) => {
       schema: {
         tags,
         summary: 'Add a user to a team (or change the role)',
-        params: z.object({ team: Name }),
-        body: z.object({ username: Name, role: z.enum(['admin', 'member']).default('member') }),
+        params: TeamParams,
+        body: AddMemberBody,
         response: { 200: z.object({ team: z.string(), username: z.string(), role: z.enum(['admin', 'member']) }) },
       },
     },
@@ -185,7 +191,7 @@ export const adminRoutes: FastifyPluginAsyncZod = async (app) => {
         tags,
         summary: 'Remove a user from a team',
         description: "The user's keys, and the workers running with them, stop reaching the team's projects and jobs (at once in this process, within AUTH_CACHE_TTL_MS in others).",
-        params: z.object({ team: Name, username: Name }),
+        params: MemberParams,
         response: { 200: z.object({ team: z.string(), username: z.string(), removed: z.literal(true) }) },
       },
     },
@@ -220,7 +226,7 @@ export const adminRoutes: FastifyPluginAsyncZod = async (app) => {
       schema: {
         tags,
         summary: 'List API keys (never the secrets)',
-        querystring: z.object({ username: Name.optional() }),
+        querystring: ListKeysQuery,
         response: { 200: z.object({ data: z.array(ApiKey) }) },
       },
     },
@@ -234,7 +240,9 @@ export const adminRoutes: FastifyPluginAsyncZod = async (app) => {
       schema: {
         tags,
         summary: 'Revoke an API key',
-        params: z.object({ key_id: z.uuid() }),
+        description:
+          "The key stops working at once in this process, within AUTH_CACHE_TTL_MS in others. 409 when it is the last active user key of any admin: with none left, nobody could manage the server (every admin call would be 401). Create another admin key first, then revoke this one. Worker keys do not count.",
+        params: RevokeKeyParams,
         response: { 200: z.object({ id: z.string(), revoked: z.literal(true) }) },
       },
     },

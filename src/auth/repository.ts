@@ -225,6 +225,25 @@ export async function listApiKeys(db: Executor, args: { userId?: string }): Prom
   }));
 }
 
+/**
+ * The ids of the live (unrevoked) user keys of admin users, the keys that can manage the server, locked
+ * (FOR UPDATE) until the transaction `trx` ends: a second transaction asking for them waits, then sees the
+ * first one's revoke. Locked in id order, so that two such transactions cannot deadlock.
+ */
+export async function lockActiveAdminKeys(trx: Transaction<Database>): Promise<string[]> {
+  const rows = await trx
+    .selectFrom('api_keys')
+    .innerJoin('users', 'users.id', 'api_keys.user_id')
+    .select('api_keys.id')
+    .where('users.is_admin', '=', true)
+    .where('api_keys.kind', '=', 'user')
+    .where('api_keys.revoked_at', 'is', null)
+    .orderBy('api_keys.id')
+    .forUpdate('api_keys')
+    .execute();
+  return rows.map((r) => r.id);
+}
+
 /** Marks the key revoked; returns false when no such key exists. Revoking twice keeps the first time. */
 export async function revokeApiKey(db: Executor, args: { keyId: string; at: Date }): Promise<boolean> {
   const row = await db

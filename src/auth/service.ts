@@ -120,10 +120,27 @@ export class AuthService {
     return repo.listApiKeys(this.db, { userId: user.id });
   }
 
+  /**
+   * Revokes a key, but never the last live user key of an admin (409): with none left, every admin call
+   * would be 401 and, while a server holds the embedded database, the CLI (which goes through it) could not
+   * make a new one. The check and the revoke are one transaction holding the admin keys' rows, so two
+   * revokes of the last two admin keys cannot both pass. Worker keys do not count: they cannot manage.
+   */
   async revokeKey(args: { keyId: string }): Promise<void> {
-    if (!UUID.test(args.keyId) || !(await repo.revokeApiKey(this.db, { keyId: args.keyId, at: new Date() }))) {
-      throw new NotFoundError('API key', args.keyId, { param: 'key_id' });
-    }
+    const revoked =
+      UUID.test(args.keyId) &&
+      (await this.db.transaction().execute(async (trx) => {
+        const adminKeys = await repo.lockActiveAdminKeys(trx);
+        if (adminKeys.length === 1 && adminKeys[0] === args.keyId) {
+          throw new ConflictError(
+            `API key ${args.keyId} is the last active API key of an admin: revoking it would leave nobody able to manage this server (every admin call would be refused). ` +
+              'Create another admin key first (npm run cli -- keys create <admin username>, or POST /v1/admin/keys), then revoke this one.',
+            { code: 'last_admin_key', param: 'key_id' },
+          );
+        }
+        return repo.revokeApiKey(trx, { keyId: args.keyId, at: new Date() });
+      }));
+    if (!revoked) throw new NotFoundError('API key', args.keyId, { param: 'key_id' });
     this.changes++;
     for (const [hash, entry] of this.cache) if (entry.principal.keyId === args.keyId) this.cache.delete(hash);
   }

@@ -1,5 +1,20 @@
+import type { z } from 'zod';
 import type { ApiKeyRecord, AuthService, UserRecord } from '../auth/service.js';
-import { keyJson, teamJson, userJson } from '../admin/routes.js';
+import {
+  AddMemberBody,
+  CreateKeyBody,
+  CreateTeamBody,
+  CreateUserBody,
+  keyJson,
+  ListKeysQuery,
+  MemberParams,
+  RevokeKeyParams,
+  TeamParams,
+  teamJson,
+  userJson,
+} from '../admin/routes.js';
+import { AppError, UnprocessableError } from '../errors.js';
+import { zodIssuesToDetail, type Location } from '../http/validation.js';
 
 /** What the CLI manages, the same whether it opens the database itself or asks the running server. */
 export interface AdminClient {
@@ -14,35 +29,78 @@ export interface AdminClient {
   revokeKey(keyId: string): Promise<unknown>;
 }
 
+/**
+ * `data` as the admin route's schema for `location` takes it, or the refusal the server would answer:
+ * the same 422 line (`422: name: String should have at most 200 characters`) as through its admin API.
+ */
+function parse<S extends z.ZodType>(schema: S, location: Location, data: unknown): z.output<S> {
+  const result = schema.safeParse(data);
+  if (result.success) return result.data;
+  throw new HttpAdminError(`422: ${detailText(zodIssuesToDetail(result.error.issues, location, data))}`);
+}
+
+/** A service's refusal as the line the CLI prints for the same refusal from the server's admin API. */
+function asServerWould(error: unknown): unknown {
+  if (error instanceof UnprocessableError) return new HttpAdminError(`422: ${detailText([{ loc: error.loc, msg: error.message }])}`, { cause: error });
+  if (error instanceof AppError) return new HttpAdminError(`${error.statusCode}: ${error.message}`, { cause: error });
+  return error;
+}
+
+/**
+ * On the database itself (no server holds DATA_DIR): each call's input checked by the admin routes' own
+ * schemas, and refused in the same words and with the same exit code as through a running server.
+ */
 export function directClient(auth: AuthService): AdminClient {
   const users = (list: UserRecord[]) => ({ data: list.map(userJson) });
   const keys = (list: ApiKeyRecord[]) => ({ data: list.map(keyJson) });
-  return {
-    createUser: async (username, isAdmin) => userJson(await auth.createUser({ username, isAdmin })),
+  const client: AdminClient = {
+    createUser: async (username, isAdmin) => {
+      const body = parse(CreateUserBody, 'body', { username, is_admin: isAdmin });
+      return userJson(await auth.createUser({ username: body.username, isAdmin: body.is_admin }));
+    },
     listUsers: async () => users(await auth.listUsers()),
-    createTeam: (name) => auth.createTeam({ name }),
+    createTeam: async (name) => auth.createTeam(parse(CreateTeamBody, 'body', { name })),
     listTeams: async () => ({ data: (await auth.listTeams()).map(teamJson) }),
     addMember: async (team, username, role) => {
-      await auth.addMember({ team, username, role });
-      return { team, username, role };
+      const params = parse(TeamParams, 'path', { team });
+      const body = parse(AddMemberBody, 'body', { username, role });
+      await auth.addMember({ team: params.team, username: body.username, role: body.role });
+      return { team: params.team, username: body.username, role: body.role };
     },
     removeMember: async (team, username) => {
-      await auth.removeMember({ team, username });
-      return { team, username, removed: true };
+      const params = parse(MemberParams, 'path', { team, username });
+      await auth.removeMember(params);
+      return { team: params.team, username: params.username, removed: true };
     },
     createKey: async (username, name, kind) => {
-      const { key, record } = await auth.createKey({ username, name, kind });
+      const { key, record } = await auth.createKey(parse(CreateKeyBody, 'body', { username, name, kind }));
       return { ...keyJson(record), key };
     },
-    listKeys: async (username) => keys(await auth.listKeys({ username })),
+    listKeys: async (username) => keys(await auth.listKeys(parse(ListKeysQuery, 'query', { username }))),
     revokeKey: async (keyId) => {
-      await auth.revokeKey({ keyId });
-      return { id: keyId, revoked: true };
+      const { key_id } = parse(RevokeKeyParams, 'path', { key_id: keyId });
+      await auth.revokeKey({ keyId: key_id });
+      return { id: key_id, revoked: true };
     },
   };
+  // Every call, so that the service's own refusals (a taken name, a user not found) read as the server's too.
+  const wrapped = {} as Record<string, unknown>;
+  for (const [name, call] of Object.entries(client) as [string, (...args: unknown[]) => Promise<unknown>][]) {
+    wrapped[name] = async (...args: unknown[]) => {
+      try {
+        return await call(...args);
+      } catch (error) {
+        throw asServerWould(error);
+      }
+    };
+  }
+  return wrapped as unknown as AdminClient;
 }
 
-/** A call to the running server's admin API that failed: no answer came, or its status and detail are the message. */
+/**
+ * A call to the running server's admin API that failed: no answer came, or its status and detail are the
+ * message. The direct client's refusals take the same form (`422: name: ...`, `409: ...`).
+ */
 export class HttpAdminError extends Error {
   constructor(message: string, options?: ErrorOptions) {
     super(message, options);
