@@ -4,7 +4,7 @@ import { parseArgs } from 'node:util';
 import { AuthService } from '../auth/service.js';
 import { ConfigError, loadConfig, StartError, type Config } from '../config.js';
 import { backupEmbedded, restoreEmbedded } from '../db/backup.js';
-import { migrateToLatest, openDatabase, type DatabaseHandle } from '../db/index.js';
+import { migrateToLatest, openDatabase, pgliteDataPath, type DatabaseHandle } from '../db/index.js';
 import { DataDirLockedError, lockHolder } from '../db/lock.js';
 import { compactDatabase } from '../db/maintenance.js';
 import { AppError } from '../errors.js';
@@ -96,7 +96,7 @@ async function run({ values, positionals }: ReturnType<typeof parseCommandLine>,
     if (action !== undefined) throw new UsageError(USAGE);
     if (config.databaseUrl) throw new RefusedError("backup copies the embedded database in DATA_DIR; back up a PostgreSQL server with pg_dump or the server's own tools.");
     if (holder !== undefined) return httpBackup(serverUrl(config), adminKey(config));
-    return onDataDir(config, (database) => backupEmbedded(database, config.backupDir, { adaptersDir: config.adaptersDir, keep: config.backupKeep }));
+    return onDataDir(config, 'backup', (database) => backupEmbedded(database, config.backupDir, { adaptersDir: config.adaptersDir, keep: config.backupKeep }));
   }
 
   if (group === 'restore') {
@@ -116,7 +116,7 @@ async function run({ values, positionals }: ReturnType<typeof parseCommandLine>,
         `A running trainyard (pid ${holder.pid ?? 'unknown'}) holds ${config.dataDir}. Stop it first: compact rewrites every table and holds the database until it is done.`,
       );
     }
-    return onDataDir(config, (database) => compactDatabase(database.db));
+    return onDataDir(config, 'compact', (database) => compactDatabase(database.db));
   }
 
   const command = async (client: AdminClient): Promise<unknown> => {
@@ -173,7 +173,11 @@ async function open(config: Config): Promise<DatabaseHandle> {
  * With no server running, on the directory as it is: not migrated first, so that a backup or compact
  * run by a newer build's CLI before an upgrade leaves the schema to the upgrade.
  */
-async function onDataDir(config: Config, work: (database: DatabaseHandle) => Promise<unknown>): Promise<unknown> {
+async function onDataDir(config: Config, command: string, work: (database: DatabaseHandle) => Promise<unknown>): Promise<unknown> {
+  // Opening an empty (or mistyped) DATA_DIR would make a new database there, only to copy or compact nothing.
+  const pgdata = pgliteDataPath(config.dataDir);
+  const held = [pgdata, `${pgdata}.restored`].some((dir) => fs.existsSync(path.join(dir, 'PG_VERSION')));
+  if (!held) throw new RefusedError(`DATA_DIR=${config.dataDir} holds no database (no ${path.join(pgdata, 'PG_VERSION')}): ${command} works on an existing one; check DATA_DIR.`);
   const database = await open(config);
   try {
     return await work(database);

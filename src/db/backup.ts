@@ -2,7 +2,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { sql, type Kysely } from 'kysely';
 import { ConflictError } from '../errors.js';
-import { pgliteDataPath, type Database, type DatabaseHandle } from './index.js';
+import { createPglite, pgliteDataPath, unknownMigrations, type Database, type DatabaseHandle } from './index.js';
 import { acquireDataDirLock } from './lock.js';
 import type { MaintenanceLog } from './maintenance.js';
 
@@ -106,9 +106,11 @@ function embeddedDataDir(database: DatabaseHandle): string {
 
 /** The database's id (migration 0023), or null in a database not yet migrated that far. */
 async function databaseId(db: Kysely<Database>): Promise<string | null> {
-  const { rows } = await sql<{ id: string | null }>`
-    select case when to_regclass('trainyard_database') is null then null
-      else (select id::text from trainyard_database) end as id`.execute(db);
+  // Asked first, apart: PostgreSQL plans a statement whole, so one naming a missing table fails even where
+  // a `case` would never read it.
+  const { rows: present } = await sql<{ relation: string | null }>`select to_regclass('trainyard_database')::text as relation`.execute(db);
+  if (!present[0]?.relation) return null;
+  const { rows } = await sql<{ id: string | null }>`select id::text as id from trainyard_database`.execute(db);
   return rows[0]?.id ?? null;
 }
 
@@ -215,7 +217,19 @@ export async function restoreEmbedded(backupDir: string, options: { dataDir: str
   await fs.mkdir(dataDir, { recursive: true });
   const lock = await acquireDataDirLock(dataDir);
   try {
-    // The adapters first: put back beside the database in place, they change nothing it serves, so a
+    // Copied beside it, so that the database in place is moved aside only once the copy is whole.
+    const pgdata = pgliteDataPath(dataDir);
+    const { copying, whole } = restorePaths(dataDir);
+    await Promise.all([fs.rm(copying, { recursive: true, force: true }), fs.rm(whole, { recursive: true, force: true })]);
+    await fs.cp(saved, copying, { recursive: true });
+    // Opened before it replaces anything: a backup this build cannot open (damaged files, or a newer
+    // release's schema) is refused here, with the database in place left where it is.
+    const unusable = await whyUnopenable(copying);
+    if (unusable !== undefined) {
+      await fs.rm(copying, { recursive: true, force: true });
+      throw new ConflictError(`${backup} cannot be restored: ${unusable}. Nothing was changed.`);
+    }
+    // Then the adapters: put back beside the database in place, they change nothing it serves, so a
     // restore that fails here has not replaced it yet.
     let restoredAdapters = 0;
     if (await exists(savedAdapters)) {
@@ -229,17 +243,44 @@ export async function restoreEmbedded(backupDir: string, options: { dataDir: str
         restoredAdapters++;
       }
     }
-    // Copied beside it, so that the database in place is moved aside only once the copy is whole.
-    const pgdata = pgliteDataPath(dataDir);
-    const { copying, whole } = restorePaths(dataDir);
-    await Promise.all([fs.rm(copying, { recursive: true, force: true }), fs.rm(whole, { recursive: true, force: true })]);
-    await fs.cp(saved, copying, { recursive: true });
     await fs.rename(copying, whole);
     const { previous_pgdata } = (await completeRestore(dataDir, now))!;
     return { restored: backup, pgdata, previous_pgdata, adapters_restored: restoredAdapters };
   } finally {
     lock.release();
   }
+}
+
+/**
+ * Why this build cannot serve the database in `pgdata` (a restore's copy of a backup): it does not open, or
+ * a newer trainyard migrated it. Undefined when it opens and names no migration this build lacks. Closed
+ * again before it answers.
+ */
+async function whyUnopenable(pgdata: string): Promise<string | undefined> {
+  let pglite;
+  try {
+    pglite = await createPglite({ dataDir: pgdata });
+  } catch (error) {
+    return `its database does not open (${firstLine(error)})`;
+  }
+  try {
+    const present = await pglite.query<{ relation: string | null }>(`select to_regclass('kysely_migration')::text as relation`);
+    if (!present.rows[0]?.relation) return undefined; // never migrated: the next start migrates it
+    const { rows } = await pglite.query<{ name: string }>('select name from kysely_migration');
+    const unknown = unknownMigrations(rows.map((row) => row.name));
+    if (unknown.length > 0) {
+      return `a newer trainyard migrated it (${unknown.join(', ')} ${unknown.length === 1 ? 'is not a migration' : 'are not migrations'} of this build): restore it with that release`;
+    }
+    return undefined;
+  } catch (error) {
+    return `its database does not answer (${firstLine(error)})`;
+  } finally {
+    await pglite.close();
+  }
+}
+
+function firstLine(error: unknown): string {
+  return (error instanceof Error ? error.message : String(error)).split('\n')[0];
 }
 
 /** Where a restore copies the backup's database (`copying`), renamed `whole` once the copy is complete. */

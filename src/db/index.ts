@@ -235,9 +235,42 @@ export class MigrationError extends Error {
   }
 }
 
-/** Brings the schema to the newest migration. Returns the migrations that ran now. */
+/**
+ * A database that a newer trainyard migrated: kysely's table names migrations this build does not have.
+ * A StartError, so that the server and the CLI say so without a stack.
+ */
+export class NewerDatabaseError extends StartError {
+  constructor(readonly unknownMigrations: string[]) {
+    super('database', '');
+    const names = unknownMigrations.join(', ');
+    this.message = `this database was migrated by a newer trainyard (${names} ${unknownMigrations.length === 1 ? 'is not a migration' : 'are not migrations'} of this build): run that release, or restore a backup taken before the upgrade`;
+    this.name = 'NewerDatabaseError';
+  }
+}
+
+/** The migrations kysely's table lists, or undefined when there is no such table yet. */
+async function appliedMigrations(db: Kysely<Database>): Promise<string[] | undefined> {
+  // Asked first, apart: PostgreSQL plans a statement whole, so one naming a missing table fails.
+  const { rows: present } = await sql<{ relation: string | null }>`select to_regclass('kysely_migration')::text as relation`.execute(db);
+  if (!present[0]?.relation) return undefined;
+  const { rows } = await sql<{ name: string }>`select name from kysely_migration`.execute(db);
+  return rows.map((row) => row.name);
+}
+
+/** The migrations in `applied` that this build does not have (a newer trainyard's), in order. */
+export function unknownMigrations(applied: string[]): string[] {
+  return applied.filter((name) => !Object.hasOwn(migrations, name)).sort();
+}
+
+/**
+ * Brings the schema to the newest migration. Returns the migrations that ran now. Refused, with a
+ * NewerDatabaseError and nothing run, for a database that a newer trainyard migrated.
+ */
 export async function migrateToLatest(db: Kysely<Database>): Promise<MigrationResult[]> {
-  if (await allMigrationsApplied(db)) return [];
+  const applied = await appliedMigrations(db);
+  const unknown = unknownMigrations(applied ?? []);
+  if (unknown.length > 0) throw new NewerDatabaseError(unknown);
+  if (applied !== undefined && allMigrationsApplied(applied)) return [];
   const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } });
   const { error, results = [] } = await migrator.migrateToLatest();
   if (error) throw new MigrationError(results.find((r) => r.status === 'Error')?.migrationName, error);
@@ -259,11 +292,8 @@ export async function migrateOrClose(database: DatabaseHandle): Promise<Database
  * Whether kysely's table lists exactly the migrations this build has: then the Migrator would do nothing,
  * but only after its table checks, lock and transaction (0.2-0.4 s of every start on PGlite; one query here).
  */
-async function allMigrationsApplied(db: Kysely<Database>): Promise<boolean> {
-  const { rows: present } = await sql<{ relation: string | null }>`select to_regclass('kysely_migration')::text as relation`.execute(db);
-  if (!present[0]?.relation) return false;
-  const { rows } = await sql<{ name: string }>`select name from kysely_migration`.execute(db);
-  const applied = new Set(rows.map((row) => row.name));
+function allMigrationsApplied(appliedNames: string[]): boolean {
+  const applied = new Set(appliedNames);
   const known = Object.keys(migrations);
   return applied.size === known.length && known.every((name) => applied.has(name));
 }

@@ -459,12 +459,15 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     expect(fs.readdirSync(dataDir)).toEqual(['pgdata']);
     expect(fs.readdirSync(path.join(dataDir, 'pgdata'))).toEqual(['PG_VERSION']);
 
-    // The adapters go back first: when that fails (ADAPTERS_DIR is a file here), the database stays in place.
+    // The copy is opened before anything is put back: one that does not open (a PG_VERSION alone here) is
+    // refused, its adapters not put back and the database in place kept.
     fs.mkdirSync(path.join(whole, 'adapters', 'some-checkpoint'), { recursive: true });
     fs.writeFileSync(path.join(whole, 'adapters', 'some-checkpoint', 'adapter_config.json'), '{}');
-    const notADirectory = path.join(backups, 'adapters-file');
-    fs.writeFileSync(notADirectory, '');
-    await expect(restoreEmbedded(whole, { dataDir, adaptersDir: notADirectory })).rejects.toMatchObject({ code: 'ENOTDIR' });
+    await expect(restoreEmbedded(whole, { dataDir, adaptersDir })).rejects.toMatchObject({
+      name: 'ConflictError',
+      message: expect.stringMatching(new RegExp(`^${whole} cannot be restored: its database does not (open|answer) \\(.+\\)\\. Nothing was changed\\.$`)),
+    });
+    expect(fs.existsSync(adaptersDir)).toBe(false);
     expect(fs.readdirSync(dataDir)).toEqual(['pgdata']);
     expect(fs.readdirSync(path.join(dataDir, 'pgdata'))).toEqual(['PG_VERSION']);
   });
