@@ -13,8 +13,6 @@ export const EVENT_STREAM_BUSY_RETRY_SECONDS = 5;
 export const EVENT_STREAM_POLL_MS = 1000;
 /** A comment line after this long without a message, so proxies and clients do not take the stream for dead. */
 export const EVENT_STREAM_KEEPALIVE_MS = 15_000;
-/** A stream ends after this long; EventSource reconnects with Last-Event-ID and goes on where it was. */
-export const EVENT_STREAM_MAX_MS = 10 * 60_000;
 /** What EventSource waits before it reconnects (the `retry:` field). */
 const RETRY_MS = 1000;
 const PAGE = 100;
@@ -41,11 +39,13 @@ export class JobEventStreams {
   constructor(private readonly deps: JobEventStreamsDeps) {}
 
   /**
-   * A stream of the job's events after `after` (an unknown or absent one: from the first). Throws before
+   * A stream of the job's events after `after` (an unknown or absent one: from the first), for at most
+   * `maxSeconds`. Throws before
    * anything is sent: 404 when the key does not reach the job, 429 when it holds EVENT_STREAMS_PER_KEY
    * streams. `clientGone` ends it.
    */
-  async open(principal: Principal, jobId: string, after: string | undefined, clientGone: AbortSignal): Promise<Readable> {
+  async open(principal: Principal, jobId: string, options: { after: string | undefined; maxSeconds: number }, clientGone: AbortSignal): Promise<Readable> {
+    const { after } = options;
     const held = this.openByKey.get(principal.keyId) ?? 0;
     if (held >= EVENT_STREAMS_PER_KEY) {
       throw new RateLimitedError(
@@ -68,7 +68,8 @@ export class JobEventStreams {
     clientGone.addEventListener('abort', end, { once: true });
     if (clientGone.aborted || this.closed) stop.abort();
 
-    const stream = Readable.from(this.messages(principal, jobId, after, first, stop.signal), { objectMode: false });
+    const until = Date.now() + options.maxSeconds * 1000;
+    const stream = Readable.from(this.messages(principal, jobId, after, until, first, stop.signal), { objectMode: false });
     let released = false;
     const release = () => {
       if (released) return;
@@ -102,11 +103,11 @@ export class JobEventStreams {
     principal: Principal,
     jobId: string,
     from: string | undefined,
+    until: number,
     first: { job: TrainingJob; events: PageOf<TrainingJobEvent> },
     stop: AbortSignal,
   ): AsyncGenerator<string> {
     const { service, changes, currentPrincipal } = this.deps;
-    const until = Date.now() + EVENT_STREAM_MAX_MS;
     let shownJob = '';
     // The client's cursor until an event is sent: an unknown one reads from the first event each time.
     let after = from;

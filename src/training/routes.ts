@@ -1,5 +1,4 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { z } from 'zod';
 import { principalOf } from '../auth/plugin.js';
 import {
   BaseModelList,
@@ -14,6 +13,7 @@ import {
   EventListQuery,
   EventStreamHeaders,
   EventStreamQuery,
+  ServerSentEvent,
   LogRequest,
   LogResponse,
   MetricHistory,
@@ -274,12 +274,12 @@ export const previewRoutes: FastifyPluginAsyncZod<{ service: TrainingService; st
         description:
           'Server-sent events (text/event-stream), for EventSource and `curl -N`: `job` {the training job} first and whenever it changes, then each event once in append order as `id: <event id>`, `event: <type>`, `data: {id, type, data}`, and `end` {the training job} after the last event of a finished job, when the stream closes. ' +
           '`after`, or the `Last-Event-ID` header a reconnecting EventSource sends (it wins), starts after that event; an unknown one starts from the beginning. ' +
-          `A comment line (\`: keep-alive\`) comes after 15 s without a message; the stream closes after 10 minutes or when the key no longer reaches the job, and EventSource reconnects where it was. A key may hold ${EVENT_STREAMS_PER_KEY} streams open at once in one trainyard process (429 with Retry-After ${EVENT_STREAM_BUSY_RETRY_SECONDS} s beyond).`,
+          `A comment line (\`: keep-alive\`) comes after 15 s without a message; the stream closes after \`max_seconds\` (at most and by default 600) or when the key no longer reaches the job, and EventSource reconnects where it was. A key may hold ${EVENT_STREAMS_PER_KEY} streams open at once in one trainyard process (429 with Retry-After ${EVENT_STREAM_BUSY_RETRY_SECONDS} s beyond).`,
         params: TrainingJobParams,
         querystring: EventStreamQuery,
         headers: EventStreamHeaders,
         response: {
-          200: { description: 'Server-sent events', content: { 'text/event-stream': { schema: z.string() } } },
+          200: { description: 'Server-sent events', content: { 'text/event-stream': { schema: ServerSentEvent } } },
           404: ErrorDetail,
           429: ErrorDetail,
         },
@@ -289,7 +289,7 @@ export const previewRoutes: FastifyPluginAsyncZod<{ service: TrainingService; st
       const gone = new AbortController();
       reply.raw.once('close', () => gone.abort());
       const after = request.headers['last-event-id'] ?? request.query.after;
-      const stream = await streams.open(principalOf(request), request.params.training_job_id, after, gone.signal);
+      const stream = await streams.open(principalOf(request), request.params.training_job_id, { after, maxSeconds: request.query.max_seconds }, gone.signal);
       // no-transform and X-Accel-Buffering keep proxies from buffering or compressing the stream.
       reply.type('text/event-stream; charset=utf-8').header('cache-control', 'no-cache, no-transform').header('x-accel-buffering', 'no');
       return reply.send(stream as never);

@@ -513,10 +513,33 @@ export type EventListQuery = z.infer<typeof EventListQuery>;
 
 export const TrainingJobEventPage = Page(TrainingJobEvent);
 
-export const EventStreamQuery = z.object({ after: PageAfter });
+/** How long an event stream stays open at most; EventSource reconnects with Last-Event-ID and goes on where it was. */
+export const EVENT_STREAM_MAX_SECONDS = 600;
+
+export const EventStreamQuery = z.object({
+  after: PageAfter,
+  max_seconds: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(EVENT_STREAM_MAX_SECONDS)
+    .default(EVENT_STREAM_MAX_SECONDS)
+    .describe('How long the stream stays open at most before the server closes it (a finished job closes it sooner).'),
+});
 
 /** A reconnecting EventSource names the last event it read; a stream starts after it. */
 export const EventStreamHeaders = z.object({ 'last-event-id': z.string().max(256).optional() });
+
+/**
+ * One message of an event stream as an SSE client reads it (the schema each streamed event is described
+ * by): `event` job, an event type or end; `data` one line of JSON; `id` an event's id (events only).
+ */
+export const ServerSentEvent = z.object({
+  event: z.string().optional(),
+  data: z.string().optional(),
+  id: z.string().optional(),
+  retry: z.number().int().optional(),
+});
 
 /** The training API's error form: `{"detail": "..."}` (validation errors: FastAPI's list of details). */
 export const ErrorDetail = z.object({ detail: z.string() });

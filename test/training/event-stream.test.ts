@@ -263,6 +263,16 @@ describe('training job event streams', () => {
     expect(rest.at(-1)?.event).toBe('end');
   });
 
+  it('closes after max_seconds without end while the job runs on, and refuses a max_seconds out of range', async () => {
+    const t = await modelWithWorker(app);
+    const jobId = await queuedJob(t);
+    const stream = await StreamReader.open(streamUrl(jobId, '?max_seconds=1'), t.user.headers);
+    expect(await stream.until(() => false)).toEqual([{ event: 'job', data: expect.objectContaining({ status: 'QUEUED' }) }]);
+    const refused = await StreamReader.open(streamUrl(jobId, '?max_seconds=601'), t.user.headers);
+    expect(refused.status).toBe(422);
+    expect(JSON.parse(refused.body).detail[0]).toMatchObject({ type: 'less_than_equal', loc: ['query', 'max_seconds'] });
+  });
+
   it('ends the stream when its key is revoked', async () => {
     const t = await modelWithWorker(app);
     const jobId = await queuedJob(t);
