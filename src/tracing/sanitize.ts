@@ -48,3 +48,14 @@ export function cleanJsonText(text: string | null): string | null {
   if (text === null || !/\\u(0000|d[89a-f])/i.test(text)) return text;
   return unmarkNumbers(JSON.stringify(cleanJson(parsePayloadText(text))));
 }
+
+/** The first `max` UTF-16 units of `text`, one fewer when the last would split a surrogate pair. */
+export function cutText(text: string, max: number): string {
+  const cut = text.slice(0, max);
+  return /[\ud800-\udbff]$/.test(cut) ? cut.slice(0, -1) : cut;
+}
+
+/** `text` cut to `max` characters (never mid code point) and `…`, for messages that name a client's value. */
+export function shortText(text: string, max = 64): string {
+  return text.length <= max ? text : `${cutText(text, max)}…`;
+}

@@ -2,6 +2,7 @@ import { Readable } from 'node:stream';
 import type { Principal } from '../auth/principal.js';
 import { RateLimitedError } from '../errors.js';
 import type { JobSignal } from './job-signal.js';
+import { KeySlots } from './key-slots.js';
 import type { PageOf, TrainingJob, TrainingJobEvent } from './schemas.js';
 import type { TrainingService } from './service.js';
 
@@ -10,9 +11,9 @@ export const EVENT_STREAMS_PER_KEY = 16;
 /** Retry-After of a stream refused because its key holds EVENT_STREAMS_PER_KEY. */
 export const EVENT_STREAM_BUSY_RETRY_SECONDS = 5;
 /** How often a stream reads the job again when nothing in this process woke it (another process's change). */
-export const EVENT_STREAM_POLL_MS = 1000;
+const EVENT_STREAM_POLL_MS = 1000;
 /** A comment line after this long without a message, so proxies and clients do not take the stream for dead. */
-export const EVENT_STREAM_KEEPALIVE_MS = 15_000;
+const EVENT_STREAM_KEEPALIVE_MS = 15_000;
 /** What EventSource waits before it reconnects (the `retry:` field). */
 const RETRY_MS = 1000;
 const PAGE = 100;
@@ -32,7 +33,8 @@ export interface JobEventStreamsDeps {
  * event of a finished job. Counts the streams each key holds, and ends them all when the app closes.
  */
 export class JobEventStreams {
-  private readonly openByKey = new Map<string, number>();
+  /** Open streams by API key. */
+  private readonly slots = new KeySlots(EVENT_STREAMS_PER_KEY);
   private readonly running = new Set<AbortController>();
   private closed = false;
 
@@ -40,26 +42,25 @@ export class JobEventStreams {
 
   /**
    * A stream of the job's events after `after` (an unknown or absent one: from the first), for at most
-   * `maxSeconds`. Throws before
-   * anything is sent: 404 when the key does not reach the job, 429 when it holds EVENT_STREAMS_PER_KEY
-   * streams. `clientGone` ends it.
+   * `maxSeconds`. Throws before anything is sent: 404 when the key does not reach the job, 429 when it
+   * holds EVENT_STREAMS_PER_KEY streams. `clientGone` ends it.
    */
   async open(principal: Principal, jobId: string, options: { after: string | undefined; maxSeconds: number }, clientGone: AbortSignal): Promise<Readable> {
     const { after } = options;
-    const held = this.openByKey.get(principal.keyId) ?? 0;
-    if (held >= EVENT_STREAMS_PER_KEY) {
-      throw new RateLimitedError(
-        `This key already has ${EVENT_STREAMS_PER_KEY} training job event streams open; close one, or try again after Retry-After seconds.`,
-        { retryAfterSeconds: EVENT_STREAM_BUSY_RETRY_SECONDS },
-      );
-    }
     // The slot is taken before the first read, so that streams opening at once cannot pass the bound.
-    this.openByKey.set(principal.keyId, held + 1);
+    this.slots.take(
+      principal.keyId,
+      () =>
+        new RateLimitedError(
+          `This key already has ${EVENT_STREAMS_PER_KEY} training job event streams open; close one, or try again after Retry-After seconds.`,
+          { retryAfterSeconds: EVENT_STREAM_BUSY_RETRY_SECONDS },
+        ),
+    );
     let first: { job: TrainingJob; events: PageOf<TrainingJobEvent> };
     try {
       first = await this.deps.service.jobAndEvents(principal, jobId, { after, limit: PAGE });
     } catch (error) {
-      this.freeSlot(principal.keyId);
+      this.slots.free(principal.keyId);
       throw error;
     }
     const stop = new AbortController();
@@ -77,7 +78,7 @@ export class JobEventStreams {
       stop.abort();
       clientGone.removeEventListener('abort', end);
       this.running.delete(stop);
-      this.freeSlot(principal.keyId);
+      this.slots.free(principal.keyId);
     };
     stream.once('close', release);
     stop.signal.addEventListener('abort', () => {
@@ -85,12 +86,6 @@ export class JobEventStreams {
       if (!stream.readableFlowing) stream.destroy();
     });
     return stream;
-  }
-
-  private freeSlot(keyId: string): void {
-    const left = (this.openByKey.get(keyId) ?? 1) - 1;
-    if (left > 0) this.openByKey.set(keyId, left);
-    else this.openByKey.delete(keyId);
   }
 
   /** Ends every stream (the app is closing). */

@@ -514,7 +514,7 @@ export type EventListQuery = z.infer<typeof EventListQuery>;
 export const TrainingJobEventPage = Page(TrainingJobEvent);
 
 /** How long an event stream stays open at most; EventSource reconnects with Last-Event-ID and goes on where it was. */
-export const EVENT_STREAM_MAX_SECONDS = 600;
+const EVENT_STREAM_MAX_SECONDS = 600;
 
 export const EventStreamQuery = z.object({
   after: PageAfter,

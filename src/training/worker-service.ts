@@ -3,6 +3,7 @@ import type { Principal } from '../auth/principal.js';
 import type { Config } from '../config.js';
 import { ConflictError, NotFoundError, RateLimitedError, UnauthorizedError, UnprocessableError } from '../errors.js';
 import type { JobSignal } from './job-signal.js';
+import { KeySlots } from './key-slots.js';
 import { checkpointUriProblem, checkWorkerEvents } from './protocol.js';
 import * as repo from './repository.js';
 import type {
@@ -63,13 +64,14 @@ function reachOf(principal: Principal): repo.WorkerReach {
 export class WorkerService {
   private readonly db: repo.TrainingDb;
 
+  /** Waiting claims in this process, by API key (bounded by WORKER_CLAIM_WAITS_PER_KEY) and in all. */
+  private readonly waiting: KeySlots;
+
   constructor(private readonly deps: WorkerServiceDeps) {
     this.db = deps.db;
+    this.waiting = new KeySlots(deps.config.workerClaimWaitsPerKey);
   }
 
-  /** Waiting claims in this process, by API key (bounded by WORKER_CLAIM_WAITS_PER_KEY) and in all. */
-  private readonly waitingByKey = new Map<string, number>();
-  private waiting = 0;
   /** The one loop that watches the database for other processes' jobs while claims wait. */
   private watching = false;
 
@@ -131,23 +133,19 @@ export class WorkerService {
   }
 
   private startWaiting(keyId: string): void {
-    const held = this.waitingByKey.get(keyId) ?? 0;
     const limit = this.deps.config.workerClaimWaitsPerKey;
-    if (held >= limit) {
-      throw new RateLimitedError(
-        `This key already has ${limit} claims waiting for a job (WORKER_CLAIM_WAITS_PER_KEY); try again after Retry-After seconds, or claim with wait_seconds 0.`,
-        { param: 'wait_seconds', retryAfterSeconds: CLAIM_BUSY_RETRY_SECONDS },
-      );
-    }
-    this.waitingByKey.set(keyId, held + 1);
-    this.waiting++;
+    this.waiting.take(
+      keyId,
+      () =>
+        new RateLimitedError(
+          `This key already has ${limit} claims waiting for a job (WORKER_CLAIM_WAITS_PER_KEY); try again after Retry-After seconds, or claim with wait_seconds 0.`,
+          { param: 'wait_seconds', retryAfterSeconds: CLAIM_BUSY_RETRY_SECONDS },
+        ),
+    );
   }
 
   private stopWaiting(keyId: string): void {
-    const held = (this.waitingByKey.get(keyId) ?? 1) - 1;
-    if (held > 0) this.waitingByKey.set(keyId, held);
-    else this.waitingByKey.delete(keyId);
-    this.waiting--;
+    this.waiting.free(keyId);
   }
 
   /**
@@ -173,7 +171,7 @@ export class WorkerService {
       const until = Date.now() + CLAIM_POLL_MS;
       while (Date.now() < until && !signal.isClosed) await signal.wait(until - Date.now(), signal.version);
       // Checked and cleared in one step: a claim that starts waiting after this starts a new loop.
-      if (this.waiting === 0 || signal.isClosed) {
+      if (this.waiting.total === 0 || signal.isClosed) {
         this.watching = false;
         return;
       }

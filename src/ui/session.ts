@@ -25,7 +25,7 @@ function whoami(principal: Principal): z.infer<typeof Whoami> {
  * is a few hundred bytes. These routes need no key, so without a limit of their own an anonymous client
  * could make the server read and parse BODY_LIMIT_MB of JSON; past this it gets the app's 413.
  */
-export const SESSION_BODY_LIMIT_BYTES = 4 * 1024;
+const SESSION_BODY_LIMIT_BYTES = 4 * 1024;
 
 /**
  * The CSRF check of the session routes, as an onRequest hook: it runs before the body is read, so a

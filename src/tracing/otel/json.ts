@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { InvalidRequestError } from '../../errors.js';
 import { ExactOtlpNumbers } from '../exact-numbers.js';
-import { attributeTooDeep, checkDepth, emptySpan, shortText, SPAN_KINDS, STATUS_CODES, ValueTooDeep, type AttrValue, type KeyValue, type OtlpResourceSpans, type OtlpSpan, type OtlpTraceRequest } from './model.js';
+import { shortText } from '../sanitize.js';
+import { attributeTooDeep, checkDepth, emptySpan, SPAN_KINDS, STATUS_CODES, ValueTooDeep, type AttrValue, type KeyValue, type OtlpResourceSpans, type OtlpSpan, type OtlpTraceRequest } from './model.js';
 
 /**
  * OTLP/JSON (the protobuf JSON mapping: lowerCamelCase names, ids as hex, 64-bit numbers as strings,

@@ -2,7 +2,8 @@ import { createHash } from 'node:crypto';
 import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../http/json-depth.js';
 import { ExactNumber, isJsonObject, numberOf, parsePayloadText } from '../exact-numbers.js';
 import { isValidIsoDateTime, TRACING_LIMITS } from '../schemas/common.js';
-import { cutText, shortText, SPAN_KINDS, STATUS_CODES, STATUS_ERROR, type AttrValue, type KeyValue, type OtlpResourceSpans, type OtlpScope, type OtlpSpan } from './model.js';
+import { cutText, shortText } from '../sanitize.js';
+import { SPAN_KINDS, STATUS_CODES, STATUS_ERROR, type AttrValue, type KeyValue, type OtlpResourceSpans, type OtlpScope, type OtlpSpan } from './model.js';
 
 /**
  * Span → call (reference §6, after weave's opentelemetry/constants.py and attributes.py): ids, op name,

@@ -1,5 +1,6 @@
 import { MAX_JSON_DEPTH } from '../../http/json-depth.js';
 import type { ExactNumber } from '../exact-numbers.js';
+import { shortText } from '../sanitize.js';
 
 /**
  * An OTLP trace export request as the mapping reads it, decoded from protobuf (./protobuf.ts) or from
@@ -77,17 +78,6 @@ export interface OtlpTraceRequest {
 export const SPAN_KINDS = ['SPAN_KIND_UNSPECIFIED', 'SPAN_KIND_INTERNAL', 'SPAN_KIND_SERVER', 'SPAN_KIND_CLIENT', 'SPAN_KIND_PRODUCER', 'SPAN_KIND_CONSUMER'];
 export const STATUS_CODES = ['STATUS_CODE_UNSET', 'STATUS_CODE_OK', 'STATUS_CODE_ERROR'];
 export const STATUS_ERROR = 2;
-
-/** The first `max` UTF-16 units of `text`, one fewer when the last would split a surrogate pair. */
-export function cutText(text: string, max: number): string {
-  const cut = text.slice(0, max);
-  return /[\ud800-\udbff]$/.test(cut) ? cut.slice(0, -1) : cut;
-}
-
-/** `text` cut to `max` characters (never mid code point) and `…`, for messages that name a client's value. */
-export function shortText(text: string, max = 64): string {
-  return text.length <= max ? text : `${cutText(text, max)}…`;
-}
 
 /**
  * A decoder met an AnyValue nesting deeper than MAX_JSON_DEPTH levels of arrays and key-value lists: it

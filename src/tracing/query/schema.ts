@@ -65,7 +65,7 @@ const Literal = z.preprocess((value, ctx) => {
  * text), stopping as soon as it has more, so that a literal of millions of items costs no more than one
  * of `max` characters to refuse.
  */
-export function jsonWithin(value: unknown, max: number): boolean {
+function jsonWithin(value: unknown, max: number): boolean {
   let left = max;
   const stack: unknown[] = [value];
   while (stack.length > 0) {

@@ -3,6 +3,7 @@ import { InvalidRequestError } from '../../errors.js';
 import { unmarkNumbers } from '../../http/exact-numbers.js';
 import { ExactNumber } from '../exact-numbers.js';
 import type { JsonValue } from '../json.js';
+import { shortText } from '../sanitize.js';
 import { isValidIsoDateTime } from '../schemas/common.js';
 
 /**
@@ -165,9 +166,7 @@ const SHOWN_CHARS = 100;
 
 /** A literal's text for a message: cut after SHOWN_CHARS characters (never mid code point), with how long it was. */
 function shown(text: string): string {
-  if (text.length <= SHOWN_CHARS) return text;
-  const cut = text.slice(0, SHOWN_CHARS);
-  return `${/[\ud800-\udbff]$/.test(cut) ? cut.slice(0, -1) : cut}… (${text.length} characters)`;
+  return text.length <= SHOWN_CHARS ? text : `${shortText(text, SHOWN_CHARS)} (${text.length} characters)`;
 }
 
 /**

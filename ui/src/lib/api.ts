@@ -65,21 +65,29 @@ export async function api<T>(path: string, options: { method?: string; body?: un
     body: options.body === undefined ? undefined : JSON.stringify(options.body),
   });
   const text = await response.text();
-  let body: unknown = undefined;
   if (options.jsonLines && response.ok) {
     // A JSON Lines answer (the tracing API's stream routes): one value per line.
     return text.split('\n').filter((line) => line.trim() !== '').map((line) => JSON.parse(line)) as T;
   }
-  if (text) {
-    try {
-      body = options.exactNumbers ? JSON.parse(text, keepExactNumbers as (key: string, value: unknown) => unknown) : JSON.parse(text);
-    } catch {
-      body = text;
-    }
-  }
-  if (response.status === 401 && !path.startsWith('/ui/api/session')) session.value = null;
-  if (!response.ok) throw new ApiError(response.status, body);
+  const body = answerBody(text, options.exactNumbers);
+  if (!response.ok) throw refusal(path, response.status, body);
   return body as T;
+}
+
+/** An answer's JSON (numbers kept exact when asked: keepExactNumbers), its text when it is not JSON, or undefined when empty. */
+function answerBody(text: string, exactNumbers = false): unknown {
+  if (!text) return undefined;
+  try {
+    return exactNumbers ? JSON.parse(text, keepExactNumbers as (key: string, value: unknown) => unknown) : JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+/** The error of a refused call; a 401 (other than signing in) means the session ended, and the app signs out. */
+function refusal(path: string, status: number, body: unknown): ApiError {
+  if (status === 401 && !path.startsWith('/ui/api/session')) session.value = null;
+  return new ApiError(status, body);
 }
 
 /** One server-sent event: its `event:` name, `data:` text and `id:` (if it had one). */
@@ -95,17 +103,7 @@ export interface ServerEvent {
  */
 export async function* serverEvents(path: string, signal: AbortSignal): AsyncGenerator<ServerEvent> {
   const response = await fetch(path, { headers: { accept: 'text/event-stream', 'x-trainyard-ui': '1' }, credentials: 'same-origin', signal });
-  if (!response.ok || !response.body) {
-    const text = await response.text();
-    let body: unknown = text;
-    try {
-      body = JSON.parse(text);
-    } catch {
-      // not JSON: the text is the message
-    }
-    if (response.status === 401) session.value = null;
-    throw new ApiError(response.status, body);
-  }
+  if (!response.ok || !response.body) throw refusal(path, response.status, answerBody(await response.text()));
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = '';
   try {
