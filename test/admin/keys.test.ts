@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -7,6 +6,7 @@ import type { App } from '../../src/app.js';
 import { ConflictError } from '../../src/errors.js';
 import { createTestApp, createUserWithKey, createWorkerKey, type TestUser } from '../helpers/app.js';
 import { onPostgresServer } from '../helpers/database.js';
+import { startScript } from '../helpers/processes.js';
 
 const LAST_ADMIN_KEY = (id: string) =>
   `API key ${id} is the last active API key of an admin: revoking it would leave nobody able to manage this server (every admin call would be refused). ` +
@@ -75,15 +75,10 @@ describe.skipIf(onPostgresServer)('the CLI on the database directly', () => {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'trainyard-cli-keys-'));
   afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }));
 
-  function cli(...args: string[]): Promise<{ code: number | null; out: string; err: string }> {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
-      env: { ...process.env, DATA_DIR: dataDir, DATABASE_URL: '', LOG_LEVEL: 'silent' },
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d) => (out += d));
-    child.stderr.on('data', (d) => (err += d));
-    return new Promise((resolve) => child.on('close', (code) => resolve({ code, out, err })));
+  async function cli(...args: string[]): Promise<{ code: number | null; out: string; err: string }> {
+    const run = startScript('src/cli/main.ts', args, { ...process.env, DATA_DIR: dataDir, DATABASE_URL: '', LOG_LEVEL: 'silent' });
+    const code = await run.exited;
+    return { code, out: run.out(), err: run.err() };
   }
 
   it('refuses the key names the admin API refuses, in the same words, and stores nothing', { timeout: 120_000 }, async () => {

@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -8,6 +8,7 @@ import { closeGracefully } from '../../src/server.js';
 import { createTestApp } from '../helpers/app.js';
 import { listen } from '../helpers/listen.js';
 import { onPostgresServer } from '../helpers/database.js';
+import { startScript } from '../helpers/processes.js';
 
 describe('graceful shutdown', () => {
   it('lets an in-flight request finish and refuses new connections', async () => {
@@ -65,17 +66,7 @@ describe.skipIf(onPostgresServer)('the server process on its embedded database',
 
   const env = { ...process.env, DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'info', DATABASE_URL: '' };
 
-  function start(script: string, args: string[] = [], extraEnv: Record<string, string> = {}) {
-    const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { env: { ...env, ...extraEnv } });
-    children.push(child);
-    let stdout = '';
-    let stderr = '';
-    child.stdout!.on('data', (d) => (stdout += d));
-    child.stderr!.on('data', (d) => (stderr += d));
-    // 'close' comes once the output is all read, after 'exit'.
-    const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
-    return { child, exited, out: () => stdout, err: () => stderr };
-  }
+  const start = (script: string, args: string[] = [], extraEnv: Record<string, string> = {}) => startScript(script, args, { ...env, ...extraEnv }, children);
 
   async function waitFor(read: () => string, pattern: RegExp, timeoutMs = 45_000): Promise<RegExpMatchArray> {
     const deadline = Date.now() + timeoutMs;

@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -7,6 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { migrations } from '../../migrations/index.js';
 import { migrateToLatest, pgliteDataPath } from '../../src/db/index.js';
 import { embeddedDatabaseIn, freshDatabase, onPostgresServer } from '../helpers/database.js';
+import { startScript } from '../helpers/processes.js';
 
 const NEWER = 'this database was migrated by a newer trainyard (0027_future is not a migration of this build): run that release, or restore a backup taken before the upgrade';
 
@@ -45,17 +46,8 @@ describe.skipIf(onPostgresServer)('the CLI and the server on a database this bui
     fs.rmSync(root, { recursive: true, force: true });
   });
 
-  function start(script: string, args: string[], dataDir: string) {
-    const env = { ...process.env, DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'info', DATABASE_URL: '', BACKUP_DIR: path.join(root, 'backups') };
-    const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { env });
-    children.push(child);
-    let stdout = '';
-    let stderr = '';
-    child.stdout!.on('data', (d) => (stdout += d));
-    child.stderr!.on('data', (d) => (stderr += d));
-    const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
-    return { exited, out: () => stdout, err: () => stderr };
-  }
+  const start = (script: string, args: string[], dataDir: string) =>
+    startScript(script, args, { ...process.env, DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'info', DATABASE_URL: '', BACKUP_DIR: path.join(root, 'backups') }, children);
 
   /** A data directory holding the build's database, migrated to `to` (the newest by default). */
   async function dataDirWith(name: string, to?: string, extra?: string): Promise<string> {

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { BackendClient, type UpstreamResponse } from '../../src/inference/proxy/client.js';
 import { EngineError, EngineFault, RequestAbortedError, StreamInterruptedError } from '../../src/inference/proxy/errors.js';
-import { SseParser } from './sse-parser.js';
+import { SseParser } from '../helpers/sse-parser.js';
 import { Cancel } from '../../src/inference/proxy/cancel.js';
 import { relayStream, type RelayOutcome } from '../../src/inference/stream.js';
 import { createServer } from 'node:http';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { SseParser } from './sse-parser.js';
+import { SseParser } from '../helpers/sse-parser.js';
 
 const bytes = (text: string) => Buffer.from(text, 'utf8');
 

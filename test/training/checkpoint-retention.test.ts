@@ -340,6 +340,13 @@ describe('time to live', () => {
   }
 });
 
+/** The storage releases a worker of `t` lists (one page of up to 1,000) whose URI `keep` takes. */
+async function releasesOf(t: Trained, keep: (uri: string) => boolean): Promise<{ id: string; uri: string; reason: string }[]> {
+  const page = await t.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000');
+  expect(page.status, page.text).toBe(200);
+  return page.body.data.filter((r: { uri: string }) => keep(r.uri));
+}
+
 describe('storage handed to the workers\' side', () => {
   it('lists the URIs of deleted trained checkpoints to the owner\'s worker key only, until they are acknowledged', async () => {
     const t = await modelWithWorker(app);
@@ -379,12 +386,12 @@ describe('storage handed to the workers\' side', () => {
     const claimed = await t.worker.claim(5);
     expect(claimed?.job.base_checkpoint?.uri).toBe(uri);
     expect((await t.worker.complete(claimed!, {}, uri)).status).toBe(200);
-    const mine = async () => (await t.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000')).body.data.filter((r: { uri: string }) => r.uri === uri);
+    const mine = () => releasesOf(t, (listed) => listed === uri);
 
     await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [1] });
     expect(await mine()).toEqual([]);
     await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [2] });
-    expect((await mine()).map((r: { reason: string }) => r.reason)).toEqual(['deleted']);
+    expect((await mine()).map((r) => r.reason)).toEqual(['deleted']);
   });
 
   it('takes `dir/` for the same storage as `dir`', async () => {
@@ -395,8 +402,7 @@ describe('storage handed to the workers\' side', () => {
     expect(job.status, job.text).toBe(200);
     const claimed = await t.worker.claim(5);
     expect((await t.worker.complete(claimed!, {}, `${uri}/`)).status).toBe(200);
-    const mine = async () =>
-      (await t.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000')).body.data.filter((r: { uri: string }) => r.uri.startsWith(uri)).map((r: { uri: string }) => r.uri);
+    const mine = async () => (await releasesOf(t, (listed) => listed.startsWith(uri))).map((r) => r.uri);
 
     await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [1] });
     expect(await mine()).toEqual([]);
@@ -408,7 +414,7 @@ describe('storage handed to the workers\' side', () => {
     const t = await modelWithWorker(app);
     await train(t, rewards(0.1, 0.2));
     const uri = `s3://checkpoints/${t.model.name}/2`;
-    const listed = async () => (await t.worker.call('GET', '/v1/workers/checkpoint-releases?limit=1000')).body.data.filter((r: { uri: string }) => r.uri === uri).map((r: { uri: string }) => r.uri);
+    const listed = async () => (await releasesOf(t, (named) => named === uri)).map((r) => r.uri);
     await call(app, t.user.headers, 'DELETE', `${t.base}/checkpoints`, { steps: [2] });
     expect(await listed()).toEqual([uri]);
 

@@ -4,6 +4,7 @@ import type { App } from '../../src/app.js';
 import { EVENT_STREAMS_PER_KEY } from '../../src/training/event-stream.js';
 import { createTestApp, createUserWithKey } from '../helpers/app.js';
 import { listen } from '../helpers/listen.js';
+import { SseParser } from '../helpers/sse-parser.js';
 import { call, groupGenerationA, modelWithWorker, type ModelWithWorker } from './fixtures.js';
 
 /** One server-sent event as a client reads it. */
@@ -14,11 +15,13 @@ interface Message {
 }
 
 /**
- * An open event stream read as it arrives: `next()` is the next message (comments and `retry:` skipped),
- * undefined once the server closed the stream. Its own connection (no keep-alive pool), which `close()` ends.
+ * An open event stream read as it arrives (SseParser): `next()` is the next message (comments and `retry:`
+ * kept apart), undefined once the server closed the stream. Its own connection (no keep-alive pool), which
+ * `close()` ends.
  */
 class StreamReader {
-  private buffer = '';
+  private readonly parser = new SseParser();
+  private readonly pending: Message[] = [];
   private ended = false;
   private wake: (() => void) | undefined;
   retry: number | undefined;
@@ -33,15 +36,15 @@ class StreamReader {
   static open(url: string, headers: Record<string, string>): Promise<StreamReader> {
     return new Promise((resolve, reject) => {
       const request = http.get(url, { headers, agent: false }, (response) => {
-        response.setEncoding('utf8');
         if (response.statusCode !== 200) {
           let body = '';
+          response.setEncoding('utf8');
           response.on('data', (chunk: string) => (body += chunk));
           response.on('end', () => resolve(new StreamReader(response.statusCode!, response.headers, body, request)));
           return;
         }
         const reader = new StreamReader(200, response.headers, '', request);
-        response.on('data', (chunk: string) => reader.push(chunk));
+        response.on('data', (chunk: Buffer) => reader.push(chunk));
         response.on('close', () => reader.push(undefined));
         resolve(reader);
       });
@@ -49,22 +52,22 @@ class StreamReader {
     });
   }
 
-  private push(chunk: string | undefined): void {
+  private push(chunk: Buffer | undefined): void {
     if (chunk === undefined) this.ended = true;
-    else this.buffer += chunk;
+    else {
+      for (const event of this.parser.push(chunk)) {
+        if (event.retry !== undefined) this.retry = event.retry;
+        if (event.event === undefined) continue;
+        this.pending.push({ ...(event.id === undefined ? {} : { id: event.id }), event: event.event, data: JSON.parse(event.data) });
+      }
+    }
     this.wake?.();
   }
 
   async next(): Promise<Message | undefined> {
     for (;;) {
-      const end = this.buffer.indexOf('\n\n');
-      if (end !== -1) {
-        const block = this.buffer.slice(0, end);
-        this.buffer = this.buffer.slice(end + 2);
-        const message = parse(block, this);
-        if (message) return message;
-        continue;
-      }
+      const message = this.pending.shift();
+      if (message) return message;
       if (this.ended) return undefined;
       await new Promise<void>((resolve) => (this.wake = resolve));
     }
@@ -84,18 +87,6 @@ class StreamReader {
   close(): void {
     this.request.destroy();
   }
-}
-
-function parse(block: string, into: { retry: number | undefined }): Message | undefined {
-  const fields: Record<string, string> = {};
-  for (const line of block.split('\n')) {
-    if (line.startsWith(':')) continue;
-    const colon = line.indexOf(':');
-    fields[line.slice(0, colon)] = line.slice(colon + 2);
-  }
-  if (fields.retry !== undefined) into.retry = Number(fields.retry);
-  if (fields.event === undefined) return undefined;
-  return { ...(fields.id === undefined ? {} : { id: fields.id }), event: fields.event, data: JSON.parse(fields.data) };
 }
 
 let app: App;

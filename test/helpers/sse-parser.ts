@@ -1,12 +1,17 @@
 /**
- * An incremental reader of server-sent events, for tests that read a stream's raw chunks (the gateway's own
- * reader is EventFilter in src/inference/stream.ts). Events may be split across chunks and chunks may hold many.
+ * An incremental reader of server-sent events, for tests that read a stream's raw chunks: the gateway's
+ * completion streams, the training API's job event streams (the gateway's own reader is EventFilter in
+ * src/inference/stream.ts). Events may be split across chunks and chunks may hold many.
  */
 export interface SseEvent {
   /** The `event:` field; vLLM sends none, some engines send `error`. */
   event: string | undefined;
   /** The `data:` lines joined by newlines, e.g. a JSON chunk or `[DONE]`. */
   data: string;
+  /** The `id:` field, when the event has one (a reconnecting client sends the last as Last-Event-ID). */
+  id?: string;
+  /** The `retry:` field (milliseconds before a reconnect), when the block has one. */
+  retry?: number;
 }
 
 export class SseParser {
@@ -32,6 +37,8 @@ export class SseParser {
 
 function parseBlock(block: string): SseEvent | null {
   let event: string | undefined;
+  let id: string | undefined;
+  let retry: number | undefined;
   const data: string[] = [];
   for (const line of block.split('\n')) {
     // Lines starting with ':' are comments (keep-alives).
@@ -42,6 +49,9 @@ function parseBlock(block: string): SseEvent | null {
     if (value.startsWith(' ')) value = value.slice(1);
     if (field === 'data') data.push(value);
     else if (field === 'event') event = value;
+    else if (field === 'id') id = value;
+    else if (field === 'retry') retry = Number(value);
   }
-  return data.length === 0 && event === undefined ? null : { event, data: data.join('\n') };
+  if (data.length === 0 && event === undefined && id === undefined && retry === undefined) return null;
+  return { event, data: data.join('\n'), ...(id === undefined ? {} : { id }), ...(retry === undefined ? {} : { retry }) };
 }
