@@ -141,6 +141,11 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   registerErrorHandlers(app);
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
+    // No browser may sniff a JSON answer into HTML or frame a page of this server (/docs included); the
+    // web UI replaces the policy with its full one (src/ui/plugin.ts).
+    reply.header('x-content-type-options', 'nosniff');
+    reply.header('content-security-policy', "frame-ancestors 'none'");
+    reply.header('x-frame-options', 'DENY');
     done();
   });
   const metrics = registerMetrics(app);

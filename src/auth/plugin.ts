@@ -47,8 +47,13 @@ export function principalOf(request: FastifyRequest): Principal {
   return request.principal;
 }
 
-/** The web UI's session cookie (src/ui/session.ts sets it). */
+/**
+ * The web UI's session cookie (src/ui/session.ts sets it). Over TLS it carries the `__Host-` prefix, which
+ * browsers accept only from this very host with Secure and Path=/: a sibling subdomain cannot plant one.
+ * Plain http (a server on a private network) keeps the bare name, which browsers would refuse otherwise.
+ */
 export const SESSION_COOKIE = 'ty_session';
+export const SECURE_SESSION_COOKIE = `__Host-${SESSION_COOKIE}`;
 /** Cookie-authenticated writes must carry this header: a cross-site form or fetch cannot send it without CORS, which trainyard never allows. */
 export const CSRF_HEADER = 'x-trainyard-ui';
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
@@ -62,6 +67,11 @@ export function readCookie(request: FastifyRequest, name: string): string | unde
     if (eq > 0 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim() || undefined;
   }
   return undefined;
+}
+
+/** The session token a browser sent: the `__Host-` cookie first, as it alone cannot have been planted. */
+export function readSessionCookie(request: FastifyRequest): string | undefined {
+  return readCookie(request, SECURE_SESSION_COOKIE) ?? readCookie(request, SESSION_COOKIE);
 }
 
 function originHost(origin: string): string | undefined {
@@ -103,7 +113,7 @@ export function registerAuth(app: FastifyInstance, auth: AuthService): void {
       key = extractApiKey(request);
       // The web UI's session cookie stands in for a key when no Authorization header is sent; never on
       // the worker protocol.
-      session = key === undefined && required !== 'worker' ? readCookie(request, SESSION_COOKIE) : undefined;
+      session = key === undefined && required !== 'worker' ? readSessionCookie(request) : undefined;
       if (!key && !session) {
         reply.header('www-authenticate', 'Bearer');
         throw new UnauthorizedError(

@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { checkCsrf, principalOf, readCookie, SESSION_COOKIE } from '../auth/plugin.js';
+import { checkCsrf, principalOf, readSessionCookie, SECURE_SESSION_COOKIE, SESSION_COOKIE } from '../auth/plugin.js';
 import type { Principal } from '../auth/principal.js';
 import { SESSION_MAX_MS } from '../auth/service.js';
 import { allPassed } from '../health/checks.js';
@@ -28,6 +28,15 @@ function whoami(principal: Principal): z.infer<typeof Whoami> {
 const SESSION_BODY_LIMIT_BYTES = 4 * 1024;
 
 /**
+ * The session cookie's Set-Cookie value: `__Host-ty_session` with Secure over TLS, `ty_session` otherwise
+ * (src/auth/plugin.ts). An empty token with max-age 0 clears it.
+ */
+function sessionCookie(secure: boolean, token: string, maxAgeSeconds: number): string {
+  const attributes = `Path=/; HttpOnly; SameSite=Strict; Max-Age=${maxAgeSeconds}`;
+  return secure ? `${SECURE_SESSION_COOKIE}=${token}; ${attributes}; Secure` : `${SESSION_COOKIE}=${token}; ${attributes}`;
+}
+
+/**
  * The CSRF check of the session routes, as an onRequest hook: it runs before the body is read, so a
  * cross-site (or header-less) request is refused without reading or parsing anything it sent.
  */
@@ -42,6 +51,8 @@ async function csrfBeforeBody(request: FastifyRequest): Promise<void> {
  */
 export const sessionRoutes: FastifyPluginAsyncZod = async (app) => {
   const tags = ['ui'];
+  // Over https, or always with UI_COOKIE_SECURE=true when TLS ends at a proxy.
+  const secureCookies = (request: FastifyRequest) => app.config.uiCookieSecure || request.protocol === 'https';
 
   app.post(
     '/ui/api/session',
@@ -54,7 +65,7 @@ export const sessionRoutes: FastifyPluginAsyncZod = async (app) => {
         tags,
         summary: 'Sign in to the web UI',
         description:
-          'Exchanges a user API key for a session cookie (`ty_session`: HttpOnly, SameSite=Strict). Needs the header `x-trainyard-ui: 1`, and an Origin, when sent, of this server. Worker keys are refused.',
+          'Exchanges a user API key for a session cookie (`ty_session`, or `__Host-ty_session` with Secure over TLS or with UI_COOKIE_SECURE: HttpOnly, SameSite=Strict). Needs the header `x-trainyard-ui: 1`, and an Origin, when sent, of this server. Worker keys are refused.',
         body: z.object({ api_key: z.string().min(1).max(200) }),
         response: { 200: Whoami },
       },
@@ -64,11 +75,7 @@ export const sessionRoutes: FastifyPluginAsyncZod = async (app) => {
       if (!principal) throw new UnauthorizedError('Invalid or revoked API key.');
       if (principal.keyKind !== 'user') throw new ForbiddenError('Worker keys cannot sign in to the web UI: use a user key.');
       const token = await app.auth.createSession(principal);
-      const secure = app.config.uiCookieSecure || request.protocol === 'https' ? '; Secure' : '';
-      reply.header(
-        'set-cookie',
-        `${SESSION_COOKIE}=${token}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${SESSION_MAX_MS / 1000}${secure}`,
-      );
+      reply.header('set-cookie', sessionCookie(secureCookies(request), token, SESSION_MAX_MS / 1000));
       return whoami(principal);
     },
   );
@@ -100,9 +107,12 @@ export const sessionRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (request, reply) => {
-      const token = request.headers.authorization ? undefined : readCookie(request, SESSION_COOKIE);
+      const token = request.headers.authorization ? undefined : readSessionCookie(request);
       if (token) await app.auth.endSession(token);
-      reply.header('set-cookie', `${SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0`);
+      // Both names are cleared: a browser may hold the bare one from before TLS was put in front.
+      const cleared = [sessionCookie(false, '', 0)];
+      if (secureCookies(request)) cleared.push(sessionCookie(true, '', 0));
+      reply.header('set-cookie', cleared);
       return reply.status(204).send(null);
     },
   );

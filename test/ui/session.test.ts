@@ -88,14 +88,37 @@ describe('web UI sessions', () => {
     expect(models.statusCode).toBe(200);
   });
 
-  it('marks the cookie Secure when UI_COOKIE_SECURE is set (TLS ended at a proxy)', async () => {
+  it('with UI_COOKIE_SECURE (TLS ended at a proxy) the cookie is __Host-ty_session and Secure, and sign-out clears both names', async () => {
     const secureApp = await createTestApp({ UI_COOKIE_SECURE: 'true' });
     try {
       const owner = await createUserWithKey(secureApp);
       const response = await signIn(secureApp, owner.key);
-      expect(String(response.headers['set-cookie'])).toMatch(/; HttpOnly; SameSite=Strict; Max-Age=604800; Secure$/);
+      const setCookie = String(response.headers['set-cookie']);
+      expect(setCookie).toMatch(/^__Host-ty_session=[A-Za-z0-9_-]{43}; Path=\/; HttpOnly; SameSite=Strict; Max-Age=604800; Secure$/);
+      const token = /^__Host-ty_session=([^;]*)/.exec(setCookie)![1];
+      const cookie = `__Host-ty_session=${token}`;
+      expect((await secureApp.inject({ url: '/ui/api/session', headers: { cookie } })).json().username).toBe(owner.username);
+      // A bare cookie planted beside it (by a sibling subdomain) does not win over the __Host- one.
+      const planted = await secureApp.inject({ url: '/ui/api/session', headers: { cookie: `ty_session=planted; ${cookie}` } });
+      expect(planted.json().username).toBe(owner.username);
+      const out = await secureApp.inject({ method: 'DELETE', url: '/ui/api/session', headers: { cookie, ...UI } });
+      expect(out.statusCode).toBe(204);
+      expect(out.headers['set-cookie']).toEqual([
+        'ty_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0',
+        '__Host-ty_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure',
+      ]);
+      expect((await secureApp.inject({ url: '/ui/api/session', headers: { cookie } })).statusCode).toBe(401);
     } finally {
       await secureApp.close();
+    }
+  });
+
+  it('API and /docs answers may be neither sniffed nor framed', async () => {
+    for (const url of ['/v1/preview/models', '/docs', '/v1/health', '/traces/server_info']) {
+      const response = await app.inject({ url, headers: user.headers });
+      expect(response.headers['x-content-type-options'], url).toBe('nosniff');
+      expect(response.headers['content-security-policy'], url).toBe("frame-ancestors 'none'");
+      expect(response.headers['x-frame-options'], url).toBe('DENY');
     }
   });
 
