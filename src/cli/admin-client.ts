@@ -129,23 +129,42 @@ function detailText(detail: unknown): string {
   return lines.length > 0 && lines.every((line) => line !== undefined) ? lines.join('; ') : JSON.stringify(detail);
 }
 
+/**
+ * How long the CLI waits for a running server's answer to a users, teams or keys call, each a few rows: a
+ * server that accepts the connection and never answers (stopped in a debugger, its event loop stuck) is
+ * reported after this, not after fetch's own five minutes. Backups copy the database and keep fetch's wait.
+ */
+export const ADMIN_CALL_TIMEOUT_MS = 30_000;
+
 /** One call to a running server's /v1/admin endpoints: its JSON answer, or an HttpAdminError. */
-async function adminCall(baseUrl: string, key: string, method: string, path: string, body?: unknown): Promise<unknown> {
+async function adminCall(baseUrl: string, key: string, method: string, path: string, body?: unknown, timeoutMs?: number): Promise<unknown> {
   let response: Response;
+  let payload: { detail?: unknown };
   try {
     response = await fetch(`${baseUrl}/v1/admin${path}`, {
       method,
       headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
       body: body === undefined ? undefined : JSON.stringify(body),
+      signal: timeoutMs === undefined ? undefined : AbortSignal.timeout(timeoutMs),
     });
+    payload = (await response.json().catch((error: unknown) => {
+      if (error instanceof Error && error.name === 'TimeoutError') throw error;
+      return {};
+    })) as { detail?: unknown };
   } catch (error) {
+    if (error instanceof Error && error.name === 'TimeoutError') {
+      throw new HttpAdminError(
+        `The trainyard server holding the data directory at ${baseUrl} did not answer within ${timeoutMs! / 1000} s. ` +
+          'Check that it is running and not stuck, or set TRAINYARD_URL to the address of the server that holds it.',
+        { cause: error },
+      );
+    }
     throw new HttpAdminError(
       `Could not reach the trainyard server holding the data directory at ${baseUrl} (${connectionFault(error)}). ` +
         'Set TRAINYARD_URL to the address that server listens on (http://host:port).',
       { cause: error },
     );
   }
-  const payload = (await response.json().catch(() => ({}))) as { detail?: unknown };
   if (!response.ok) {
     throw new HttpAdminError(`${response.status}: ${detailText(payload.detail ?? payload)}`);
   }
@@ -153,8 +172,8 @@ async function adminCall(baseUrl: string, key: string, method: string, path: str
 }
 
 /** Talks to a running server's /v1/admin endpoints (the server holds the embedded database). */
-export function httpClient(baseUrl: string, key: string): AdminClient {
-  const call = (method: string, path: string, body?: unknown) => adminCall(baseUrl, key, method, path, body);
+export function httpClient(baseUrl: string, key: string, timeoutMs = ADMIN_CALL_TIMEOUT_MS): AdminClient {
+  const call = (method: string, path: string, body?: unknown) => adminCall(baseUrl, key, method, path, body, timeoutMs);
   const q = (username: string | undefined) => (username ? `?username=${encodeURIComponent(username)}` : '');
   return {
     createUser: (username, isAdmin) => call('POST', '/users', { username, is_admin: isAdmin }),
