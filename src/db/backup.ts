@@ -65,6 +65,12 @@ export async function backupEmbedded(database: DatabaseHandle, backupsDir: strin
     data_dir: path.resolve(dataDir),
     adapters_dir: adaptersDir === undefined ? null : path.resolve(adaptersDir),
   };
+  // The settings refuse a BACKUP_DIR inside the database's directory by name; one reached through a link is
+  // refused here, before anything is made there.
+  const [realBackups, realSource] = await Promise.all([realPathSoFar(backupsDir), fs.realpath(source)]);
+  if (realBackups === realSource || realBackups.startsWith(`${realSource}${path.sep}`)) {
+    throw new ConflictError(`BACKUP_DIR=${backupsDir} leads into the database's own directory (${realSource}): set BACKUP_DIR to a directory outside it.`);
+  }
   await fs.mkdir(backupsDir, { recursive: true });
   const target = await fs.mkdtemp(path.join(backupsDir, `${BACKUP_PREFIX}${manifest.created_at.replace(/[:.]/g, '-')}-`));
   const partial = path.join(target, 'pgdata.partial');
@@ -88,6 +94,18 @@ export async function backupEmbedded(database: DatabaseHandle, backupsDir: strin
   await fs.rename(partial, path.join(target, 'pgdata'));
   const pruned = await pruneBackups(backupsDir, manifest, target, keep);
   return { path: target, bytes: await directoryBytes(target), held_ms: heldMs, created_at: manifest.created_at, adapters, pruned };
+}
+
+/** `dir` with every link resolved, as far as it exists; the rest of it (not made yet) as named. */
+async function realPathSoFar(dir: string): Promise<string> {
+  const absolute = path.resolve(dir);
+  const rest: string[] = [];
+  for (let current = absolute; ; current = path.dirname(current)) {
+    const real = await fs.realpath(current).catch(() => undefined);
+    if (real !== undefined) return path.join(real, ...rest);
+    if (path.dirname(current) === current) return absolute;
+    rest.unshift(path.basename(current));
+  }
 }
 
 /** Why this server takes no backups of its own; undefined for an embedded database kept in files. */
@@ -214,7 +232,9 @@ export async function restoreEmbedded(backupDir: string, options: { dataDir: str
       `The backup's checkpoints name their adapters in ${manifest.adapters_dir}, and ADAPTERS_DIR is ${adaptersDir}: set ADAPTERS_DIR=${manifest.adapters_dir} to restore it.`,
     );
   }
-  await fs.mkdir(dataDir, { recursive: true });
+  // A restore into a DATA_DIR that does not exist yet makes it; refused, it takes it away again.
+  const madeDataDir = await fs.mkdir(dataDir, { recursive: true });
+  let restored = false;
   const lock = await acquireDataDirLock(dataDir);
   try {
     // Copied beside it, so that the database in place is moved aside only once the copy is whole.
@@ -245,9 +265,18 @@ export async function restoreEmbedded(backupDir: string, options: { dataDir: str
     }
     await fs.rename(copying, whole);
     const { previous_pgdata } = (await completeRestore(dataDir, now))!;
+    restored = true;
     return { restored: backup, pgdata, previous_pgdata, adapters_restored: restoredAdapters };
   } finally {
     lock.release();
+    if (!restored && madeDataDir !== undefined) await removeEmptyDirs(path.resolve(dataDir), madeDataDir);
+  }
+}
+
+/** `dir` and its parents up to `top`, each only while empty: what `fs.mkdir(dir, {recursive})` made. */
+async function removeEmptyDirs(dir: string, top: string): Promise<void> {
+  for (let current = dir; ; current = path.dirname(current)) {
+    if (!(await fs.rmdir(current).then(() => true, () => false)) || current === top || path.dirname(current) === current) return;
   }
 }
 

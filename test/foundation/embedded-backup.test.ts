@@ -366,6 +366,21 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     expect(listed.json().data.map((backup: { created_at: string }) => Date.parse(backup.created_at))).toEqual([Date.parse(asked.json().created_at), createdAt]);
   });
 
+  it("refuses a BACKUP_DIR that leads into the database's own directory through a link, making nothing there", { timeout: 60_000 }, async () => {
+    const dataDir = tempDir('trainyard-backup-');
+    const link = path.join(tempDir('trainyard-links-'), 'into-pgdata');
+    fs.symlinkSync(path.join(dataDir, 'pgdata'), link);
+    const backupsDir = path.join(link, 'backups');
+    const { app } = await appOnDataDir({ BACKUP_DIR: backupsDir }, dataDir);
+    const admin = await createUserWithKey(app, { isAdmin: true });
+    const response = await app.inject({ method: 'POST', url: '/v1/admin/backups', headers: admin.headers });
+    expect([response.statusCode, response.json()]).toEqual([
+      409,
+      { detail: `BACKUP_DIR=${backupsDir} leads into the database's own directory (${fs.realpathSync(path.join(dataDir, 'pgdata'))}): set BACKUP_DIR to a directory outside it.` },
+    ]);
+    expect(fs.existsSync(path.join(dataDir, 'pgdata', 'backups'))).toBe(false);
+  });
+
   it('tries a scheduled backup that failed again after an hour, and logs both failures', { timeout: 60_000 }, async () => {
     const { app, dataDir } = await appOnDataDir();
     fs.writeFileSync(path.join(dataDir, 'a-file'), '');
@@ -470,6 +485,10 @@ describe.skipIf(onPostgresServer)('backups of the embedded database', () => {
     expect(fs.existsSync(adaptersDir)).toBe(false);
     expect(fs.readdirSync(dataDir)).toEqual(['pgdata']);
     expect(fs.readdirSync(path.join(dataDir, 'pgdata'))).toEqual(['PG_VERSION']);
+    // Into a DATA_DIR that did not exist yet, the refusal leaves none behind (nor its lock file).
+    const missing = path.join(`${dataDir}-not-yet`, 'data');
+    await expect(restoreEmbedded(whole, { dataDir: missing, adaptersDir })).rejects.toMatchObject({ name: 'ConflictError' });
+    expect(fs.existsSync(`${dataDir}-not-yet`)).toBe(false);
   });
 
   it('answers 409 for a database in memory, which has no files', async () => {
