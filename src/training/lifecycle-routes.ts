@@ -1,4 +1,4 @@
-import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import type { FastifyPluginAsyncZod, ZodTypeProvider } from 'fastify-type-provider-zod';
 import { principalOf } from '../auth/plugin.js';
 import type { AdapterService } from './adapter-service.js';
 import type { LifecycleService } from './lifecycle-service.js';
@@ -14,10 +14,6 @@ export const lifecycleRoutes: FastifyPluginAsyncZod<{ lifecycle: LifecycleServic
   { lifecycle, adapters, archiveLimitBytes },
 ) => {
   const tags = ['training'];
-  // Adapter archives arrive as the raw body; this plugin is encapsulated, so only its routes accept them.
-  app.addContentTypeParser(['application/gzip', 'application/x-tar', 'application/octet-stream'], { parseAs: 'buffer', bodyLimit: archiveLimitBytes }, (_request, body, done) =>
-    done(null, body),
-  );
 
   app.get(
     '/v1/preview/models/:model_id/retention',
@@ -140,18 +136,26 @@ export const lifecycleRoutes: FastifyPluginAsyncZod<{ lifecycle: LifecycleServic
     },
   );
 
-  app.post(
-    '/v1/preview/models/:model_id/checkpoints/import',
-    {
-      schema: {
-        tags,
-        summary: 'Import Checkpoint Adapter',
-        description:
-          'Registers a PEFT adapter as the model\'s next checkpoint (`source` imported). Body: a tar or tar.gz of the adapter directory, content-type application/gzip, application/x-tar or application/octet-stream, at most ADAPTER_ARCHIVE_LIMIT_MB (413). It must hold adapter_config.json (its `base_model_name_or_path` equal to the model\'s base model, and a plain LoRA: no `modules_to_save`, `bias`, `trainable_token_indices`, `layer_replication`, base-rewriting `init_lora_weights`, DoRA or LoRA bias, and `peft_type` LORA) and adapter_model.safetensors, optionally tokenizer files; at most 16 regular files. Pickle weights, links, absolute or `..` paths and other files: 422 naming the entry. A running job of the model: 409 `job_running`.',
-        params: ModelParams,
-        response: { 200: CheckpointState },
+  // Adapter archives arrive as the raw body, up to ADAPTER_ARCHIVE_LIMIT_MB: on the import route alone, in a
+  // scope of its own, so that every other route here keeps BODY_LIMIT_MB and answers such a body 415.
+  await app.register(async (plain) => {
+    const scope = plain.withTypeProvider<ZodTypeProvider>();
+    scope.addContentTypeParser(['application/gzip', 'application/x-tar', 'application/octet-stream'], { parseAs: 'buffer', bodyLimit: archiveLimitBytes }, (_request, body, done) =>
+      done(null, body),
+    );
+    scope.post(
+      '/v1/preview/models/:model_id/checkpoints/import',
+      {
+        schema: {
+          tags,
+          summary: 'Import Checkpoint Adapter',
+          description:
+            'Registers a PEFT adapter as the model\'s next checkpoint (`source` imported). Body: a tar or tar.gz of the adapter directory, content-type application/gzip, application/x-tar or application/octet-stream, at most ADAPTER_ARCHIVE_LIMIT_MB (413). It must hold adapter_config.json (its `base_model_name_or_path` equal to the model\'s base model, and a plain LoRA: no `modules_to_save`, `bias`, `trainable_token_indices`, `layer_replication`, base-rewriting `init_lora_weights`, DoRA or LoRA bias, and `peft_type` LORA) and adapter_model.safetensors, optionally tokenizer files; at most 16 regular files. Pickle weights, links, absolute or `..` paths and other files: 422 naming the entry. A running job of the model: 409 `job_running`.',
+          params: ModelParams,
+          response: { 200: CheckpointState },
+        },
       },
-    },
-    async (request) => adapters.importArchive(principalOf(request), request.params.model_id, request.body),
-  );
+      async (request) => adapters.importArchive(principalOf(request), request.params.model_id, request.body),
+    );
+  });
 };

@@ -418,6 +418,25 @@ describe('archives that are refused', () => {
     expect(await databaseFingerprint(app)).toEqual(before);
   });
 
+  it('takes archive bodies on the import route alone: the model\'s other routes answer them 415 and keep their JSON limits', async () => {
+    const before = await databaseFingerprint(app);
+    for (const [method, url] of [['PUT', `${model.base}/retention`], ['POST', `${model.base}/retention/apply`], ['POST', `${model.base}/checkpoints/1/pin`]] as const) {
+      for (const contentType of ['application/octet-stream', 'application/gzip', 'application/x-tar']) {
+        const reply = await app.inject({ method, url, headers: { ...owner.headers, 'content-type': contentType }, payload: Buffer.alloc(4096, 'a') });
+        expect([reply.statusCode, reply.json()], `${method} ${url} ${contentType}`).toEqual([415, { detail: `Unsupported content type: ${contentType}. Send application/json.` }]);
+      }
+    }
+    // A JSON body of many unknown keys is answered with the first 50 of them, as every refusal is bounded.
+    const unknown = Object.fromEntries(Array.from({ length: 100_000 }, (_, i) => [`k${i}`, i]));
+    const reply = await app.inject({ method: 'PUT', url: `${model.base}/retention`, headers: owner.headers, payload: unknown });
+    expect(reply.statusCode).toBe(422);
+    const detail = reply.json().detail as { loc: unknown[] }[];
+    expect(detail).toHaveLength(50);
+    expect(detail[0]).toEqual({ type: 'extra_forbidden', loc: ['body', 'k0'], msg: 'Extra inputs are not permitted', input: 0 });
+    expect(detail[49].loc).toEqual(['body', 'k49']);
+    expect(await databaseFingerprint(app)).toEqual(before);
+  });
+
   it('says why a checkpoint stored elsewhere cannot be exported', async () => {
     const worker = await ScriptedWorker.create(app, owner, [BASE]);
     await call(app, owner.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()] });
