@@ -38,18 +38,24 @@ RUN mkdir -p /data /adapters && chown node:node /data /adapters
 USER node
 VOLUME ["/data"]
 EXPOSE 8000
-HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
-  CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||8000)+'/v1/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
+# The system check, not /v1/health (which answers whatever the database does): healthy while the API, the
+# database and the CPU queue pass. gpu_queue is left out, as it fails whenever no worker has called in.
+# The timeout leaves room for DATABASE_POOL_TIMEOUT_MS (5 s).
+HEALTHCHECK --interval=10s --timeout=6s --start-period=20s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||8000)+'/v1/system-check').then(r=>r.json()).then(c=>process.exit(c.api.success&&c.database.success&&c.cpu_queue.success?0:1),()=>process.exit(1))"]
 # Exec form: the signal reaches node itself (PID 1, or the child of docker-compose's `init: true`); it drains requests and exits 0.
 STOPSIGNAL SIGTERM
 CMD ["node", "dist/src/main.js"]
 
 # A trainer worker: trainyard-worker running the reference trainer (trainer/, docs/trainer.md) from its own venv,
 # /opt/trainyard/trainer/.venv, installed from the exact lock. torch==2.13.0 from PyPI is the CUDA build (its CUDA
-# libraries come as wheels; the NVIDIA container toolkit provides the driver). Another Python base image can be
-# chosen with --build-arg WORKER_BASE_IMAGE (declared at the top); node comes from the official image.
+# libraries come as wheels; the NVIDIA container toolkit provides the driver). Another base image can be
+# chosen with --build-arg WORKER_BASE_IMAGE (declared at the top): a glibc (Debian or Ubuntu) one whose python3
+# is 3.11 or newer with venv, and with apt-get and useradd; node comes from the official image. gcc: Triton
+# builds its launcher with the system C compiler, and without one the trainer's torch.compile falls back to eager.
 FROM ${WORKER_BASE_IMAGE} AS worker
 COPY --from=node:20-bookworm-slim /usr/local/bin/node /usr/local/bin/node
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/trainyard
 COPY trainer/pyproject.toml trainer/requirements.lock trainer/setup.sh ./trainer/
 COPY trainer/trainyard_trainer ./trainer/trainyard_trainer
@@ -62,6 +68,8 @@ COPY package.json ./
 # first. -o: a base image may already have a user with uid 1000.
 RUN useradd -o --create-home --uid 1000 trainyard && mkdir -p /work /adapters /hf-cache && chown trainyard /work /adapters /hf-cache
 USER trainyard
+# The worker's default --work-dir (trainyard-work) is relative: under /work, which its user may write.
+WORKDIR /work
 ENV NODE_ENV=production
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["node", "/opt/trainyard/dist/src/worker/main.js"]

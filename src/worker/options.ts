@@ -113,6 +113,9 @@ const Flags = z.object({
     .default('info'),
 });
 
+/** The environment variables the worker reads (the README's configuration table lists them with the server's). */
+export const WORKER_ENV_VARIABLES = Object.freeze(['TRAINYARD_URL', 'TRAINYARD_WORKER_KEY'] as const);
+
 /**
  * Parses the command line and the environment into options, or throws WorkerUsageError with a message
  * for the user. `help: true` when the user asked for the usage text.

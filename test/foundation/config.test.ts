@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { CONFIG_VARIABLES, ConfigError, loadConfig } from '../../src/config.js';
+import { WORKER_ENV_VARIABLES } from '../../src/worker/options.js';
 
 describe('configuration', () => {
   it('uses the documented defaults when nothing is set', () => {
@@ -86,7 +87,7 @@ describe('configuration', () => {
     const readme = fs.readFileSync('README.md', 'utf8');
     const section = readme.slice(readme.indexOf('## Configuration'), readme.indexOf('\n## ', readme.indexOf('## Configuration') + 1));
     const documented = [...section.matchAll(/^\| `([A-Z_]+)` \|/gm)].map((m) => m[1]);
-    expect(documented.sort()).toEqual([...CONFIG_VARIABLES].sort());
+    expect(documented.sort()).toEqual([...new Set([...CONFIG_VARIABLES, ...WORKER_ENV_VARIABLES])].sort());
   });
 
   it('takes exactly the numeric range the README table gives each variable', () => {
