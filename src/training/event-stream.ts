@@ -12,8 +12,6 @@ export const EVENT_STREAMS_PER_KEY = 16;
 export const EVENT_STREAM_BUSY_RETRY_SECONDS = 5;
 /** How often a stream reads the job again when nothing in this process woke it (another process's change). */
 const EVENT_STREAM_POLL_MS = 1000;
-/** A comment line after this long without a message, so proxies and clients do not take the stream for dead. */
-const EVENT_STREAM_KEEPALIVE_MS = 15_000;
 /** What EventSource waits before it reconnects (the `retry:` field). */
 const RETRY_MS = 1000;
 const PAGE = 100;
@@ -25,6 +23,11 @@ export interface JobEventStreamsDeps {
   changes: JobSignal;
   /** The key's principal now (undefined: revoked); a stream ends when its key no longer reaches the job. */
   currentPrincipal: (keyId: string) => Promise<Principal | undefined>;
+  /**
+   * A comment line after this long without a message, so that proxies and clients do not take the stream
+   * for dead (SSE_KEEPALIVE_MS; 0: never).
+   */
+  keepAliveMs: number;
 }
 
 /**
@@ -102,7 +105,7 @@ export class JobEventStreams {
     first: { job: TrainingJob; events: PageOf<TrainingJobEvent> },
     stop: AbortSignal,
   ): AsyncGenerator<string> {
-    const { service, changes, currentPrincipal } = this.deps;
+    const { service, changes, currentPrincipal, keepAliveMs } = this.deps;
     let shownJob = '';
     // The client's cursor until an event is sent: an unknown one reads from the first event each time.
     let after = from;
@@ -129,7 +132,7 @@ export class JobEventStreams {
       if (!more) {
         const seen = changes.version;
         while (!stop.aborted && Date.now() < until && seen === changes.version) {
-          const quiet = EVENT_STREAM_KEEPALIVE_MS - (Date.now() - lastWrite);
+          const quiet = keepAliveMs === 0 ? Infinity : keepAliveMs - (Date.now() - lastWrite);
           if (quiet <= 0) {
             lastWrite = Date.now();
             yield ': keep-alive\n\n';

@@ -73,7 +73,7 @@ export const trainingPlugin: FastifyPluginAsyncZod = async (app) => {
   app.systemChecks.register('cpu_queue', () => workers.queueCheck(), { usesDatabase: true });
   app.systemChecks.register('gpu_queue', () => workers.workersCheck(), { usesDatabase: true });
 
-  const streams = new JobEventStreams({ service, changes: jobChanges, currentPrincipal: (keyId) => app.auth.currentPrincipal(keyId) });
+  const streams = new JobEventStreams({ service, changes: jobChanges, currentPrincipal: (keyId) => app.auth.currentPrincipal(keyId), keepAliveMs: app.config.sseKeepAliveMs });
   await app.register(previewRoutes, { service, streams });
   const adapters = new AdapterService({ db, training: service, adaptersDir: releaser.adaptersDir, archiveLimitBytes: app.config.adapterArchiveLimitBytes });
   await app.register(lifecycleRoutes, { lifecycle, adapters, archiveLimitBytes: app.config.adapterArchiveLimitBytes });

@@ -25,6 +25,8 @@ class StreamReader {
   private ended = false;
   private wake: (() => void) | undefined;
   retry: number | undefined;
+  /** Every byte of the stream as text, comments included. */
+  raw = '';
 
   private constructor(
     readonly status: number,
@@ -55,6 +57,7 @@ class StreamReader {
   private push(chunk: Buffer | undefined): void {
     if (chunk === undefined) this.ended = true;
     else {
+      this.raw += chunk.toString('utf8');
       for (const event of this.parser.push(chunk)) {
         if (event.retry !== undefined) this.retry = event.retry;
         if (event.event === undefined) continue;
@@ -271,6 +274,24 @@ describe('training job event streams', () => {
     expect((await stream.next())?.event).toBe('job');
     await app.auth.revokeKey({ keyId: t.user.keyId });
     expect(await stream.until(() => false)).toEqual([]);
+  });
+});
+
+describe('training job event stream keep-alives', () => {
+  it('sends a keep-alive comment after SSE_KEEPALIVE_MS without a message, and none with 0', async () => {
+    for (const [keepAlive, expected] of [['100', true], ['0', false]] as const) {
+      const own = await createTestApp({ SSE_KEEPALIVE_MS: keepAlive });
+      try {
+        const ownUrl = await listen(own);
+        const t = await modelWithWorker(own);
+        const created = await call(own, t.user.headers, 'POST', '/v1/preview/training-jobs', { model_id: t.model.id, trajectory_groups: [groupGenerationA()] });
+        const stream = await StreamReader.open(`${ownUrl}/v1/preview/training-jobs/${created.body.id}/events/stream?max_seconds=1`, t.user.headers);
+        expect(await stream.until(() => false)).toEqual([{ event: 'job', data: expect.objectContaining({ status: 'QUEUED' }) }]);
+        expect(stream.raw.includes('\n\n: keep-alive\n\n'), `SSE_KEEPALIVE_MS=${keepAlive}`).toBe(expected);
+      } finally {
+        await own.close();
+      }
+    }
   });
 });
 
