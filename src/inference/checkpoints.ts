@@ -52,6 +52,43 @@ export async function findCheckpoint(
   return query.executeTakeFirst();
 }
 
+/** Whether the model still has this checkpoint (the primary key decides; the model scopes it). */
+export async function checkpointExists(db: Kysely<Database>, args: { modelId: string; checkpointId: string }): Promise<boolean> {
+  const row = await db.selectFrom('checkpoints').select('id').where('id', '=', args.checkpointId).where('model_id', '=', args.modelId).executeTakeFirst();
+  return row !== undefined;
+}
+
+export interface NamedModel {
+  entity: string;
+  project: string;
+  name: string;
+}
+
+/**
+ * Every model row with one of these names, deleted ones included, each with its checkpoints at these
+ * steps (each at most MAX_STEP; none: one row with `checkpoint` null): which adapters named after them
+ * can still be served.
+ */
+export async function checkpointsOfNamedModels(
+  db: Kysely<Database>,
+  args: { models: readonly NamedModel[]; steps: readonly number[] },
+): Promise<(NamedModel & { checkpoint: { id: string; step: number } | null })[]> {
+  if (args.models.length === 0 || args.steps.length === 0) return [];
+  const rows = await db
+    .selectFrom('models as m')
+    .innerJoin('entities as e', 'e.id', 'm.entity_id')
+    .leftJoin('checkpoints as c', (join) => join.onRef('c.model_id', '=', 'm.id').on('c.step', 'in', [...args.steps]))
+    .select(['e.name as entity', 'm.project', 'm.name', 'c.id as checkpoint_id', 'c.step'])
+    .where((eb) => eb.or(args.models.map((m) => eb.and([eb('e.name', '=', m.entity), eb('m.project', '=', m.project), eb('m.name', '=', m.name)]))))
+    .execute();
+  return rows.map((row) => ({
+    entity: row.entity,
+    project: row.project,
+    name: row.name,
+    checkpoint: row.checkpoint_id === null || row.step === null ? null : { id: row.checkpoint_id, step: row.step },
+  }));
+}
+
 export interface ListedCheckpoint {
   entity: string;
   project: string;

@@ -23,7 +23,13 @@ export const inferencePlugin: FastifyPluginAsyncZod<{ metrics: Registry }> = asy
   const backends = config.backendsFile ? await loadBackendsFile(config.backendsFile, config.env) : [];
   if (backends.length === 0) app.log.info('no inference backend configured (BACKENDS_FILE): chat completions answer 404 until one is');
 
-  const registry = new BackendRegistry(backends, app.log, { client: { onAdapterLoad: adapterLoadObserver(app.log, metrics) } });
+  const registry = new BackendRegistry(backends, app.log, {
+    client: {
+      onAdapterLoad: adapterLoadObserver(app.log, metrics),
+      // Discovery (every 60 s) lists what each engine holds: adapters of deleted checkpoints are unloaded.
+      onAdaptersListed: (client, replica, names) => router.adaptersListed(client, replica, names),
+    },
+  });
   const router = new ModelRouter(app.db, registry, app.log, { trainableBaseModels: config.trainableBaseModels });
   const writer = new UsageWriter(app.db, app.log, { flushIntervalMs: config.usageFlushIntervalMs, embedded: app.database.embedded });
   const gateway = new ChatGateway(router, writer, { keepAliveMs: config.sseKeepAliveMs, log: app.log });
@@ -42,7 +48,7 @@ export const inferencePlugin: FastifyPluginAsyncZod<{ metrics: Registry }> = asy
     // their streams end now. Each is metered before the writer's last flush.
     await gateway.drained(DRAIN_TIMEOUT_MS);
     await writer.close();
-    await router.settled();
+    await router.close();
     await registry.close();
   });
 

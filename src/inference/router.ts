@@ -7,11 +7,12 @@ import { NotFoundError } from '../errors.js';
 import type { DomainEventMap } from '../events.js';
 import { adapterPathFor } from './backends/config.js';
 import type { BackendRegistry } from './backends/registry.js';
-import { findCheckpoint, findTrainedModel } from './checkpoints.js';
-import { parseModelName, type CheckpointRef } from './model-name.js';
+import { checkpointExists, checkpointsOfNamedModels, findCheckpoint, findTrainedModel, MAX_STEP, type NamedModel } from './checkpoints.js';
+import { NAME_SEGMENT, parseModelName, type CheckpointRef } from './model-name.js';
 import type { BackendClient } from './proxy/client.js';
 import type { AdapterSpec } from './proxy/adapters.js';
 import { upstreamUnreachable } from './proxy/errors.js';
+import type { Replica } from './proxy/replica.js';
 
 /** Where a chat completion goes. */
 export interface Route {
@@ -54,6 +55,10 @@ function checkpointPrefix(ref: { entity: string; project: string; model: string 
   return `${ref.entity}/${ref.project}/${ref.model}:step${step}`;
 }
 
+const SEGMENT = NAME_SEGMENT.source.slice(1, -1);
+/** An adapter name as `adapterName` makes them: entity, project, model, step, hash. */
+const ADAPTER_NAME = new RegExp(`^(${SEGMENT})/(${SEGMENT})/(${SEGMENT}):step(0|[1-9][0-9]*)@[0-9a-f]{12}$`);
+
 /** Whether an engine's model id is the adapter of one of these steps (this naming or the earlier one, without `@`). */
 function isAdapterOf(name: string, prefixes: ReadonlySet<string>): boolean {
   const at = name.lastIndexOf('@');
@@ -71,8 +76,10 @@ export class ModelRouter {
   private readonly trainableBases: ReadonlySet<string>;
   private readonly ttlMs: number;
   private readonly now: () => number;
-  /** Unloads started by deletion events, for tests and shutdown to wait on. */
+  /** Unloads started by deletion events and discovery, for tests and shutdown to wait on. */
   private unloading: Promise<void> = Promise.resolve();
+  /** Shutting down: what discovery lists from now on is left for the other processes to sweep. */
+  private closing = false;
 
   constructor(
     private readonly db: Kysely<Database>,
@@ -123,13 +130,11 @@ export class ModelRouter {
    * that an adapter another server process loaded (sharing the engine) is unloaded too.
    */
   checkpointsDeleted(event: DomainEventMap['checkpoints-deleted'][0]): void {
-    this.cache.clear();
     const prefixes = new Set(event.steps.map((step) => checkpointPrefix(event, step)));
     const deleted = (name: string) => isAdapterOf(name, prefixes);
     // The deleted checkpoints' own adapters are refused from now on: a request routed before the delete
     // (waiting for a retry) would otherwise load one back after its unload.
-    const retired = event.ids.map((id, i) => adapterName(event, event.steps[i], id));
-    for (const client of this.registry.clients) client.adapters.retire(retired);
+    this.retire(event.ids.map((id, i) => adapterName(event, event.steps[i], id)));
     const work = Promise.all(
       this.registry.clients
         .filter((client) => client.backend.runtimeLora)
@@ -155,9 +160,82 @@ export class ModelRouter {
     this.unloading = this.unloading.then(() => work);
   }
 
+  /**
+   * Discovery read the adapters a replica holds. Those named as trainyard names them, after a model of
+   * this database, whose checkpoint no longer exists are unloaded: a process that deletes a checkpoint
+   * unloads its adapter at once, and this catches what that could not (a process that died between its
+   * delete and the unload; a load that raced the delete and could not unload after itself). Adapters of
+   * models this database never had (an operator's, another deployment's) are left alone.
+   */
+  adaptersListed(client: BackendClient, replica: Replica, names: readonly string[]): void {
+    if (this.closing) return;
+    const work = this.unloadOrphans(client, replica, names).catch((error: unknown) => {
+      this.log.warn({ err: error, backend: client.backend.name, replica: replica.url }, 'could not look for adapters of deleted checkpoints on an engine replica');
+    });
+    this.unloading = this.unloading.then(() => work);
+  }
+
   /** Resolves when the unloads started so far have finished. */
   settled(): Promise<void> {
     return this.unloading;
+  }
+
+  /** Starts no more discovery sweeps (the engines' clients close next) and waits for the unloads started. */
+  close(): Promise<void> {
+    this.closing = true;
+    return this.unloading;
+  }
+
+  /** Adapters of deleted checkpoints: refused by every backend from now on, and no cached route leads to one. */
+  private retire(names: readonly string[]): void {
+    this.cache.clear();
+    for (const client of this.registry.clients) client.adapters.retire(names);
+  }
+
+  private async unloadOrphans(client: BackendClient, replica: Replica, names: readonly string[]): Promise<void> {
+    const candidates = names.flatMap((name) => {
+      const match = ADAPTER_NAME.exec(name);
+      const step = Number(match?.[4]);
+      return match && step <= MAX_STEP ? [{ name, model: `${match[1]}/${match[2]}/${match[3]}`, step }] : [];
+    });
+    if (candidates.length === 0) return;
+    const models = new Map<string, NamedModel>();
+    for (const { model } of candidates) {
+      const [entity, project, name] = model.split('/');
+      models.set(model, { entity, project, name });
+    }
+    const rows = await checkpointsOfNamedModels(this.db, { models: [...models.values()], steps: [...new Set(candidates.map((c) => c.step))] });
+    const known = new Set(rows.map((row) => `${row.entity}/${row.project}/${row.name}`));
+    const live = new Set(rows.flatMap((row) => (row.checkpoint ? [adapterName({ ...row, model: row.name }, row.checkpoint.step, row.checkpoint.id)] : [])));
+    const orphans = candidates.filter((c) => known.has(c.model) && !live.has(c.name)).map((c) => c.name);
+    if (orphans.length === 0) return;
+    this.retire(orphans);
+    for (const name of orphans) {
+      try {
+        await client.adapters.unload([replica], name);
+        this.log.info({ adapter: name, backend: client.backend.name, replica: replica.url }, 'unloaded the adapter of a deleted checkpoint that an engine still held');
+      } catch (error) {
+        this.log.warn({ err: error, adapter: name, backend: client.backend.name }, 'could not unload a deleted checkpoint\'s adapter');
+      }
+    }
+  }
+
+  /**
+   * Whether a checkpoint a route was read for still exists, asked before its adapter is loaded and after:
+   * another server process may have deleted it (and unloaded the adapter) without this one hearing of it.
+   * A deleted one drops the cached routes, so that a request for `latest` that follows it (the gateway
+   * routes it again) finds the checkpoint that is latest now. When the database cannot answer, the load
+   * goes on as it would without the check; the discovery sweep still unloads it if the checkpoint is gone.
+   */
+  private async stillExists(modelId: string, checkpointId: string): Promise<boolean> {
+    try {
+      if (await checkpointExists(this.db, { modelId, checkpointId })) return true;
+    } catch (error) {
+      this.log.warn({ err: error, checkpoint: checkpointId }, 'could not check that a checkpoint still exists before or after loading its adapter');
+      return true;
+    }
+    this.cache.clear();
+    return false;
   }
 
   private baseRoute(backend: BackendClient, name: string): Route {
@@ -227,7 +305,12 @@ export class ModelRouter {
       backend,
       engineModel,
       baseModel: model.baseModel,
-      adapter: { name: engineModel, path: adapterPathFor(backend.backend, checkpoint.uri), checkpoint: `${name}:step${checkpoint.step}` },
+      adapter: {
+        name: engineModel,
+        path: adapterPathFor(backend.backend, checkpoint.uri),
+        checkpoint: `${name}:step${checkpoint.step}`,
+        exists: () => this.stillExists(model.id, checkpoint.id),
+      },
       trainable: true,
       trained: { name, step: checkpoint.step, latest: ref.step === 'latest' },
     };

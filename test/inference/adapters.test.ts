@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { BackendClient } from '../../src/inference/proxy/client.js';
-import { EngineFault, RequestAbortedError } from '../../src/inference/proxy/errors.js';
+import { EngineFault, RequestAbortedError, RetiredAdapterError } from '../../src/inference/proxy/errors.js';
 import { startFakeEngine, type FakeEngine, type FakeEngineOptions } from '../fakes/engine.js';
 import { backendFor, chatBody, waitFor } from './helpers.js';
 
@@ -156,5 +156,56 @@ describe('adapter load failures', () => {
     expect(e.unloads.get(adapter.name)).toBe(1);
     expect(e.adapters.has(adapter.name)).toBe(false);
     expect(c.adapters.isLoaded(c.replicas[0], adapter.name)).toBe(false);
+  });
+});
+
+describe('an adapter whose checkpoint another process deletes (AdapterSpec.exists)', () => {
+  const retired = { statusCode: 404, code: 'model_not_found', param: 'model', message: `The model \`${adapter.name}\` does not exist or you do not have access to it.` };
+  const sendChecked = (c: BackendClient, exists: () => Promise<boolean>) =>
+    c.send({ path: '/v1/chat/completions', body: chatBody({ model: adapter.name }), adapter: { ...adapter, exists } });
+
+  it('is not loaded once its checkpoint is gone, and is refused from then on', async () => {
+    const e = await engine();
+    const c = client([e.url]);
+    let asked = 0;
+    const error = await sendChecked(c, async () => (asked++, false)).catch((err: unknown) => err);
+    expect(error).toBeInstanceOf(RetiredAdapterError);
+    expect(error).toMatchObject(retired);
+    await expect(sendChecked(c, async () => (asked++, true))).rejects.toBeInstanceOf(RetiredAdapterError);
+    expect(asked).toBe(1);
+    expect(e.requests).toEqual([]);
+  });
+
+  it('is unloaded again when its checkpoint went while it loaded', async () => {
+    const e = await engine({ loadDelayMs: 100 });
+    const c = client([e.url]);
+    let exists = true;
+    const pending = sendChecked(c, async () => exists).catch((err: unknown) => err);
+    await waitFor(() => e.requests.some((r) => r.path === '/v1/load_lora_adapter'));
+    exists = false;
+    expect(await pending).toMatchObject(retired);
+    expect([e.loads.get(adapter.name), e.unloads.get(adapter.name), e.adapters.has(adapter.name)]).toEqual([1, 1, false]);
+    expect(e.chatRequests()).toEqual([]);
+    expect(c.adapters.isLoaded(c.replicas[0], adapter.name)).toBe(false);
+  });
+
+  it('answers 404, not adapter_load_failed, when the engine refused it because its checkpoint (and files) went meanwhile', async () => {
+    const e = await engine();
+    const c = client([e.url]);
+    e.setLoadBehaviour({ kind: 'status', status: 400, message: 'No adapter found for /ckpt/agent-001/3' }, 1);
+    let asked = 0;
+    await expect(sendChecked(c, async () => ++asked === 1)).rejects.toMatchObject(retired);
+  });
+
+  it('is not loaded back after an engine 404 once its checkpoint is gone', async () => {
+    const e = await engine();
+    const c = client([e.url]);
+    let exists = true;
+    await sendChecked(c, async () => exists);
+    e.adapters.delete(adapter.name);
+    exists = false;
+    await expect(sendChecked(c, async () => exists)).rejects.toMatchObject(retired);
+    expect(e.loads.get(adapter.name)).toBe(1);
+    expect(e.chatRequests().map((r) => (r.body as { model: string }).model)).toEqual([adapter.name, adapter.name]);
   });
 });

@@ -12,6 +12,12 @@ export interface AdapterSpec {
   path: string;
   /** The checkpoint as its owner names it (`entity/project/model:stepN`), for error messages; default `name`. */
   checkpoint?: string;
+  /**
+   * Whether the checkpoint still exists. Another trainyard process sharing the database and the engine may
+   * delete it (and unload its adapter) without this one hearing of it, so it is asked before every load
+   * and again once the load has finished; absent, the checkpoint always exists.
+   */
+  exists?: () => Promise<boolean>;
 }
 
 /** One load of an adapter into one replica, as the loader's observer hears of it. */
@@ -25,6 +31,14 @@ export interface AdapterLoadRecord {
   ms: number;
   /** Why a failed load failed, with the engine's message (it may name the path: for the log only). */
   error?: Error;
+}
+
+/** What the loader tells its owner. */
+export interface AdapterLoaderHooks {
+  /** Every load, successful or not (logging and metrics). */
+  observe?: (record: AdapterLoadRecord) => void;
+  /** The adapters a replica's /v1/models listed (`markLoaded`). */
+  listed?: (replica: Replica, names: readonly string[]) => void;
 }
 
 /**
@@ -45,7 +59,7 @@ export class AdapterLoader {
     private readonly backend: { name: string; apiKeyEnv?: string },
     private readonly headers: Record<string, string>,
     private readonly timeoutMs: number,
-    private readonly observe: (record: AdapterLoadRecord) => void = () => undefined,
+    private readonly hooks: AdapterLoaderHooks = {},
   ) {
     this.backendName = backend.name;
   }
@@ -59,8 +73,7 @@ export class AdapterLoader {
     if (this.retired.has(adapter.name)) {
       // A request whose route was read before its checkpoint was deleted (waiting to retry, say): the
       // checkpoint is gone, and loading its adapter now would put it back on the engine after the unload.
-      const checkpoint = adapter.checkpoint ?? adapter.name;
-      return Promise.reject(new RetiredAdapterError(404, `The model \`${checkpoint}\` does not exist or you do not have access to it.`, { param: 'model' }));
+      return Promise.reject(retiredError(adapter));
     }
     const key = keyOf(replica, adapter.name);
     let load = this.loads.get(key);
@@ -89,6 +102,7 @@ export class AdapterLoader {
   /** Records adapters an engine already serves (read from its /v1/models), so they are not reloaded. */
   markLoaded(replica: Replica, names: readonly string[]): void {
     for (const name of names) this.loads.set(keyOf(replica, name), Promise.resolve());
+    this.hooks.listed?.(replica, names);
   }
 
   /**
@@ -123,34 +137,58 @@ export class AdapterLoader {
         await this.loads.get(keyOf(replica, name))?.catch(() => undefined);
         this.forget(replica, name);
         this.loadedBefore.delete(keyOf(replica, name));
-        const response = await replica.control({
-          method: 'POST',
-          path: '/v1/unload_lora_adapter',
-          body: { lora_name: name },
-          headers: this.headers,
-          timeoutMs: this.timeoutMs,
-        });
-        if (response.status >= 400 && response.status !== 404) {
-          const { message } = engineErrorDetails(response.text, response.status);
-          throw new EngineFault(502, 'upstream_error', message, `replica ${replica.url} of backend ${this.backendName} could not unload adapter ${name}: ${message}`);
-        }
+        await this.unloadFrom(replica, name);
       }),
     );
   }
 
+  private async unloadFrom(replica: Replica, name: string): Promise<void> {
+    const response = await replica.control({
+      method: 'POST',
+      path: '/v1/unload_lora_adapter',
+      body: { lora_name: name },
+      headers: this.headers,
+      timeoutMs: this.timeoutMs,
+    });
+    if (response.status >= 400 && response.status !== 404) {
+      const { message } = engineErrorDetails(response.text, response.status);
+      throw new EngineFault(502, 'upstream_error', message, `replica ${replica.url} of backend ${this.backendName} could not unload adapter ${name}: ${message}`);
+    }
+  }
+
+  /**
+   * One load, between two looks at whether the checkpoint still exists. Another process that deletes it
+   * unloads what the engine lists once its delete has committed: a load finishing after that listing is
+   * not seen there, but its look afterwards sees the delete, and unloads what it loaded.
+   */
   private async timedLoad(replica: Replica, adapter: AdapterSpec, key: string): Promise<void> {
+    if (await this.checkpointGone(adapter)) throw retiredError(adapter);
     const reload = this.loadedBefore.has(key);
     const started = performance.now();
     const record = (outcome: AdapterLoadRecord['outcome'], error?: Error) =>
-      this.observe({ backend: this.backendName, replica: replica.url, adapter, reload, outcome, ms: performance.now() - started, error });
+      this.hooks.observe?.({ backend: this.backendName, replica: replica.url, adapter, reload, outcome, ms: performance.now() - started, error });
     try {
       await this.load(replica, adapter);
     } catch (error) {
       record('failed', error as Error);
+      // The engine may have refused because the delete removed the files (an imported checkpoint's).
+      if (error instanceof EngineFault && (await this.checkpointGone(adapter))) throw retiredError(adapter);
       throw error;
     }
-    this.loadedBefore.add(key);
     record('loaded');
+    if (await this.checkpointGone(adapter)) {
+      // Best effort: the discovery sweep (ModelRouter) unloads what is left of a deleted checkpoint.
+      await this.unloadFrom(replica, adapter.name).catch(() => undefined);
+      throw retiredError(adapter);
+    }
+    this.loadedBefore.add(key);
+  }
+
+  /** Whether the adapter's checkpoint is gone; a gone one is retired here. */
+  private async checkpointGone(adapter: AdapterSpec): Promise<boolean> {
+    if (!adapter.exists || (await adapter.exists())) return false;
+    this.retire([adapter.name]);
+    return true;
   }
 
   private async load(replica: Replica, adapter: AdapterSpec): Promise<void> {
@@ -197,6 +235,12 @@ export class AdapterLoader {
       `${what} could not load adapter ${adapter.name} from ${adapter.path} (engine answered ${response.status}): ${message}`,
     );
   }
+}
+
+/** The 404 of a deleted checkpoint's adapter; the gateway routes a request for `latest` again on it. */
+function retiredError(adapter: AdapterSpec): RetiredAdapterError {
+  const checkpoint = adapter.checkpoint ?? adapter.name;
+  return new RetiredAdapterError(404, `The model \`${checkpoint}\` does not exist or you do not have access to it.`, { param: 'model' });
 }
 
 function keyOf(replica: Replica, name: string): string {

@@ -74,6 +74,8 @@ export interface ClientOptions {
   now?: () => number;
   /** Hears of every adapter load, successful or not (logging and metrics). */
   onAdapterLoad?: (record: AdapterLoadRecord) => void;
+  /** Hears which adapters a replica's /v1/models listed (discovery), so that those of deleted checkpoints can be unloaded. */
+  onAdaptersListed?: (client: BackendClient, replica: Replica, names: readonly string[]) => void;
 }
 
 /** 429 and these 5xx mean "not now" from an engine or its load balancer: another replica may serve. */
@@ -113,7 +115,11 @@ export class BackendClient {
       (url) => new Replica(url, { connectMs: backend.timeouts.connectMs, breaker, now: this.now }),
     );
     this.baseHeaders = backend.apiKey ? { authorization: `Bearer ${backend.apiKey}` } : {};
-    this.adapters = new AdapterLoader(backend, this.baseHeaders, backend.timeouts.adapterLoadMs, options.onAdapterLoad);
+    const { onAdapterLoad, onAdaptersListed } = options;
+    this.adapters = new AdapterLoader(backend, this.baseHeaders, backend.timeouts.adapterLoadMs, {
+      observe: onAdapterLoad,
+      listed: onAdaptersListed && ((replica, names) => onAdaptersListed(this, replica, names)),
+    });
   }
 
   /**
@@ -211,6 +217,8 @@ export class BackendClient {
       // The engine no longer has the adapter (it restarted, or another process unloaded it): load it
       // again on this replica and send once more. Only the load this request waited on is forgotten, so
       // the requests that met the same restart share one reload instead of each dropping the last one.
+      // The reload first looks whether the checkpoint still exists (AdapterSpec.exists): another process
+      // that deleted it unloads it too, and its adapter must not come back.
       this.adapters.forget(replica, adapter.name, load);
       await this.waitForLoad(replica, this.adapters.ensureLoaded(replica, adapter), request.signal);
       try {
