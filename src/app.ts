@@ -14,11 +14,13 @@ import { DomainEvents } from './events.js';
 import { SystemChecks } from './health/checks.js';
 import { healthRoutes } from './health/routes.js';
 import { graphqlPlugin } from './graphql/plugin.js';
-import { registerErrorHandlers } from './http/error-handler.js';
+import { answerClientError } from './http/client-errors.js';
+import { registerErrorHandlers, sendFrameworkError } from './http/error-handler.js';
 import { documentErrorResponses } from './http/error-responses.js';
 import { registerJsonBodyParser } from './http/json-body.js';
 import { registerMetrics } from './http/metrics.js';
 import { requestId } from './http/request-id.js';
+import { MAX_PARAM_LENGTH } from './http/routes-at-path.js';
 import { validatorCompiler } from './http/validation.js';
 import { inferencePlugin } from './inference/plugin.js';
 import { tracingPlugin } from './tracing/plugin.js';
@@ -97,9 +99,12 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
     // and no socket inactivity timeout (connectionTimeout) is set, for the same reason.
     requestTimeout: config.requestTimeoutMs,
     http: receiveTimeouts(config.requestTimeoutMs),
-    // Fastify answers a path parameter over 100 raw characters with a 414 of its own form. Weave object ids
-    // reach 128 characters, and a percent-encoded character can take 12: route schemas bound the decoded value.
-    routerOptions: { maxParamLength: 4096 },
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+    // The router's refusals (malformed percent-encoding, a parameter over MAX_PARAM_LENGTH: 400, 414) in
+    // the API's error form, with x-request-id, rather than Fastify's own body.
+    frameworkErrors: sendFrameworkError,
+    // Requests Node's HTTP parser refuses (a bad header line, two Content-Length headers, a stalled head).
+    clientErrorHandler: answerClientError,
   }).withTypeProvider<ZodTypeProvider>();
 
   database.embedded?.useLog(app.log);

@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { allowedMethods, MAX_PARAM_LENGTH } from './routes-at-path.js';
 import { DATABASE_RETRY_AFTER_SECONDS, databaseFault } from '../db/faults.js';
 import { MAX_BIND_PARAMETERS, TooManyParametersError } from '../db/limits.js';
 import { isRefusedValue, sqlState } from '../db/refusals.js';
@@ -23,13 +24,23 @@ const TRAINING_V1_PATHS = ['/v1/preview', '/v1/health', '/v1/system-check', '/v1
 const under = (path: string, prefixes: readonly string[]) => prefixes.some((prefix) => path === prefix || path.startsWith(`${prefix}/`));
 
 /**
+ * A path as its API is read from it: empty and `.` segments, and a segment's `;` parameters, count for
+ * nothing, so that paths no route matches (`/v1//health`, `/v1/health;x=1`, `/v1/health/`) answer in
+ * the same form as the path they resemble.
+ */
+function familyPath(path: string): string {
+  const segments = path.split('/').map((segment) => segment.split(';', 1)[0]);
+  return `/${segments.filter((segment) => segment !== '' && segment !== '.').join('/')}`;
+}
+
+/**
  * The API a path belongs to. A request no route matched (`unmatched`) under /v1 and outside the
  * training families is taken for an OpenAI route the gateway does not serve (/v1/embeddings,
  * /v1/responses): the openai SDKs read only OpenAI's envelope.
  */
 export function apiFamily(url: string, unmatched = false): ApiFamily {
-  const path = url.split('?', 1)[0];
-  if (path.startsWith('/traces') || path === '/graphql') return 'tracing';
+  const path = familyPath(url.split('?', 1)[0]);
+  if (path.startsWith('/traces') || under(path, ['/graphql'])) return 'tracing';
   if (under(path, INFERENCE_PATHS)) return 'inference';
   if (unmatched && path.startsWith('/v1/') && !under(path, TRAINING_V1_PATHS)) return 'inference';
   return 'training';
@@ -63,7 +74,8 @@ export function errorBody(family: ApiFamily, shape: ErrorShape): Record<string, 
       error: {
         message: shape.detail.map((d) => `${d.loc.join('.')}: ${d.msg}`).join('; '),
         type: 'invalid_request_error',
-        param: first ? first.loc.slice(1).join('.') || null : null,
+        // An invalid JSON body's loc is the character offset where parsing stopped, not a field.
+        param: first && first.type !== 'json_invalid' ? first.loc.slice(1).join('.') || null : null,
         code: first?.type ?? 'invalid_request',
       },
     };
@@ -97,7 +109,29 @@ const FASTIFY_ERRORS: Record<string, (request: FastifyRequest) => Omit<ErrorShap
     code: 'invalid_content_length',
     message: 'Request body size did not match Content-Length.',
   }),
+  // The router's own refusals, handed over by sendFrameworkError.
+  FST_ERR_BAD_URL: (request) => ({
+    status: 400,
+    code: 'invalid_url',
+    message: request.url.startsWith('/')
+      ? `Malformed percent-encoding in the path ${shownPath(request.url)}: each % must start an escape (%XX) of valid UTF-8.`
+      : `The request target ${shownPath(request.url)} is not a path: it must start with "/".`,
+  }),
+  FST_ERR_MAX_PARAM_LENGTH: () => ({
+    status: 414,
+    code: 'uri_too_long',
+    message: `A path parameter is longer than the limit of ${MAX_PARAM_LENGTH} characters.`,
+  }),
 };
+
+/** At most this much of a path is echoed in a message: a request line may be 16 KB. */
+const SHOWN_PATH_CHARS = 256;
+
+/** A request's path, without its query, cut to SHOWN_PATH_CHARS, to be quoted in a message. */
+function shownPath(url: string): string {
+  const path = url.split('?', 1)[0];
+  return path.length > SHOWN_PATH_CHARS ? `${path.slice(0, SHOWN_PATH_CHARS)}…` : path;
+}
 
 /**
  * Input nested deeper than V8 or Postgres can recurse (thousands of levels) is the client's doing.
@@ -220,17 +254,47 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, error: u
   return shape.status === 413 ? discardRestOfBody(request.raw).then(send) : send();
 }
 
+/**
+ * Fastify's `frameworkErrors` (src/app.ts): a path the router cannot read (malformed percent-encoding, a
+ * request target that is not a path, a parameter over MAX_PARAM_LENGTH) answered in its API's form. The
+ * router refuses it before any hook runs, so the headers every answer carries are set here.
+ */
+export function sendFrameworkError(error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+  reply.header('x-request-id', request.id);
+  reply.header('x-content-type-options', 'nosniff');
+  void sendError(request, reply, error);
+}
+
+/**
+ * The answer to a request no route matched: 405 with `Allow` when the path has routes for other methods
+ * (OPTIONS included: trainyard serves no CORS preflight, and FastAPI answers OPTIONS the same way), 404
+ * otherwise. `alsoAllowed` names methods a scope's own not-found handler serves at the path (the web UI's
+ * deep links). Neither needs a key: the auth hook lets unmatched requests through (request.is404).
+ */
+export function sendNotFound(request: FastifyRequest, reply: FastifyReply, alsoAllowed: readonly string[] = []): FastifyReply {
+  const path = request.url.split('?', 1)[0];
+  const allowed = [...new Set([...allowedMethods(request.server, path), ...alsoAllowed])];
+  const family = apiFamily(request.url, true);
+  if (allowed.length > 0 && !allowed.includes(request.method)) {
+    return reply
+      .status(405)
+      .header('allow', allowed.join(', '))
+      .send(
+        errorBody(family, {
+          status: 405,
+          message: `Method ${request.method} is not allowed on ${shownPath(path)}; it allows ${allowed.join(', ')}.`,
+          code: 'method_not_allowed',
+          param: null,
+          extra: {},
+        }),
+      );
+  }
+  return reply.status(404).send(
+    errorBody(family, { status: 404, message: `No route for ${request.method} ${shownPath(path)}.`, code: 'not_found', param: null, extra: {} }),
+  );
+}
+
 export function registerErrorHandlers(app: FastifyInstance): void {
   app.setErrorHandler((error, request, reply) => sendError(request, reply, error));
-  app.setNotFoundHandler((request, reply) =>
-    reply.status(404).send(
-      errorBody(apiFamily(request.url, true), {
-        status: 404,
-        message: `No route for ${request.method} ${request.url.split('?', 1)[0]}.`,
-        code: 'not_found',
-        param: null,
-        extra: {},
-      }),
-    ),
-  );
+  app.setNotFoundHandler((request, reply) => sendNotFound(request, reply));
 }

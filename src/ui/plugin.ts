@@ -3,6 +3,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import fastifyStatic from '@fastify/static';
 import type { FastifyInstance, FastifyReply } from 'fastify';
+import { sendNotFound } from '../http/error-handler.js';
 import { sessionRoutes } from './session.js';
 
 /**
@@ -68,13 +69,13 @@ export async function uiPages(ui: FastifyInstance, options: { root: string }): P
       res.header('cache-control', filePath.endsWith('index.html') ? 'no-cache' : 'public, max-age=31536000, immutable');
     },
   });
-  // Client-side routes (/ui/models/...) get the app, which shows its own "not found" for unknown paths;
+  // Client-side routes (/ui/models/...) get the app, which shows its own "not found" for unknown paths,
+  // to GET and HEAD (link checkers and uptime probes ask with HEAD); other methods there are a 405.
   // /ui/api/* and missing assets stay 404s.
   ui.setNotFoundHandler(async (request, reply) => {
     const pathname = request.url.split('?', 1)[0];
-    if (request.method !== 'GET' || pathname.startsWith('/ui/api/') || pathname.startsWith('/ui/assets/')) {
-      return reply.status(404).send({ detail: `Not found: ${request.method} ${pathname}` });
-    }
+    if (pathname.startsWith('/ui/api/') || pathname.startsWith('/ui/assets/')) return sendNotFound(request, reply);
+    if (request.method !== 'GET' && request.method !== 'HEAD') return sendNotFound(request, reply, ['GET', 'HEAD']);
     reply.header('cache-control', 'no-cache');
     return reply.sendFile('index.html');
   });
