@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import secureJson from 'secure-json-parse';
 import { UNSTORABLE_CHARACTER } from '../db/refusals.js';
+import { decodeJsonText, registerContentCodingCheck } from './body-encoding.js';
 import { LONE_SURROGATE_DETAIL, NUL_DETAIL, RequestValidationError } from './validation.js';
 
 /** `\u005x`, `\u006x`, `\u007x`: the escapes secure-json-parse looks for in `__proto__` and `constructor` keys. */
@@ -156,18 +157,22 @@ export function walkJson(
 /**
  * Replaces Fastify's JSON parser in this plugin scope (and its children). `rejectNul` answers strings
  * holding U+0000 or a lone UTF-16 surrogate with a 422 naming the field, for routes that store what they
- * are sent.
+ * are sent. Bodies are read as UTF-8 text (body-encoding.ts: a charset but UTF-8 is a 415, bytes that are
+ * not UTF-8 a 422 `json_invalid`), and, called on the root, this also refuses content codings on every
+ * route (`registerContentCodingCheck`).
  */
 export function registerJsonBodyParser(app: FastifyInstance, options: { rejectNul?: boolean } = {}): void {
+  registerContentCodingCheck(app);
   if (app.hasContentTypeParser('application/json')) app.removeContentTypeParser('application/json');
   if (app.hasContentTypeParser('text/plain')) app.removeContentTypeParser('text/plain');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
     // A request for no route answers 404 whatever it sent: parsing up to BODY_LIMIT_MB of JSON that no
     // handler will read would be work anyone could ask for, with or without a key.
     if (request.is404) return done(null, undefined);
     try {
-      const value = parseJsonBody(body as string, options);
-      if (!mayHoldUnstorable(body as string)) storableBodies.add(request);
+      const text = decodeJsonText(request, body as Buffer, 'json_invalid');
+      const value = parseJsonBody(text, options);
+      if (!mayHoldUnstorable(text)) storableBodies.add(request);
       done(null, value);
     } catch (error) {
       done(error as Error, undefined);

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchemaCompil
 import { z } from 'zod';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { principalOf } from '../auth/plugin.js';
+import { decodeJsonText } from '../http/body-encoding.js';
 import { coerceLaxFields, holdIntegers, parseExactJson, restoreHeld, type HeldInteger, type LaxKind } from './exact-json.js';
 import { fastChatBody, fastCompletionBody, fastValidatorCompiler, validatedFast } from './fast-validation.js';
 import type { ChatGateway, Endpoint, EngineCall } from './gateway.js';
@@ -72,12 +73,13 @@ declare module 'fastify' {
  */
 function exactBodies(app: FastifyInstance): void {
   if (app.hasContentTypeParser('application/json')) app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
     try {
-      const { value, exact, plain } = parseExactJson(body as string);
+      const text = decodeJsonText(request, body as Buffer, 'json_invalid');
+      const { value, exact, plain } = parseExactJson(text);
       // Marked for the walk below, which only bodies with long integers need.
       if (exact) request.heldIntegers = [];
-      else if (plain) request.bodyText = body as string;
+      else if (plain) request.bodyText = text;
       done(null, value);
     } catch (error) {
       done(error as Error, undefined);

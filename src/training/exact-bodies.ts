@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { decodeJsonText } from '../http/body-encoding.js';
 import { holdBigInts, MARK, parseWithExactNumbers, restoreHeld, unmarkNumbers, type HeldValue } from '../http/exact-numbers.js';
 import { walkJson } from '../http/json-body.js';
 import { RequestValidationError, type ValidationDetail } from '../http/validation.js';
@@ -19,9 +20,9 @@ export function registerTrainingJsonParser(app: FastifyInstance): void {
   // As registerJsonBodyParser (http/json-body.ts) with `rejectNul`, whose text/plain refusal this keeps.
   if (app.hasContentTypeParser('application/json')) app.removeContentTypeParser('application/json');
   if (app.hasContentTypeParser('text/plain')) app.removeContentTypeParser('text/plain');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
     try {
-      const text = body as string;
+      const text = decodeJsonText(request, body as Buffer, 'json_invalid');
       const { value, exact, large } = parseWithExactNumbers(text, BigInt, { rejectNul: true });
       if (large) refuseInfinities(value);
       if (exact) request.heldIntegers = holdBigInts(value);

@@ -1,5 +1,6 @@
 import { errorCodes, type FastifyInstance, type FastifyRequest } from 'fastify';
 import { isLosslessNumber } from 'lossless-json';
+import { decodeJsonText } from '../../http/body-encoding.js';
 import { parseJsonBody } from '../../http/json-body.js';
 import { restoreHeld } from '../../http/exact-numbers.js';
 import { parseExactNumbers, type HeldNumber } from '../exact-numbers.js';
@@ -54,9 +55,10 @@ export function losslessToPlain(value: LosslessJson): JsonValue {
  */
 export function registerTracingBodyParsers(app: FastifyInstance): void {
   app.removeContentTypeParser('application/json');
-  const parser = (request: FastifyRequest, body: string | Buffer, done: (err: Error | null, body?: unknown) => void) => {
+  const parser = (request: FastifyRequest, body: Buffer, done: (err: Error | null, body?: unknown) => void) => {
     try {
-      const text = typeof body === 'string' ? body : body.toString('utf8');
+      // UTF-8 only, its byte order mark dropped (the lossless parser would refuse it), else a 400 or 415.
+      const text = decodeJsonText(request, body, 'bad_request');
       const config = request.routeOptions.config;
       if (config.exactNumbers) {
         const { value, held } = parseExactNumbers(text);
@@ -75,11 +77,11 @@ export function registerTracingBodyParsers(app: FastifyInstance): void {
       done(error as Error, undefined);
     }
   };
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, parser);
-  app.addContentTypeParser('application/jsonl', { parseAs: 'string' }, parser);
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, parser);
+  app.addContentTypeParser('application/jsonl', { parseAs: 'buffer' }, parser);
   // Fastify hands a body without the header to the catch-all parser (and so is every unknown type).
-  app.addContentTypeParser('*', { parseAs: 'string' }, (request, body, done) => {
-    if (request.headers['content-type'] === undefined) parser(request, body, done);
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (request, body, done) => {
+    if (request.headers['content-type'] === undefined) parser(request, body as Buffer, done);
     else done(new errorCodes.FST_ERR_CTP_INVALID_MEDIA_TYPE(), undefined);
   });
   // After validation, which saw the nearest doubles, the payloads get their exact numbers back.

@@ -4,7 +4,8 @@ import type { FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { principalOf } from '../../auth/plugin.js';
-import { PayloadTooLargeError, UnsupportedMediaTypeError } from '../../errors.js';
+import { InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError } from '../../errors.js';
+import { decodeJsonText } from '../../http/body-encoding.js';
 import { parseJsonBody } from '../../http/json-body.js';
 import { depsOf, projectFor } from '../http/access.js';
 import { otelAuthHook } from '../http/otel-auth.js';
@@ -44,7 +45,8 @@ async function decompress(request: FastifyRequest, raw: Buffer): Promise<Buffer>
     return await inflater(raw, { maxOutputLength: MAX_OTLP_BYTES });
   } catch (error) {
     if ((error as { code?: string }).code === 'ERR_BUFFER_TOO_LARGE' || error instanceof RangeError) throw tooLarge();
-    throw new UnsupportedMediaTypeError(`The body is not valid ${encoding} data: ${(error as Error).message}`);
+    // The coding is one this route decodes; the data is what is wrong (OTLP exporters take a 415 for a setting to change).
+    throw new InvalidRequestError(`The body is not valid ${encoding} data: ${(error as Error).message}`);
   }
 }
 
@@ -73,7 +75,8 @@ export const otelRoutes: FastifyPluginAsyncZod = async (app) => {
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: RAW_LIMIT }, parser);
 
   const options = {
-    config: { auth: 'none' as const },
+    // Content-Encoding is inflated here (decompress), not refused app-wide.
+    config: { auth: 'none' as const, decodesContentEncoding: true },
     bodyLimit: RAW_LIMIT,
     onRequest: otelAuthHook(app.auth),
     schema: {
@@ -106,7 +109,7 @@ export const otelRoutes: FastifyPluginAsyncZod = async (app) => {
     if (encoding === 'protobuf') {
       traces = decodeTraceRequest(bytes);
     } else if (encoding === 'json') {
-      const text = bytes.toString('utf8');
+      const text = decodeJsonText(request, bytes, 'bad_request');
       size = text.length;
       const json = parseJsonBody(text);
       if (json !== null && typeof json === 'object' && !Array.isArray(json) && 'traces' in json) {
