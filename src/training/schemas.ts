@@ -570,9 +570,23 @@ export const ClaimRequest = z.object({
 });
 export type ClaimRequest = z.infer<typeof ClaimRequest>;
 
+/**
+ * How long a lease lasts from the answer that carries it, on the server's clock. A worker times that from
+ * the answer's arrival on its own monotonic clock: comparing `expires_at` with another machine's clock
+ * would make a lease lapse early (or late) by however far the two clocks disagree.
+ */
+const LeaseExpiresInMs = z
+  .int()
+  .min(0)
+  .optional()
+  .describe(
+    'Milliseconds the lease lasts from this answer (WORKER_LEASE_SECONDS): time it from the answer\'s arrival on the worker\'s own clock, since `expires_at` is a time on the server\'s clock and the machines\' clocks need not agree. Absent from servers that do not send it.',
+  );
+
 export const Lease = z.object({
   token: Uuid,
   expires_at: Timestamp,
+  expires_in_ms: LeaseExpiresInMs,
 });
 export type Lease = z.infer<typeof Lease>;
 
@@ -618,6 +632,7 @@ export type HeartbeatRequest = z.infer<typeof HeartbeatRequest>;
 
 export const HeartbeatResponse = z.object({
   expires_at: Timestamp,
+  expires_in_ms: LeaseExpiresInMs,
   cancel_requested: z.boolean(),
 });
 export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;

@@ -178,6 +178,14 @@ export class WorkerService {
     }
   }
 
+  /**
+   * `expires_in_ms` of a claim or heartbeat answer. Every renewal sets the expiry to the database's now()
+   * plus the lease, so the lease lasts this long from the renewal, a moment before the answer leaves.
+   */
+  private leaseMs(): number {
+    return this.deps.config.workerLeaseSeconds * 1000;
+  }
+
   private claimJson(claim: repo.Claim): ClaimResponse {
     const { job, base_checkpoint: base, kl_reference_checkpoint: reference } = claim;
     return {
@@ -193,7 +201,7 @@ export class WorkerService {
         num_inputs: job.num_inputs,
         inputs_url: `/v1/workers/jobs/${job.id}/inputs`,
       },
-      lease: { token: claim.lease_token, expires_at: job.lease_expires_at as string },
+      lease: { token: claim.lease_token, expires_at: job.lease_expires_at as string, expires_in_ms: this.leaseMs() },
     };
   }
 
@@ -229,7 +237,7 @@ export class WorkerService {
     const renewed = await repo.heartbeat(this.db, { jobId, leaseToken, leaseSeconds: this.deps.config.workerLeaseSeconds });
     if (!renewed) throw staleLease(jobId);
     await repo.touchWorkerOfJob(this.db, { jobId, apiKeyId: principal.keyId });
-    return renewed;
+    return { expires_at: renewed.expires_at, expires_in_ms: this.leaseMs(), cancel_requested: renewed.cancel_requested };
   }
 
   /**

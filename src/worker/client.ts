@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import { performance } from 'node:perf_hooks';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Agent, request, type Dispatcher } from 'undici';
@@ -12,6 +13,7 @@ import {
   type ClaimRequest,
   type WorkerEvent,
 } from '../training/schemas.js';
+import { CLOCK_SKEW_WARN_MS, timeLease } from './lease-clock.js';
 
 /**
  * The worker side of the trainer-worker protocol (docs/training.md, "Worker protocol"). Transient failures
@@ -62,6 +64,12 @@ export interface Backoff {
   logLevel?: 'warn' | 'debug';
 }
 
+/** An answer that carries a lease, and when that lease lapses on this machine's monotonic clock (performance.now()). */
+export interface Leased<T> {
+  answer: T;
+  leaseEndsAt: number;
+}
+
 export const DEFAULT_BACKOFF: Backoff = { baseDelayMs: 500, maxDelayMs: 15_000, maxElapsedMs: 120_000 };
 
 interface Logger {
@@ -92,6 +100,7 @@ export class WorkerClient {
   private readonly dispatcher: Dispatcher;
   private readonly backoff: Backoff;
   private readonly requestTimeoutMs: number;
+  private clockWarned = false;
 
   constructor(private readonly options: WorkerClientOptions) {
     this.dispatcher = new Agent({ keepAliveTimeout: 30_000, connect: { timeout: 10_000 } });
@@ -104,18 +113,20 @@ export class WorkerClient {
    * because a worker that outlives a server restart should simply carry on. Every try carries the same
    * `claim_id`: a try whose answer was lost after the server had leased a job gets that job back.
    */
-  async claim(request: Omit<ClaimRequest, 'claim_id'>, signal?: AbortSignal): Promise<ClaimResponse | undefined> {
+  async claim(request: Omit<ClaimRequest, 'claim_id'>, signal?: AbortSignal): Promise<Leased<ClaimResponse> | undefined> {
     const body: ClaimRequest = { ...request, claim_id: crypto.randomUUID() };
     return this.retrying('claim', { ...this.backoff, maxElapsedMs: Infinity }, signal, async () => {
       const response = await this.call('POST', '/v1/workers/claim', body, {
         signal,
         timeoutMs: (body.wait_seconds ?? 0) * 1000 + this.requestTimeoutMs,
       });
+      const arrived = arrival();
       if (response.statusCode === 204) {
         await response.body.dump();
         return undefined;
       }
-      return this.parse(response, ClaimResponse, 'claim');
+      const answer = await this.parse(response, ClaimResponse, 'claim');
+      return this.leased(answer, answer.lease, response, arrived);
     });
   }
 
@@ -152,13 +163,21 @@ export class WorkerClient {
   }
 
   /**
-   * Renews a lease. Each try waits `timeoutMs` at most for the answer, and tries stop at `until` (the lease's
-   * expiry, in ms since the epoch): past it the server has requeued the job, and only a new heartbeat finds out.
+   * Renews a lease. Each try waits `timeoutMs` at most for the answer, and tries stop after `retryForMs` (what
+   * is left of the lease): past it the server has requeued the job, and only a new heartbeat finds out.
    */
-  async heartbeat(jobId: string, leaseToken: string, limits: { timeoutMs: number; until: number }, signal?: AbortSignal): Promise<HeartbeatResponse> {
-    return this.jobCall(jobId, 'heartbeat', { lease_token: leaseToken }, HeartbeatResponse, signal, {
-      timeoutMs: limits.timeoutMs,
-      backoff: { ...this.backoff, maxElapsedMs: Math.max(0, limits.until - Date.now()) },
+  async heartbeat(
+    jobId: string,
+    leaseToken: string,
+    limits: { timeoutMs: number; retryForMs: number },
+    signal?: AbortSignal,
+  ): Promise<Leased<HeartbeatResponse>> {
+    const backoff = { ...this.backoff, maxElapsedMs: Math.max(0, limits.retryForMs) };
+    return this.retrying(`heartbeat of ${jobId}`, backoff, signal, async () => {
+      const response = await this.call('POST', jobPath(jobId, 'heartbeat'), { lease_token: leaseToken }, { signal, timeoutMs: limits.timeoutMs });
+      const arrived = arrival();
+      const answer = await this.parse(response, HeartbeatResponse, 'heartbeat', jobId);
+      return this.leased(answer, answer, response, arrived);
     });
   }
 
@@ -211,18 +230,39 @@ export class WorkerClient {
     body: unknown,
     schema: S | undefined,
     signal: AbortSignal | undefined,
-    limits: { timeoutMs: number; backoff: Backoff } = { timeoutMs: this.requestTimeoutMs, backoff: this.backoff },
   ): Promise<z.output<S>> {
-    return this.retrying(`${action} of ${jobId}`, limits.backoff, signal, async () => {
-      const response = await this.call('POST', `/v1/workers/jobs/${encodeURIComponent(jobId)}/${action}`, body, {
-        signal,
-        timeoutMs: limits.timeoutMs,
-      });
+    return this.retrying(`${action} of ${jobId}`, this.backoff, signal, async () => {
+      const response = await this.call('POST', jobPath(jobId, action), body, { signal, timeoutMs: this.requestTimeoutMs });
       if (schema) return this.parse(response, schema, action, jobId);
       await this.expectOk(response, jobId);
       await response.body.dump();
       return undefined as z.output<S>;
     });
+  }
+
+  /**
+   * Times the lease an answer carries from the server's own clock (lease-clock.ts), and warns once when the
+   * server's clock and this machine's disagree.
+   */
+  private leased<T>(
+    answer: T,
+    lease: { expires_at: string; expires_in_ms?: number },
+    response: Dispatcher.ResponseData,
+    arrived: { monotonic: number; wall: number },
+  ): Leased<T> {
+    const date = response.headers.date;
+    const timing = timeLease({ ...lease, date: Array.isArray(date) ? date[0] : date, arrived });
+    const ahead = timing.serverAheadMs;
+    if (!this.clockWarned && ahead !== undefined && Math.abs(ahead) > CLOCK_SKEW_WARN_MS) {
+      this.clockWarned = true;
+      this.options.logger.warn(
+        { server_clock_ahead_ms: Math.round(ahead) },
+        `this machine's clock is ${Math.round(Math.abs(ahead) / 1000)} s ${ahead > 0 ? 'behind' : 'ahead of'} the server's: ` +
+          'leases are timed from the server\'s answers, so jobs are not affected, but log times differ from the server\'s, ' +
+          'and a clock minutes ahead shortens the margin of the checkpoint storage sweep. Synchronize the clocks (NTP).',
+      );
+    }
+    return { answer, leaseEndsAt: timing.endsAt };
   }
 
   private call(method: 'GET' | 'POST', path: string, body: unknown, options: { signal?: AbortSignal; timeoutMs: number }) {
@@ -288,7 +328,7 @@ export class WorkerClient {
   }
 
   private async retrying<T>(what: string, backoff: Backoff, signal: AbortSignal | undefined, attempt: () => Promise<T>): Promise<T> {
-    const started = Date.now();
+    const started = performance.now();
     for (let n = 0; ; n++) {
       try {
         return await attempt();
@@ -296,12 +336,21 @@ export class WorkerClient {
         if (!(error instanceof TransientError) || signal?.aborted) throw error;
         const jittered = Math.random() * Math.min(backoff.maxDelayMs, backoff.baseDelayMs * 2 ** n);
         const delay = Math.max(jittered, error.retryAfterMs ?? 0);
-        if (Date.now() - started + delay > backoff.maxElapsedMs) throw new Error(`${what}: gave up after ${n + 1} tries: ${error.message}`);
+        if (performance.now() - started + delay > backoff.maxElapsedMs) throw new Error(`${what}: gave up after ${n + 1} tries: ${error.message}`);
         this.options.logger[backoff.logLevel ?? 'warn']({ err: error.message, retry_in_ms: Math.round(delay) }, `${what} failed; retrying`);
         await sleep(delay, undefined, { signal });
       }
     }
   }
+}
+
+function jobPath(jobId: string, action: string): string {
+  return `/v1/workers/jobs/${encodeURIComponent(jobId)}/${action}`;
+}
+
+/** When an answer's head arrived, on this machine's monotonic and wall clocks. */
+function arrival(): { monotonic: number; wall: number } {
+  return { monotonic: performance.now(), wall: Date.now() };
 }
 
 function retryAfterMs(header: string | string[] | undefined): number | undefined {

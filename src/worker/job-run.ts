@@ -1,7 +1,8 @@
+import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { FailRequest, type ClaimResponse } from '../training/schemas.js';
-import { LeaseLostError, ProtocolError, type WorkerClient } from './client.js';
+import { LeaseLostError, ProtocolError, type Leased, type WorkerClient } from './client.js';
 import { EventBatcher } from './event-batcher.js';
 import {
   buildJobSpec,
@@ -22,6 +23,12 @@ import { TrainerProcess, warnLongLine, type TrainerExit, type TrainerHandlers } 
 
 /** Exit status a trainer uses to say "retrying will not help" (bad config, unusable inputs). */
 export const PERMANENT_FAILURE_EXIT_CODE = 3;
+
+/**
+ * Exit status a trainer uses to say "this machine cannot run me" (asked for CUDA where there is none, say):
+ * not the job's fault, so the attempt fails as retryable for another worker, and this worker stops claiming.
+ */
+export const UNFIT_MACHINE_EXIT_CODE = 4;
 
 /** The message a canceled job is failed with; the server ends it CANCELED whatever the message. */
 export const CANCELED_MESSAGE = 'training job was canceled';
@@ -81,15 +88,27 @@ export class JobRun {
   /** The stopping of a trainer let go after a job_end with another exit code (run() waits for it). */
   private releasing: Promise<TrainerExit> | undefined;
   private readonly stopping = new AbortController();
+  private readonly claim: ClaimResponse;
+  /** The lease's expiry on the server's clock, for the log only. */
   private leaseExpiresAt: string;
+  /** When the lease lapses on this machine's monotonic clock (performance.now()): never compared with `expires_at`. */
+  private leaseEndsAt: number;
 
+  /**
+   * `onUnfitMachine`: called, before the attempt is reported, when the trainer exits with
+   * UNFIT_MACHINE_EXIT_CODE, with the reason it gave (the last line of its stderr).
+   */
   constructor(
-    private readonly claim: ClaimResponse,
+    claimed: Leased<ClaimResponse>,
     private readonly client: WorkerClient,
     private readonly settings: JobRunSettings,
     logger: Logger,
     private readonly resident?: ResidentTrainerSlot,
+    private readonly onUnfitMachine?: (reason: string) => void,
   ) {
+    const claim = claimed.answer;
+    this.claim = claim;
+    this.leaseEndsAt = claimed.leaseEndsAt;
     this.jobId = claim.job.id;
     this.paths = jobPaths(settings, claim.job);
     const read = [claim.job.base_checkpoint, claim.job.kl_reference_checkpoint].map((checkpoint) => checkpoint ? checkpointDirectory(checkpoint.uri, settings.outputDir) : undefined);
@@ -290,9 +309,15 @@ export class JobRun {
       this.log.info({ code: exit.code, signal: exit.signal }, 'trainer exited');
     }
 
+    const stderrTail = trainer.stderrTail(STDERR_TAIL_CHARS);
+    if (exit.code === UNFIT_MACHINE_EXIT_CODE) {
+      // Before the report requeues the job: this worker must not claim it, or any other, again.
+      const reason = stderrTail.trimEnd().split('\n').at(-1) || 'the trainer gave no reason on stderr';
+      this.onUnfitMachine?.(reason);
+    }
     if (this.leaseLost) batcher.discard();
     else await batcher.flush();
-    return this.report(exit, { checkpoint, stderrTail: trainer.stderrTail(STDERR_TAIL_CHARS) });
+    return this.report(exit, { checkpoint, stderrTail });
   }
 
   /** Decides and sends the report of the attempt. `exit` is undefined when the trainer never ran. */
@@ -341,6 +366,9 @@ export class JobRun {
     }
     if (exit.code === PERMANENT_FAILURE_EXIT_CODE) {
       return this.reportFailure(`trainer command exited with code ${exit.code} (permanent failure)`, false, tail);
+    }
+    if (exit.code === UNFIT_MACHINE_EXIT_CODE) {
+      return this.reportFailure(`trainer command exited with code ${exit.code} (worker ${this.settings.workerId} cannot run the trainer)`, true, tail);
     }
     const how = exit.code === null ? `was killed by ${exit.signal}` : `exited with code ${exit.code}`;
     return this.reportFailure(`trainer command ${how}`, true, tail);
@@ -408,16 +436,17 @@ export class JobRun {
       try {
         const interval = this.heartbeatInterval();
         await sleep(interval, undefined, { signal });
-        if (Date.now() >= Date.parse(this.leaseExpiresAt)) {
+        if (performance.now() >= this.leaseEndsAt) {
           // No heartbeat got through while the lease lasted (the server unreachable, say): the server sweeps
           // the job into a retry, which may write the same output directory. Ours stops training for nobody.
           this.log.error({ lease_expired_at: this.leaseExpiresAt }, 'the lease lapsed without renewal; stopping the trainer');
           this.stop('lease_lost');
           return;
         }
-        const limits = { timeoutMs: Math.max(interval, MIN_HEARTBEAT_TIMEOUT_MS), until: Date.parse(this.leaseExpiresAt) };
-        const beat = await this.client.heartbeat(this.jobId, this.leaseToken, limits, signal);
+        const limits = { timeoutMs: Math.max(interval, MIN_HEARTBEAT_TIMEOUT_MS), retryForMs: this.leaseEndsAt - performance.now() };
+        const { answer: beat, leaseEndsAt } = await this.client.heartbeat(this.jobId, this.leaseToken, limits, signal);
         this.leaseExpiresAt = beat.expires_at;
+        this.leaseEndsAt = leaseEndsAt;
         if (beat.cancel_requested && !this.stopReason) {
           this.log.info('cancel requested');
           this.stop('cancel');
@@ -432,9 +461,8 @@ export class JobRun {
 
   private heartbeatInterval(): number {
     if (this.settings.heartbeatMs !== undefined) return this.settings.heartbeatMs;
-    // A third of what is left of the lease, so that two heartbeats may fail before it lapses; capped so that
-    // a worker clock running behind the server's cannot stretch it past the lease.
-    const left = Date.parse(this.leaseExpiresAt) - Date.now();
+    // A third of what is left of the lease, so that two heartbeats may fail before it lapses.
+    const left = this.leaseEndsAt - performance.now();
     return Math.min(20_000, Math.max(500, left / 3));
   }
 }

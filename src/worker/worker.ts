@@ -7,7 +7,7 @@ import { checkpointUriProblem } from '../training/protocol.js';
 import type { WorkerSettingsResponse } from '../training/schemas.js';
 import { ProtocolError, WorkerClient } from './client.js';
 import { JobDirWatch, removeStaleJobDirs } from './job-files.js';
-import { JobRun, type JobOutcome } from './job-run.js';
+import { JobRun, UNFIT_MACHINE_EXIT_CODE, type JobOutcome } from './job-run.js';
 import type { WorkerOptions } from './options.js';
 import { ResidentTrainerSlot } from './resident.js';
 import { StorageReleaser } from './storage-releases.js';
@@ -43,6 +43,7 @@ export type WorkerSettings = Pick<
  * left in the work dir are removed.
  * `drain()` stops claiming and lets running jobs finish for `drainMs`, then interrupts
  * them (their trainers are stopped and the attempts failed as retryable, so another worker takes them).
+ * A trainer that exits with UNFIT_MACHINE_EXIT_CODE drains the worker too, and `run()` then rejects.
  */
 export class Worker {
   private readonly client: WorkerClient;
@@ -107,6 +108,20 @@ export class Worker {
 
   get runningJobs(): number {
     return this.running.size;
+  }
+
+  /**
+   * The trainer said this machine cannot run it (UNFIT_MACHINE_EXIT_CODE): every job claimed here would fail
+   * the same way, so no more are claimed, the running ones finish as on a drain, and `run()` rejects (exit 1)
+   * for a supervisor or an operator to notice.
+   */
+  private stopOnUnfitMachine(jobId: string, reason: string): void {
+    this.logger.error(
+      { job_id: jobId, reason },
+      `the trainer exited with code ${UNFIT_MACHINE_EXIT_CODE}: this machine cannot run it (${reason}); no more jobs are claimed, and the worker stops once its running jobs are done`,
+    );
+    this.fatal ??= new Error(`the trainer cannot run on this machine (it exited with code ${UNFIT_MACHINE_EXIT_CODE}): ${reason}`);
+    this.drain();
   }
 
   private interruptAll(): void {
@@ -211,7 +226,7 @@ export class Worker {
         if (this.settings.pollSeconds < 1) await sleep(1000, undefined, { signal: this.claims.signal }).catch(() => {});
         continue;
       }
-      const job = new JobRun(claim, this.client, this.settings, this.logger, resident);
+      const job = new JobRun(claim, this.client, this.settings, this.logger, resident, (reason) => this.stopOnUnfitMachine(claim.answer.job.id, reason));
       // Only a storage sweep reads (and clears) the set: without sweeps it would only grow.
       if (this.settings.releaseMs > 0) for (const directory of job.checkpointDirectories) this.inUse.add(directory);
       // A claim answered just as draining began: start it only to hand it back at once.

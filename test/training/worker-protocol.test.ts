@@ -93,7 +93,7 @@ describe('claiming', () => {
         num_inputs: 2,
         inputs_url: `/v1/workers/jobs/${jobId}/inputs`,
       },
-      lease: { token: expect.stringMatching(/^[0-9a-f-]{36}$/), expires_at: expect.any(String) },
+      lease: { token: expect.stringMatching(/^[0-9a-f-]{36}$/), expires_at: expect.any(String), expires_in_ms: 600_000 },
     });
     expect(new Date(claimed!.lease.expires_at).getTime()).toBeGreaterThan(Date.now() + 20_000);
     expect(await getJob(user, jobId)).toMatchObject({ status: 'RUNNING', training_start: expect.any(String), base_step: 0, target_step: 1 });
@@ -129,7 +129,7 @@ describe('claiming', () => {
 
     // The answer was lost; the worker asks again with the same id.
     const again = (await worker.claim(0, { claim_id: claimId }))!;
-    expect(again).toEqual({ ...first, lease: { token: first.lease.token, expires_at: expect.any(String) } });
+    expect(again).toEqual({ ...first, lease: { token: first.lease.token, expires_at: expect.any(String), expires_in_ms: 600_000 } });
     expect(new Date(again.lease.expires_at).getTime()).toBeGreaterThan(Date.now() + 20_000);
     expect(await getJob(user, jobId)).toMatchObject({ status: 'RUNNING', attempt: 1 });
 
@@ -248,7 +248,7 @@ describe('leases', () => {
     await queue();
     const claimed = (await worker.claim())!;
     const reply = await worker.heartbeat(claimed);
-    expect(reply).toMatchObject({ status: 200, body: { expires_at: expect.any(String), cancel_requested: false } });
+    expect(reply).toMatchObject({ status: 200, body: { expires_at: expect.any(String), expires_in_ms: 600_000, cancel_requested: false } });
     expect(new Date(reply.body.expires_at).getTime()).toBeGreaterThanOrEqual(new Date(claimed.lease.expires_at).getTime());
   });
 

@@ -78,7 +78,8 @@ describe('job files', () => {
       kl_reference_checkpoint: { id: 'c3d0e2a1-2222-4a3e-8f7e-2c1f0d9b8a04', step: 2, uri: `file://${path.join(r.outputDir, modelId, 'step-2')}` },
     });
     const settings = { ...r, command: ['true'], workerId: 'w', cancelGraceMs: 0, heartbeatMs: undefined, eventWindowMs: 0, trainerEnv: {}, resident: false };
-    const run = new JobRun({ job, lease: { token: crypto.randomUUID(), expires_at: new Date().toISOString() } }, {} as WorkerClient, settings, pino({ level: 'silent' }));
+    const claimed = { answer: { job, lease: { token: crypto.randomUUID(), expires_at: new Date().toISOString() } }, leaseEndsAt: performance.now() };
+    const run = new JobRun(claimed, {} as WorkerClient, settings, pino({ level: 'silent' }));
     expect(run.checkpointDirectories).toEqual(['step-5', 'step-4', 'step-2'].map((step) => path.join(r.outputDir, modelId, step)));
   });
 
