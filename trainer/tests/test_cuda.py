@@ -86,7 +86,7 @@ def test_sft_step_on_cuda(tmp_path, capsys, model_dir, monkeypatch):
     spec, out = write_job(str(tmp_path), "sft", model_dir, sft_rows(), sft_config={"batch_size": 2, "learning_rate": 2e-3})
     code, events, err = run_job(capsys, spec, "--device", "cuda")
     assert code == 0, err
-    assert events[0] == {"type": "training_started", "data": {"num_sequences": 4}}
+    assert events[0] == {"type": "training_started", "data": {"num_sequences": 4, "device": "cuda"}}
     check(captured, events, model_dir, out)
     losses = [e["data"]["loss"] for e in events if e["type"] == "gradient_step"]
     assert losses[2] < losses[0]  # batches 0 and 2 hold the same rows

@@ -115,6 +115,18 @@ def test_a_trajectory_with_both_exchanges_and_messages_and_choices_is_refused(to
         tokenized(tokenizer, [{**both, "reward": 1.0}, {**both, "reward": 0.0}])
 
 
+@pytest.mark.parametrize("index", ["1", 1.5, True, {"n": 1}], ids=["text", "fraction", "bool", "object"])
+def test_a_choice_index_that_is_not_an_integer_is_refused_naming_where_it_is(tokenizer, index):
+    def trajectory(reward):
+        recorded = exchange([USER], token_choice(tokenizer, ["yes"]))
+        recorded["response"]["choices"].append({**token_choice(tokenizer, ["no"]), "index": index})
+        return {"exchanges": {"chat_completions": [recorded]}, "reward": reward}
+
+    with pytest.raises(InputError, match=r"^inputs line 1\.trajectories\[0\]\.exchanges\.chat_completions\[0\]\.response\.choices\[1\]\.index "
+                                         "must be an integer, got "):
+        tokenized(tokenizer, [trajectory(1.0), trajectory(0.0)])
+
+
 def exchange_groups(tokenizer, logprobs=True):
     def trajectory(word, reward):
         choice = token_choice(tokenizer, [word, "<|im_end|>"], [-2.5, -0.3])

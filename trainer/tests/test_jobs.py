@@ -1,10 +1,14 @@
 """Jobs through the trainer's entry point: SFT lowers the loss, adapters load back with peft and reproduce the trained
 logits, optimizer state carries over, nothing-to-train RL batches still give a checkpoint, bad jobs exit 3 naming why, and so do SFT jobs with nothing to train
-and training that diverges, before any adapter is saved."""
+and training that diverges, before any adapter is saved; numeric options that would break every job are refused by name
+(exit 2), and a checkpoint the disk cannot hold leaves no file behind."""
+import errno
 import json
 import math
 import os
 import pathlib
+import re
+import shutil
 
 import pytest
 import torch
@@ -15,6 +19,9 @@ import trainyard_trainer.model as model_module
 import trainyard_trainer.rl as rl_module
 from helpers import run_job, save_peft_adapter, write_job
 from tiny import build_model_dir, token_choice
+from trainyard_trainer.config import parse_rl_config
+from trainyard_trainer.main import parse_args
+from trainyard_trainer.tokenize import TokenizedResult
 
 PROBE = [2, 5, 10, 11, 12, 3, 2, 6]
 
@@ -65,7 +72,7 @@ def test_sft_lowers_the_loss_and_follows_the_learning_rate_list(tmp_path, capsys
     spec, out = write_job(str(tmp_path), "sft", model_dir, rows, sft_config={"batch_size": 2, "learning_rate": lrs})
     code, events, err = run_job(capsys, spec, "--device", "cpu")
     assert code == 0, err
-    assert events[0] == {"type": "training_started", "data": {"num_sequences": 4}}
+    assert events[0] == {"type": "training_started", "data": {"num_sequences": 4, "device": "cpu"}}
     steps = [e["data"] for e in events if e["type"] == "gradient_step"]
     assert [s["learning_rate"] for s in steps] == lrs
     assert all(s["num_trajectories"] == 2 for s in steps)
@@ -121,7 +128,7 @@ def test_a_batch_with_nothing_to_train_carries_the_checkpoint_forward(tmp_path, 
     spec, second = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer, ((1, 1, 1, 1),)), base=first, step=2)
     code, events, err = run_job(capsys, spec, "--device", "cpu")
     assert code == 0, err
-    assert events[0] == {"type": "training_started", "data": {"num_sequences": 0}}
+    assert events[0] == {"type": "training_started", "data": {"num_sequences": 0, "device": "cpu"}}
     assert events[-1]["metrics"]["data/step_num_gradient_steps"] == 0
     assert events[-1]["metrics"]["data/step_num_groups_trainable"] == 0
     for name in ("adapter_config.json", "adapter_model.safetensors", "optimizer.pt"):
@@ -135,6 +142,9 @@ def test_a_batch_with_nothing_to_train_carries_the_checkpoint_forward(tmp_path, 
         ({"fixture_mode": "ok"}, "experimental_config.fixture_mode is not a key this trainer knows"),
         ({"kl_penalty_coef": 0.1, "kl_penalty_reference_step": 3}, "experimental_config.kl_penalty_reference_step: no checkpoint of step 3"),
         ({"packed_sequence_length": 99999}, "experimental_config.packed_sequence_length 99999 exceeds the model's maximum 32768"),
+        # 8^2000 is past the floats: refused by name before training starts, not an OverflowError traceback (exit 1, retried).
+        ({"num_trajectories_learning_rate_multiplier_power": 2000}, "experimental_config.num_trajectories_learning_rate_multiplier_power 2000.0 "
+                                                                    "makes the learning rate (learning_rate · K^p) overflow for a row of K = 8 sequences"),
     ],
 )
 def test_refused_config_exits_3_naming_the_key(tmp_path, capsys, model_dir, tokenizer, config, message):
@@ -342,3 +352,98 @@ def test_sft_with_nothing_to_train_exits_3_saying_how_many_rows_were_too_long_or
     assert_failed_without_a_checkpoint(code, events, err, out, "no SFT row has a token to train: of 3 rows, 1 are longer than the maximum sequence "
                                                               "length (16 tokens) and were dropped, and 2 have no assistant turn to train")
     assert events == []
+
+
+def test_a_huge_learning_rate_multiplier_power_is_accepted_for_rows_it_leaves_finite():
+    # ART bounds the power no more than the server does; K^p only overflows for the rows of a given batch.
+    config = parse_rl_config({"learning_rate": 1e-3, "num_trajectories_learning_rate_multiplier_power": 2000})
+    one = TokenizedResult([1, 2], [0, 1], [math.nan, -1.0])
+    assert rl_module.step_learning_rate(config, [[one]]) == 1e-3
+    assert rl_module.step_learning_rate(parse_rl_config({"learning_rate": 1e-3, "num_trajectories_learning_rate_multiplier_power": -2000}), [[one, one]]) == 0.0
+
+
+def null_logprob_groups(tokenizer):
+    """rl_groups whose Choices carry `token_id:N` entries without values, as an engine or proxy may send them."""
+    groups = rl_groups(tokenizer)
+    for group in groups:
+        for trajectory in group["trajectories"]:
+            for entry in trajectory["messages_and_choices"][1]["logprobs"]["content"]:
+                entry["logprob"] = None
+    return groups
+
+
+def test_choices_whose_logprobs_are_all_null_exit_3_naming_the_first_trajectory_before_training_starts(tmp_path, capsys, model_dir, tokenizer):
+    spec, out = write_job(str(tmp_path), "rl", model_dir, null_logprob_groups(tokenizer))
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 3 and events == [], err
+    assert last_line(err).startswith("trainyard_trainer: inputs line 1.trajectories[0]: its Choices' logprobs hold no values (`logprob` is null), "
+                                     "nor do any others in the batch: request logprobs=True from the engine, or set allow_training_without_logprobs")
+    assert os.listdir(out) == []
+
+
+def test_choices_whose_logprobs_are_all_null_train_with_ratio_1_when_allowed(tmp_path, capsys, model_dir, tokenizer):
+    spec, _ = write_job(str(tmp_path), "rl", model_dir, null_logprob_groups(tokenizer), config={"allow_training_without_logprobs": True, "learning_rate": 1e-3})
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 0, err
+    steps = [e["data"] for e in events if e["type"] == "gradient_step"]
+    assert len(steps) == 1 and steps[0]["num_trainable_tokens"] == 16
+    assert steps[0]["importance_ratio_mean"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "what"),
+    [
+        ("--lora-rank", "0", "a positive integer"),  # peft's ValueError traceback: exit 1, retried
+        ("--lora-alpha", "0", "a positive integer"),  # a LoRA scaled by 0: every job "completes" untrained
+        ("--max-seq-length", "0", "a positive number of tokens"),  # every sequence dropped: every job "completes" untrained
+        ("--pack-length", "-1", "a non-negative number of tokens"),
+        ("--lora-rank", "8.5", "a positive integer"),
+    ],
+)
+def test_numeric_options_that_would_break_every_job_are_refused_by_name(capsys, option, value, what):
+    with pytest.raises(SystemExit) as exited:
+        parse_args([option, value, "spec.json"])
+    assert exited.value.code == 2
+    assert f"argument {option}: {value!r} is not {what}" in capsys.readouterr().err
+
+
+def test_numeric_options_take_their_valid_values():
+    args = parse_args(["--lora-rank", "16", "--lora-alpha", "32", "--max-seq-length", "4096", "--pack-length", "0", "spec.json"])
+    assert (args.lora_rank, args.lora_alpha, args.max_seq_length, args.pack_length) == (16, 32, 4096, 0)
+
+
+def test_a_checkpoint_the_disk_cannot_hold_leaves_no_file_behind_and_names_the_directory_and_its_free_space(tmp_path, capsys, model_dir, tokenizer, monkeypatch):
+    def full_disk(state, path, *args, **kwargs):
+        # What torch.save does on a full disk: part of the file, then an error that never says "no space".
+        with open(path, "wb") as f:
+            f.write(b"\0" * 100)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 57536 vs 57428")
+
+    monkeypatch.setattr(model_module.torch, "save", full_disk)
+    spec, out = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer))
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 1
+    assert "checkpoint" not in [e["type"] for e in events]
+    assert os.listdir(out) == []  # neither the adapter beside a truncated optimizer.pt, nor the staging directory
+    assert re.search(rf"CheckpointWriteError: cannot write the checkpoint into {re.escape(out)} \(\d+ bytes \([\d.]+ MiB\) free there\): "
+                     r"RuntimeError: \[enforce fail", last_line(err)), last_line(err)
+
+
+def test_a_checkpoint_carried_forward_onto_a_full_disk_leaves_no_file_behind(tmp_path, capsys, model_dir, tokenizer, monkeypatch):
+    spec, first = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer))
+    assert run_job(capsys, spec, "--device", "cpu")[0] == 0
+    copy2 = shutil.copy2
+
+    def full_disk(source, target, *args, **kwargs):
+        if source.endswith(model_module.OPTIMIZER_FILE):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return copy2(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(model_module.shutil, "copy2", full_disk)
+    spec, second = write_job(str(tmp_path), "rl", model_dir, rl_groups(tokenizer, ((1, 1, 1, 1),)), base=first, step=2)
+    code, events, err = run_job(capsys, spec, "--device", "cpu")
+    assert code == 1
+    assert "checkpoint" not in [e["type"] for e in events]
+    assert os.listdir(second) == []
+    assert f"cannot write the checkpoint into {second} (" in last_line(err)
+    assert last_line(err).endswith("OSError: [Errno 28] No space left on device")

@@ -104,7 +104,7 @@ def tokenize_groups(tokenizer: Any, groups: list[Any], config: RLConfig, rng: ra
                     chat_template_kwargs=chat_template_kwargs, where=hwhere, vocab_size=vocab_size,
                 ):
                     if sum(seq.mask):
-                        own.append(TokenizedResult(seq.token_ids, seq.mask, seq.logprobs, advantage=advantage, trajectory=trajectory_index))
+                        own.append(TokenizedResult(seq.token_ids, seq.mask, seq.logprobs, advantage=advantage, trajectory=trajectory_index, where=twhere))
             if not own and untrainable is None:
                 items = [item for history in histories for item in history[0]]
                 untrainable = f"{twhere}: {untrainable_reason(items, config.allow_training_without_logprobs)}"

@@ -15,6 +15,11 @@ class ConfigError(Exception):
     """A job the trainer cannot run as asked: retrying will not help (exit code 3)."""
 
 
+class UnfitMachine(Exception):
+    """This machine cannot run the trainer as it was started (a requested device it does not have): the job is not at
+    fault and another machine may run it (exit code 4)."""
+
+
 KEYS = (
     "advantage_balance",
     "allow_training_without_logprobs",

@@ -6,16 +6,17 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from . import packing
-from .config import ConfigError
+from .config import ConfigError, UnfitMachine
 
 # ART's Unsloth defaults (art-trainer.md §4): r 8, alpha 16, dropout 0, the seven projections of dense models.
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -47,13 +48,18 @@ class Options:
 
 
 def pick_device(name: str) -> torch.device:
+    """The device `--device name` asks for. One this machine lacks raises UnfitMachine (exit 4), not ConfigError: a
+    broken driver or a container started without GPUs is the machine's fault, and failing each job for good would
+    empty the queue into FAILED while other workers could train it."""
+    requested = name
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was asked for but CUDA is not available")
-    if name.startswith("cuda") and "LOCAL_RANK" in os.environ:
-        return torch.device(f"cuda:{int(os.environ['LOCAL_RANK'])}")
-    return torch.device(name)
+        raise UnfitMachine(f"--device {requested} was asked for but CUDA is not available on this machine")
+    device = torch.device(f"cuda:{int(os.environ['LOCAL_RANK'])}" if name.startswith("cuda") and "LOCAL_RANK" in os.environ else name)
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UnfitMachine(f"--device {requested} needs {device}, but this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
 
 
 def load_tokenizer(base_model: str) -> Any:
@@ -489,23 +495,67 @@ def token_logprobs(model: Any, token_ids: list[int], device: torch.device, chunk
     return logprobs, entropies
 
 
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint that could not be written (a full disk, say): exit 1, retried, on this machine or another."""
+
+
 def save_adapter(model: Any, output_dir: str, base_model: str, optimizer_state: dict[str, Any] | None) -> None:
     """A PEFT adapter directory (adapter_config.json + adapter_model.safetensors) that peft and vLLM load, and the
-    optimizer state for the next step next to it."""
-    os.makedirs(output_dir, exist_ok=True)
+    optimizer state for the next step next to it; all of them or none (`_write_checkpoint`)."""
     model.peft_config["default"].base_model_name_or_path = base_model
-    model.save_pretrained(output_dir, safe_serialization=True)
-    if optimizer_state is not None:
-        torch.save(optimizer_state, os.path.join(output_dir, OPTIMIZER_FILE))
+
+    def write(staging: str) -> None:
+        model.save_pretrained(staging, safe_serialization=True)
+        if optimizer_state is not None:
+            torch.save(optimizer_state, os.path.join(staging, OPTIMIZER_FILE))
+
+    _write_checkpoint(output_dir, write)
 
 
 def copy_checkpoint(source: str, output_dir: str) -> None:
-    """Carry a checkpoint forward unchanged (a step with nothing to train), optimizer state included."""
-    os.makedirs(output_dir, exist_ok=True)
-    for name in (*ADAPTER_FILES, OPTIMIZER_FILE):
-        path = os.path.join(source, name)
-        if os.path.exists(path):
-            shutil.copy2(path, os.path.join(output_dir, name))
+    """Carry a checkpoint forward unchanged (a step with nothing to train), optimizer state included; all of its files
+    or none (`_write_checkpoint`)."""
+
+    def write(staging: str) -> None:
+        for name in (*ADAPTER_FILES, OPTIMIZER_FILE):
+            path = os.path.join(source, name)
+            if os.path.exists(path):
+                shutil.copy2(path, os.path.join(staging, name))
+
+    _write_checkpoint(output_dir, write)
+
+
+def _write_checkpoint(output_dir: str, write: Callable[[str], None]) -> None:
+    """Runs `write` into a staging directory inside `output_dir` and moves what it wrote into place only once all of it
+    is written, so a failed write (a full disk) never leaves half a checkpoint behind: torch.save on a full disk
+    leaves a truncated optimizer.pt beside a complete-looking adapter. The worker, the server and vLLM read the
+    checkpoint's files by name in `output_dir` and never look into the staging directory (a dot directory, removed
+    either way); being in `output_dir`, it is on the same filesystem, so each move is a rename. A failure names the
+    directory and the space left there, which torch's own message (`unexpected pos 57536 vs 57428`) does not."""
+    from safetensors import SafetensorError
+
+    staging, moved = None, []
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".partial-", dir=output_dir)
+        write(staging)
+        for name in sorted(os.listdir(staging)):
+            os.replace(os.path.join(staging, name), os.path.join(output_dir, name))
+            moved.append(name)
+        os.rmdir(staging)
+    except (OSError, RuntimeError, SafetensorError) as error:
+        try:  # measured before the partial files go: the space there was when the write failed
+            free = shutil.disk_usage(output_dir).free
+            space = f"{free} bytes ({free / 2**20:.1f} MiB) free there"
+        except OSError:
+            space = "its free space unknown"
+        for name in moved:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(output_dir, name))
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        reason = " ".join(f"{type(error).__name__}: {error}".split())
+        raise CheckpointWriteError(f"cannot write the checkpoint into {output_dir} ({space}): {reason}") from error
 
 
 def load_optimizer_state(adapter_dir: str | None, kind: str) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from .loss import LossTerms, combine, metrics_from_sums, rl_loss
 from .model import Options, adapter_loading, as_tensor, check_adapter, copy_checkpoint, local_path, packed_logprobs, save_adapter, trainable_parameters
 from .packing import Pack, plan
 from .source import ColdSource
-from .tokenize import TokenizedResult
+from .tokenize import InputError, TokenizedResult
 
 # ART's RL optimizer (art-trainer.md §1.8): AdamW betas (0.9, 0.99), eps 1e-8, weight decay 0.1, clip 0.1, constant LR.
 BETAS = (0.9, 0.99)
@@ -54,6 +54,22 @@ def check_finite_weights(params: list[torch.nn.Parameter], steps: int, lr: float
     if params and not bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
         raise Diverged(f"training diverged: the adapter's weights became non-finite after gradient step {steps}; "
                        f"the learning rate ({lr:g}) may be too high")
+
+
+def step_learning_rate(config: RLConfig, step_rows: list[list[TokenizedResult]]) -> float:
+    """learning_rate · K^p with K the completions in the row (the mean over the step's rows with several processes).
+    ART bounds p no more than the server does (any finite number), and K^p is harmless for K = 1, so a p whose K^p
+    leaves the floats for this batch's rows is refused by the key's name (exit 3) rather than by bounding it: Python's
+    float power raises OverflowError there (a traceback, exit 1, retried to the same end)."""
+    power = config.num_trajectories_learning_rate_multiplier_power
+    try:
+        lr = config.learning_rate * sum(len(row) ** power for row in step_rows) / len(step_rows)
+    except OverflowError:
+        lr = math.inf
+    if not math.isfinite(lr):
+        raise ConfigError(f"experimental_config.num_trajectories_learning_rate_multiplier_power {power!r} makes the learning rate "
+                          f"(learning_rate · K^p) overflow for a row of K = {max(len(row) for row in step_rows)} sequences")
+    return lr
 
 
 def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
@@ -180,8 +196,14 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
         "data/step_trainer_tokens": trainer_tokens,
         "data/step_num_dropped_too_long": dropped,
     }
-    world = distributed.world_size()
-    if not results or trainer_tokens == 0 or not (has_logprobs or config.allow_training_without_logprobs):
+    if trainer_tokens and not (has_logprobs or config.allow_training_without_logprobs):
+        # Tokens to train but no sampler logprob anywhere (entries whose `logprob` is null): ART trains nothing then,
+        # and completing the step unchanged would hide that rewards which differ were lost (as in tokenize_groups).
+        first = min(results, key=lambda r: r.trajectory)
+        raise InputError(f"{first.where}: its Choices' logprobs hold no values (`logprob` is null), nor do any others in the batch: request "
+                         "logprobs=True from the engine, or set allow_training_without_logprobs to train them with ratio 1 "
+                         "(its group's rewards differ, yet nothing would be trained)")
+    if not results or trainer_tokens == 0:
         # Nothing to train: no optimizer step, the checkpoint carried forward (a fresh zero adapter at step 0).
         events.training_started(0)
         if events.is_main_process():
@@ -191,6 +213,9 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
                 save_adapter(source.model(base_model, None, options, device), output_dir, base_model, None)
         events.checkpoint(output_dir, {**data_metrics, "data/step_num_gradient_steps": 0})
         return
+    world = distributed.world_size()
+    steps = [rows[k : k + world] for k in range(0, len(rows), world)]
+    lrs = [step_learning_rate(config, step_rows) for step_rows in steps]  # refused before anything is loaded or trained
 
     model = source.model(base_model, base_adapter, options, device)
     if kl_on and reference is not None:
@@ -215,7 +240,6 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
     if config.precalculate_logprobs:
         recomputed = _no_grad_logprobs(model, rows, capacity, options, device, chunk)
 
-    steps = [rows[k : k + world] for k in range(0, len(rows), world)]
     events.training_started(len(steps))
     totals: dict[str, float] = {}
     counts: dict[str, int] = {}
@@ -223,9 +247,7 @@ def run(spec: dict[str, Any], groups: list[Any], options: Options, device: torch
         started = time.perf_counter()
         mine = step_rows[distributed.rank()] if distributed.rank() < len(step_rows) else []
         step_tokens = sum(sum(r.mask[1:]) for row in step_rows for r in row)
-        # lr = learning_rate · K^p with K the completions in the row (the mean over the step's rows with several processes).
-        power = config.num_trajectories_learning_rate_multiplier_power
-        lr = config.learning_rate * sum(len(row) ** power for row in step_rows) / len(step_rows)
+        lr = lrs[n - 1]
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.zero_grad(set_to_none=False)

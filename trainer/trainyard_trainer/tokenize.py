@@ -41,6 +41,7 @@ class TokenizedResult:
     advantage: float = 0.0
     weight: float = 0.0
     trajectory: int = 0  # index of the trajectory in the batch
+    where: str = ""  # the trajectory in the inputs, for messages: inputs line N.trajectories[i]
     prompt_id: int = 0
     prompt_length: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -249,6 +250,10 @@ def exchange_histories(exchanges: Any, where: str) -> list[tuple[list[Any], Any,
         if parent is not None:
             branches.remove(parent)
         base_items, base_order = (parent.items, parent.order) if parent else ([], (n,))
+        for k, choice in enumerate(choices):
+            index = choice.get("index")
+            if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
+                raise InputError(f"{ewhere}.response.choices[{k}].index must be an integer, got {_preview(index)}")
         for k, choice in enumerate(sorted(choices, key=lambda c: c.get("index") or 0)):
             if "prompt_token_ids" not in choice and response.get("prompt_token_ids") is not None:
                 choice = {**choice, "prompt_token_ids": response["prompt_token_ids"]}
