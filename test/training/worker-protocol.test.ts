@@ -172,6 +172,11 @@ describe('claiming', () => {
     const { key, record } = await app.auth.createKey({ username: user.username, kind: 'worker' });
     const worker = new ScriptedWorker(app, { authorization: `Bearer ${key}` }, [baseModel]);
     const waiting = worker.call('POST', '/v1/workers/claim', { worker_id: worker.workerId, base_models: [baseModel], wait_seconds: 20 });
+    // The claim records its worker before its first look for a job: on a loaded machine 150 ms alone may
+    // not see it that far, and a claim still authenticating when the key is revoked is not this case.
+    while (!(await app.db.selectFrom('workers').select('worker_id').where('worker_id', '=', worker.workerId).executeTakeFirst())) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
     await new Promise((resolve) => setTimeout(resolve, 150));
     await app.auth.revokeKey({ keyId: record.id });
     const queued = await call(app, user.headers, 'POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [groupGenerationA()] });
