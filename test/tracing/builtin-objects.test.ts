@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../src/app.js';
 import { createTestApp, createUserWithKey, uniqueName, type TestUser } from '../helpers/app.js';
@@ -122,6 +123,23 @@ describe('annotation feedback', () => {
     expect(missing.json()).toEqual({ reason: `Annotation ref weave:///${project}/object/stars:nope not found` });
     const rows = (await post(app, user, '/feedback/query', { project_id: project, fields: ['count(*)'] })).json().result;
     expect(rows).toEqual([{ 'count(*)': 1 }]);
+  });
+
+  it('names a stored spec whose pattern RE2 cannot run (published by an earlier release) instead of blaming the value', async () => {
+    const published = await create('legacy', { field_schema: { type: 'string', pattern: '^.+$' } }, 'AnnotationSpec');
+    const digest = published.json().digest;
+    // As an earlier release stored it, when patterns ran on JavaScript's engine: with a lookahead.
+    await sql`update trace_objects set val = jsonb_set(val, '{field_schema,pattern}', '"^(?!spam).+$"') where object_id = 'legacy'`.execute(app.db);
+    const ref = `weave:///${project}/object/legacy:${digest}`;
+    const response = await annotate('hello', { feedback_type: 'wandb.annotation.legacy', annotation_ref: ref });
+    expect([response.statusCode, response.json()]).toEqual([
+      400,
+      {
+        reason:
+          `The annotation spec ${ref} cannot check values: Invalid AnnotationSpec.field_schema: not a valid JSON Schema (error parsing regexp: invalid or unsupported Perl syntax: \`(?!\`). ` +
+          'It was stored by an earlier trainyard, whose patterns allowed lookaround and backreferences; patterns run on RE2 now, which has neither. Publish a new version of the spec without them, and annotate with that version.',
+      },
+    ]);
   });
 
   it('checks a field_schema pattern in time linear in the value, with ECMAScript escapes', async () => {

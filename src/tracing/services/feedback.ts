@@ -132,7 +132,19 @@ async function checkAnnotations(deps: TracingDeps, rows: readonly repo.FeedbackW
     const spec = resolved.value as Record<string, unknown> | null;
     const schema = isObject(spec) && Object.hasOwn(spec, 'field_schema') ? spec.field_schema : {};
     const value = (JSON.parse(row.payload) as Record<string, unknown>).value;
-    if (schemaViolation(schema, value, 'AnnotationSpec.field_schema') !== null) throw invalid('Feedback payload does not match annotation spec');
+    let violation: string | null;
+    try {
+      violation = schemaViolation(schema, value, 'AnnotationSpec.field_schema');
+    } catch (error) {
+      // The spec was checked when it was published, so a stored one that does not compile now was published
+      // under other rules: before patterns ran on RE2, lookaround and backreferences were taken.
+      if (!(error instanceof InvalidRequestError)) throw error;
+      throw invalid(
+        `The annotation spec ${row.annotationRef} cannot check values: ${error.message}. It was stored by an earlier trainyard, whose patterns ` +
+          'allowed lookaround and backreferences; patterns run on RE2 now, which has neither. Publish a new version of the spec without them, and annotate with that version.',
+      );
+    }
+    if (violation !== null) throw invalid('Feedback payload does not match annotation spec');
   }
 }
 
