@@ -660,7 +660,7 @@ describe('rollouts', () => {
     await w.context.close();
   });
 
-  it('shows the first 500 groups of a step that logged more, and says more were logged', { timeout: 120_000 }, async () => {
+  it('shows the first 500 groups of a step that logged more, 25 to a page, and says more were logged', { timeout: 120_000 }, async () => {
     const many = (await call(server.app, user.headers, 'POST', '/v1/preview/models', { project: 'rl', name: 'agent-many', base_model: 'base-many' })).body;
     const groups = Array.from({ length: 501 }, (_, i) => groupGenerationA([i / 501]));
     const logged = await call(server.app, user.headers, 'POST', `/v1/preview/models/${many.id}/log`, { split: 'train', trajectory_groups: groups });
@@ -668,7 +668,15 @@ describe('rollouts', () => {
     const w = await signedIn();
     await w.page.goto(`${server.url}/ui/models/${many.id}/rollouts?split=train&step=0`);
     await w.page.getByText('The first 500 groups logged at this step and split (more were logged), 500 trajectories.').waitFor();
-    expect(await w.page.locator('section.group').count()).toBe(500);
+    // The histogram covers all 500; the groups show 25 at a time.
+    const counts = await w.page.locator('.histogram .bar').evaluateAll((bars) => bars.map((b) => Number(b.getAttribute('data-count'))));
+    expect(counts.reduce((a, b) => a + b, 0)).toBe(500);
+    expect(await w.page.locator('section.group').count()).toBe(25);
+    await w.page.getByText('Page 1 of 20').waitFor();
+    await w.page.getByRole('button', { name: 'Next' }).click();
+    await w.page.getByRole('region', { name: 'Group 26' }).waitFor();
+    expect(await w.page.locator('section.group').count()).toBe(25);
+    expect(new URL(w.page.url()).searchParams.get('page')).toBe('1');
     w.expectClean();
     await w.context.close();
   });
@@ -716,16 +724,18 @@ describe('job page', () => {
     });
     await w.page.goto(`${server.url}/ui/jobs/${queued.jobId}`);
     await w.page.locator('h1 .badge', { hasText: 'RUNNING' }).waitFor();
-    await w.page.getByRole('status').getByText('restarting', { exact: false }).waitFor();
-    expect(await w.page.getByRole('status').textContent()).toBe('Could not refresh (restarting); retrying in 2 s.');
-    await w.page.getByRole('status').waitFor({ state: 'detached', timeout: 20_000 });
+    const retrying = w.page.getByRole('status').filter({ hasText: 'Could not refresh' });
+    await retrying.getByText('restarting', { exact: false }).waitFor();
+    expect(await retrying.textContent()).toBe('Could not refresh (restarting); retrying in 2 s.');
+    await retrying.waitFor({ state: 'detached', timeout: 20_000 });
     expect(opened).toEqual(['', `?after=${started.id}`, `?after=${started.id}`]);
     await worker.events(claimed, [{ type: 'gradient_step', data: { loss: 0.5 } }]);
     await worker.complete(claimed, {});
     await w.page.locator('h1 .badge', { hasText: 'COMPLETED' }).waitFor();
     await w.page.locator('tr[data-type="training_ended"]').waitFor();
     const types = await w.page.locator('table[aria-label="Events"] tbody tr').evaluateAll((rows) => rows.map((row) => row.getAttribute('data-type')));
-    expect(types).toEqual(['training_started', 'gradient_step', 'training_ended']);
+    // Newest first.
+    expect(types).toEqual(['training_ended', 'gradient_step', 'training_started']);
     expect(opened).toHaveLength(3);
     w.expectClean([FAILED_503]);
     await w.context.close();

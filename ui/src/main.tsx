@@ -1,8 +1,8 @@
 import { render } from 'preact';
 import { useEffect } from 'preact/hooks';
 import { api, session, type Whoami } from './lib/api.js';
-import { location, match, navigate } from './lib/router.js';
-import { Link } from './lib/ui.js';
+import { arrival, location, match, navigate } from './lib/router.js';
+import { Link, useTitle } from './lib/ui.js';
 import { AdminPage } from './pages/admin.js';
 import { DatasetPage, DatasetsPage } from './pages/datasets.js';
 import { EvaluationPage, EvaluationsPage } from './pages/evaluations.js';
@@ -43,6 +43,11 @@ function Page() {
     const params = match(pattern, path);
     if (params) return view(params);
   }
+  return <NotFound />;
+}
+
+function NotFound() {
+  useTitle('Not found');
   return (
     <main>
       <h1>Not found</h1>
@@ -51,6 +56,35 @@ function Page() {
       </p>
     </main>
   );
+}
+
+/** How long after arriving at a page its heading may take to show (it may wait for the page's data). */
+const HEADING_WAIT_MS = 10_000;
+
+/**
+ * After a client-side navigation, the focus goes to the new page's main heading, as a page load puts a
+ * screen reader at the top: otherwise it falls to the body (the link that had it is gone) or stays on a
+ * header link, and nothing says that the page changed. A heading that comes with the page's data is
+ * waited for, unless the focus has gone elsewhere meanwhile.
+ */
+function useHeadingFocus(): void {
+  const { count, from } = arrival.value;
+  useEffect(() => {
+    if (count === 0) return;
+    const until = performance.now() + HEADING_WAIT_MS;
+    let frame = 0;
+    const look = () => {
+      const focused = document.activeElement;
+      if (focused && focused !== document.body && focused !== from) return;
+      const heading = document.querySelector<HTMLElement>('main h1');
+      if (heading) {
+        heading.tabIndex = -1;
+        heading.focus();
+      } else if (performance.now() < until) frame = requestAnimationFrame(look);
+    };
+    frame = requestAnimationFrame(look);
+    return () => cancelAnimationFrame(frame);
+  }, [count]);
 }
 
 async function signOut() {
@@ -65,6 +99,7 @@ function App() {
       () => (session.value = null),
     );
   }, []);
+  useHeadingFocus();
   const who = session.value;
   const onLogin = location.value.path === '/login';
   useEffect(() => {

@@ -1,4 +1,4 @@
-import { useEffect, useRef } from 'preact/hooks';
+import { useEffect, useMemo, useRef } from 'preact/hooks';
 import uPlot from 'uplot';
 
 const STEP_INCREMENTS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000];
@@ -104,6 +104,32 @@ export function describeRuns(runs: NonFiniteRun[], withLabels: boolean, max = 6)
   return parts.join(' · ');
 }
 
+/**
+ * A chart in words, for a screen reader (the canvas says nothing, and uPlot's legend shows values only
+ * under a mouse): per series its points and steps, its last value, its range, and its smoothed last value.
+ */
+export function describeSeries(series: Series[], smoothing = 0): string {
+  const step = (x: number) => x.toLocaleString('en');
+  return series
+    .filter((s) => s.x.length > 0)
+    .map((s) => {
+      let last = 0;
+      let lo = 0;
+      let hi = 0;
+      for (let i = 1; i < s.x.length; i++) {
+        if (s.x[i] >= s.x[last]) last = i;
+        if (s.y[i] < s.y[lo]) lo = i;
+        if (s.y[i] > s.y[hi]) hi = i;
+      }
+      const value = (v: number) => formatTick(v, 1);
+      const points = s.x.length === 1 ? `1 point, at step ${step(s.x[0])}: ${value(s.y[0])}` : `${s.x.length.toLocaleString('en')} points, steps ${step(Math.min(...s.x))} to ${step(s.x[last])}; last ${value(s.y[last])}; lowest ${value(s.y[lo])} at step ${step(s.x[lo])}, highest ${value(s.y[hi])} at step ${step(s.x[hi])}`;
+      const order = s.x.map((_, i) => i).sort((a, b) => s.x[a] - s.x[b]);
+      const smoothed = smoothing > 0 && s.x.length > 1 ? `; smoothed last ${value(ema(order.map((i) => s.y[i]), smoothing).at(-1) ?? NaN)}` : '';
+      return `${s.label}: ${points}${smoothed}.`;
+    })
+    .join(' ');
+}
+
 const NON_FINITE_COLOR = '#dc2626';
 
 const COLORS = ['#2563eb', '#dc2626', '#059669', '#d97706', '#7c3aed', '#db2777'];
@@ -170,74 +196,108 @@ function align(series: Series[]): { xs: number[]; cols: (number | null)[][]; ban
   return { xs, cols, bands };
 }
 
+/** What uPlot draws for a chart's props: its data columns, series and bands, and what the axes and legend need. */
+interface Prepared {
+  xs: number[];
+  data: (number | null)[][];
+  opts: uPlot.Series[];
+  uBands: uPlot.Band[];
+  distr: uPlot.Scale.Distr;
+  factor: number;
+  runs: NonFiniteRun[];
+  /** Per series, the non-finite value at each of its marked steps (the legend names it). */
+  marks: Map<number, NonFinite>[];
+  /**
+   * Everything but the values: while it stays the same, new values go to the chart with setData rather
+   * than a new chart (a live job's charts take each batch of its events).
+   */
+  shape: string;
+}
+
+function prepare(props: ChartProps, live: { current: Prepared | undefined }): Prepared {
+  const { xs, cols, bands } = align(props.series);
+  const smoothing = props.smoothing ?? 0;
+  const data: (number | null)[][] = [xs];
+  const opts: uPlot.Series[] = [{ label: props.xLabel ?? 'step' }];
+  const uBands: uPlot.Band[] = [];
+  let min = Infinity;
+  const marks = props.series.map((s) => new Map((s.nonFinite ?? []).map((p) => [p.x, p.value])));
+  // Formatters read the chart's current values (live), which setData may have replaced since the chart was made.
+  const format = (v: number | null) => (v === null ? '--' : formatTick(v * (live.current?.factor ?? 1)));
+  props.series.forEach((s, i) => {
+    const color = COLORS[i % COLORS.length];
+    const [lo, hi] = bands[i];
+    if (lo && hi) {
+      const at = data.length;
+      data.push(hi, lo);
+      opts.push({ label: `${s.label} ${s.band!.label} (upper)`, stroke: 'transparent', points: { show: false } });
+      opts.push({ label: `${s.label} ${s.band!.label} (lower)`, stroke: 'transparent', points: { show: false } });
+      uBands.push({ series: [at, at + 1], fill: `${color}22` });
+      for (const v of lo) if (v !== null && v < min) min = v;
+    }
+    data.push(cols[i]);
+    for (const v of cols[i]) if (v !== null && v < min) min = v;
+    // The legend names a non-finite value at its step rather than showing no value; values as the axis
+    // writes them, so that a learning rate of 3.5e-6 is not shown as 0.
+    const value = (_u: uPlot, v: number | null, _s: number, idx: number | null) => {
+      const now = live.current;
+      return v === null && idx !== null && now ? (now.marks[i]?.get(now.xs[idx]) ?? '--') : format(v);
+    };
+    opts.push({ label: smoothing > 0 ? `${s.label} (raw)` : s.label, stroke: smoothing > 0 ? `${color}55` : color, width: 1.5, spanGaps: true, value });
+    if (smoothing > 0) {
+      data.push(ema(cols[i], smoothing));
+      opts.push({ label: `${s.label} (smoothed)`, stroke: color, width: 2, spanGaps: true, value: (_u, v) => format(v) });
+    }
+  });
+  for (const y of props.references ?? []) {
+    data.push(xs.map(() => y));
+    opts.push({ label: `reference ${formatTick(y)}`, stroke: REFERENCE_COLOR, dash: [6, 4], width: 1, points: { show: false }, value: (_u, v) => format(v) });
+    if (y < min) min = y;
+  }
+  // Log scale: true log when every value is positive, else asinh (log-like, and defined at 0 and below).
+  const distr = props.log ? (min > 0 ? 3 : 4) : 1;
+  // Values at magnitudes uPlot cannot place ticks at go to it divided by a power of ten (linear axes only).
+  const factor = distr === 1 && !props.fraction ? linearFactor(data.slice(1).flat()) : 1;
+  if (factor !== 1) for (let i = 1; i < data.length; i++) data[i] = data[i].map((v) => (v === null ? null : v / factor));
+  const shape = JSON.stringify([opts.map((o) => o.label), uBands.length, distr, factor, props.fraction, props.height, props.xLabel]);
+  return { xs, data, opts, uBands, distr, factor, runs: props.series.flatMap(nonFiniteRuns), marks, shape };
+}
+
 export function Chart(props: ChartProps) {
   const box = useRef<HTMLDivElement>(null);
   const pick = useRef(props.onPick);
   pick.current = props.onPick;
+  const seriesLabel = useRef('');
+  seriesLabel.current = props.series[0]?.label ?? '';
+  const live = useRef<Prepared | undefined>(undefined);
+  const chart = useRef<uPlot | undefined>(undefined);
+  const prepared = useMemo(() => prepare(props, live), [props.series, props.smoothing, props.log, props.references?.join(','), props.fraction, props.height, props.xLabel]);
 
   useEffect(() => {
     const el = box.current!;
     const started = performance.now();
-    const { xs, cols, bands } = align(props.series);
-    const smoothing = props.smoothing ?? 0;
-    const data: (number | null)[][] = [xs];
-    const opts: uPlot.Series[] = [{ label: props.xLabel ?? 'step' }];
-    const uBands: uPlot.Band[] = [];
-    let min = Infinity;
+    live.current = prepared;
+    const height = props.height ?? 260;
     let yLabels: string[] = [];
     let yAxisWidth = 0;
-    const runs = props.series.flatMap(nonFiniteRuns);
-    props.series.forEach((s, i) => {
-      const color = COLORS[i % COLORS.length];
-      const [lo, hi] = bands[i];
-      if (lo && hi) {
-        const at = data.length;
-        data.push(hi, lo);
-        opts.push({ label: `${s.label} ${s.band!.label} (upper)`, stroke: 'transparent', points: { show: false } });
-        opts.push({ label: `${s.label} ${s.band!.label} (lower)`, stroke: 'transparent', points: { show: false } });
-        uBands.push({ series: [at, at + 1], fill: `${color}22` });
-        for (const v of lo) if (v !== null && v < min) min = v;
-      }
-      data.push(cols[i]);
-      for (const v of cols[i]) if (v !== null && v < min) min = v;
-      // The legend names a non-finite value at its step rather than showing no value.
-      const marks = new Map((s.nonFinite ?? []).map((p) => [p.x, p.value]));
-      // Values as the axis writes them, so that a learning rate of 3.5e-6 is not shown as 0.
-      const value = (_u: uPlot, v: number | null, _s: number, idx: number | null) => (v === null ? (idx === null ? '--' : (marks.get(xs[idx]) ?? '--')) : formatTick(v * factor));
-      opts.push({ label: smoothing > 0 ? `${s.label} (raw)` : s.label, stroke: smoothing > 0 ? `${color}55` : color, width: 1.5, spanGaps: true, value });
-      if (smoothing > 0) {
-        data.push(ema(cols[i], smoothing));
-        opts.push({ label: `${s.label} (smoothed)`, stroke: color, width: 2, spanGaps: true, value: (_u, v) => (v === null ? '--' : formatTick(v * factor)) });
-      }
-    });
-    for (const y of props.references ?? []) {
-      data.push(xs.map(() => y));
-      opts.push({ label: `reference ${formatTick(y)}`, stroke: REFERENCE_COLOR, dash: [6, 4], width: 1, points: { show: false }, value: (_u, v) => (v === null ? '--' : formatTick(v * factor)) });
-      if (y < min) min = y;
-    }
-    // Log scale: true log when every value is positive, else asinh (log-like, and defined at 0 and below).
-    const distr = props.log ? (min > 0 ? 3 : 4) : 1;
-    // Values at magnitudes uPlot cannot place ticks at go to it divided by a power of ten (linear axes only).
-    const factor = distr === 1 && !props.fraction ? linearFactor(data.slice(1).flat()) : 1;
-    if (factor !== 1) for (let i = 1; i < data.length; i++) data[i] = data[i].map((v) => (v === null ? null : v / factor));
-    const chart = new uPlot(
+    const u = new uPlot(
       {
         width: Math.max(el.clientWidth, 300),
-        height: props.height ?? 260,
-        series: opts,
-        bands: uBands,
+        height,
+        series: prepared.opts,
+        bands: prepared.uBands,
         scales: {
           x: { time: false },
           y: props.fraction
             ? { range: (_u, lo, hi) => [Math.min(0, lo ?? 0), Math.max(1, hi ?? 1)] }
-            : { distr },
+            : { distr: prepared.distr },
         },
         axes: [
           // Steps are whole numbers: no tick between two of them.
           { label: props.xLabel ?? 'step', incrs: STEP_INCREMENTS },
           {
             font: AXIS_FONT,
-            values: (_u, splits) => (yLabels = formatTicks(splits.map((v) => v * factor))),
+            values: (_u, splits) => (yLabels = formatTicks(splits.map((v) => v * prepared.factor))),
             // As wide as the widest label (-1.5e+308 as well as 0.5), plus the tick and the gap.
             size: (_u, values) => (yAxisWidth = Math.ceil(Math.max(30, ...(values ?? []).map(labelWidth))) + 18),
           },
@@ -247,50 +307,67 @@ export function Chart(props: ChartProps) {
         hooks: {
           draw: [
             (u) => {
-              drawNonFinite(u, runs);
+              drawNonFinite(u, live.current?.runs ?? []);
               // The y axis's drawn range, labels and room, for tests (the ticks themselves are painted on the canvas).
-              el.dataset.yMin = String(u.scales.y.min! * factor);
-              el.dataset.yMax = String(u.scales.y.max! * factor);
+              el.dataset.yMin = String(u.scales.y.min! * prepared.factor);
+              el.dataset.yMax = String(u.scales.y.max! * prepared.factor);
               el.dataset.yTicks = JSON.stringify(yLabels);
               el.dataset.yAxisWidth = String(yAxisWidth);
             },
           ],
         },
       },
-      data as uPlot.AlignedData,
+      prepared.data as uPlot.AlignedData,
       el,
     );
-    el.dataset.points = String(xs.length);
+    chart.current = u;
     // uPlot paints on its next commit; the frame after it is when the chart is on screen.
     requestAnimationFrame(() => {
       el.dataset.renderMs = (performance.now() - started).toFixed(1);
     });
-    el.dataset.scale = props.log ? (distr === 3 ? 'log' : 'asinh') : 'linear';
-    el.dataset.nonfinite = String(props.series.reduce((n, s) => n + (s.nonFinite?.length ?? 0), 0));
+    el.dataset.scale = props.log ? (prepared.distr === 3 ? 'log' : 'asinh') : 'linear';
     // A double-click is uPlot's zoom reset, not a pick: a click's pick waits to see whether a second follows.
     let pending: number | undefined;
     const onClick = (event: MouseEvent) => {
       window.clearTimeout(pending);
-      const idx = chart.cursor.idx;
-      if (event.detail > 1 || idx === null || idx === undefined || !pick.current) return;
-      const step = xs[idx];
-      pending = window.setTimeout(() => pick.current?.(step, props.series[0]?.label ?? ''), DOUBLE_CLICK_MS);
+      const idx = u.cursor.idx;
+      const now = live.current;
+      if (event.detail > 1 || idx === null || idx === undefined || !pick.current || !now) return;
+      const step = now.xs[idx];
+      const label = seriesLabel.current;
+      pending = window.setTimeout(() => pick.current?.(step, label), DOUBLE_CLICK_MS);
     };
-    chart.over.addEventListener('click', onClick);
-    const onResize = () => chart.setSize({ width: Math.max(el.clientWidth, 300), height: props.height ?? 260 });
+    u.over.addEventListener('click', onClick);
+    const onResize = () => u.setSize({ width: Math.max(el.clientWidth, 300), height });
     window.addEventListener('resize', onResize);
     return () => {
       window.clearTimeout(pending);
       window.removeEventListener('resize', onResize);
-      chart.destroy();
+      u.destroy();
+      chart.current = undefined;
     };
-  }, [props.series, props.smoothing, props.log, props.references?.join(',')]);
+  }, [prepared.shape]);
 
-  const runs = props.series.flatMap(nonFiniteRuns);
+  // New values of the same shape: into the chart that is there.
+  useEffect(() => {
+    const el = box.current!;
+    el.dataset.points = String(prepared.xs.length);
+    el.dataset.nonfinite = String(props.series.reduce((n, s) => n + (s.nonFinite?.length ?? 0), 0));
+    if (live.current === prepared) return;
+    live.current = prepared;
+    chart.current?.setData(prepared.data as uPlot.AlignedData);
+  }, [prepared]);
+
+  const runs = prepared.runs;
+  const summary = useMemo(() => describeSeries(props.series, props.smoothing), [props.series, props.smoothing]);
   return (
     <figure class="chart">
       <figcaption>{props.title}</figcaption>
-      <div ref={box} class="chart-box" data-chart={props.title} />
+      <p class="sr-only" data-chart-summary>
+        {summary}
+      </p>
+      {/* The canvas and uPlot's hover legend ("--" until a mouse hovers): the summary above says it in words. */}
+      <div ref={box} class="chart-box" data-chart={props.title} aria-hidden="true" />
       {runs.length > 0 && (
         <p class="chart-note nonfinite" data-nonfinite-note>
           {describeRuns(runs, props.series.length > 1)}

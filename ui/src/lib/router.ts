@@ -16,16 +16,31 @@ function read(): Location {
 
 export const location = signal<Location>(read());
 
+/**
+ * Client-side arrivals at a page (a link, Back or Forward, a redirect to another path), counted, with the
+ * element that had the focus when it happened: the app then moves the focus to the new page's heading.
+ * Changing the query of the page in place (setQuery: a filter, a sort, the next page) is no arrival.
+ */
+export const arrival = signal<{ count: number; from: Element | null }>({ count: 0, from: null });
+
+function arrive(): void {
+  arrival.value = { count: arrival.value.count + 1, from: document.activeElement };
+}
+
 window.addEventListener('popstate', () => {
+  arrive();
   location.value = read();
 });
 
 /** Goes to an app path ("/models/x?y=1"); `replace` keeps the history entry (filters, sort). */
 export function navigate(to: string, replace = false): void {
   const url = BASE + to;
+  const path = location.value.path;
   if (replace) history.replaceState(null, '', url);
   else history.pushState(null, '', url);
-  location.value = read();
+  const next = read();
+  if (!replace || next.path !== path) arrive();
+  location.value = next;
 }
 
 /** The page of a paged list as the URL's `page` names it (from 0): a whole number, else the first page. */

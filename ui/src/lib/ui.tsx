@@ -4,11 +4,12 @@ import { location, navigate, BASE, projectPath, setQuery } from './router.js';
 
 /** Small shared pieces: links through the router, status badges, loading and error lines. */
 
-export function Link(props: { to: string; children: ComponentChildren; class?: string }) {
+export function Link(props: { to: string; children: ComponentChildren; class?: string; title?: string }) {
   return (
     <a
       href={BASE + props.to}
       class={props.class}
+      title={props.title}
       onClick={(event) => {
         if (event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
         event.preventDefault();
@@ -17,6 +18,25 @@ export function Link(props: { to: string; children: ComponentChildren; class?: s
     >
       {props.children}
     </a>
+  );
+}
+
+/** The document's title for the page shown ("Model m1 · trainyard"): what a tab, history and a screen reader name it by. */
+export function useTitle(title: string | undefined): void {
+  useEffect(() => {
+    document.title = title ? `${title} · trainyard` : 'trainyard';
+  }, [title]);
+}
+
+/**
+ * A link named by a client's name in a list (an op, a model, a thread): cut with an ellipsis, the whole
+ * name in its title, so that one long name without spaces does not push the other columns off screen.
+ */
+export function NameLink(props: { to: string; name: string }) {
+  return (
+    <Link to={props.to} class="cut" title={props.name}>
+      {props.name}
+    </Link>
   );
 }
 
@@ -91,19 +111,55 @@ export function QueryInput(props: { name: string; value: string; number?: boolea
   return props.number ? <input type="number" min="0" {...field} /> : <input type="text" {...field} />;
 }
 
-/** Previous and next page of a list whose page (from 0) lives in the URL's `page`; `pages` undefined while unknown. */
+/** How long the element that has the focus may take to leave the page (an answer is awaited) before keepFocusNear stops watching. */
+const FOCUS_WATCH_MS = 15_000;
+const FOCUSABLE = new Set(['A', 'BUTTON', 'INPUT', 'SELECT', 'TEXTAREA']);
+
+/**
+ * When `from` (a button that had the focus) leaves the page, as a deleted row's button or a "load more"
+ * with nothing more to load does, the focus goes to `next()` rather than falling to the body, which
+ * sends keyboard and screen-reader users back to the top. A heading or text is made focusable for it.
+ */
+export function keepFocusNear(from: Element, next: () => HTMLElement | null | undefined): void {
+  const until = performance.now() + FOCUS_WATCH_MS;
+  const look = () => {
+    if (from.isConnected) {
+      if (performance.now() < until) requestAnimationFrame(look);
+      return;
+    }
+    if (document.activeElement && document.activeElement !== document.body) return;
+    const target = next();
+    if (!target) return;
+    if (!FOCUSABLE.has(target.tagName) && !target.hasAttribute('tabindex')) target.tabIndex = -1;
+    target.focus();
+  };
+  requestAnimationFrame(look);
+}
+
+/**
+ * Previous and next page of a list whose page (from 0) lives in the URL's `page`; `pages` undefined while
+ * unknown. At either end the button is marked aria-disabled rather than disabled: a disabled button drops
+ * the focus that pressed it.
+ */
 export function Pager(props: { page: number; pages: number | undefined }) {
   const { page, pages } = props;
+  const first = page === 0;
+  const last = pages !== undefined && page + 1 >= pages;
+  const go = (event: Event, to: number) => {
+    // A page past the end may have no pager: the focus goes to the page's heading then.
+    keepFocusNear(event.currentTarget as Element, () => document.querySelector<HTMLElement>('main h1'));
+    setQuery({ page: to > 0 ? String(to) : undefined });
+  };
   return (
     <nav class="pager" aria-label="Pages">
-      <button type="button" disabled={page === 0} onClick={() => setQuery({ page: page > 1 ? String(page - 1) : undefined })}>
+      <button type="button" aria-disabled={first ? 'true' : undefined} onClick={(e) => !first && go(e, page - 1)}>
         Previous
       </button>
       <span>
         Page {page + 1}
         {pages ? ` of ${pages}` : ''}
       </span>
-      <button type="button" disabled={pages !== undefined && page + 1 >= pages} onClick={() => setQuery({ page: String(page + 1) })}>
+      <button type="button" aria-disabled={last ? 'true' : undefined} onClick={(e) => !last && go(e, page + 1)}>
         Next
       </button>
     </nav>

@@ -2,7 +2,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, session } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
 import { appPath } from '../lib/router.js';
-import { Badge, Problem, when } from '../lib/ui.js';
+import { Badge, keepFocusNear, Problem, useTitle, when } from '../lib/ui.js';
 
 interface User {
   id: string;
@@ -49,6 +49,7 @@ function field(form: HTMLFormElement, name: string): string {
 
 /** Users, teams, keys (the secret shown once), the system check and recent workers; admin keys only. */
 export function AdminPage() {
+  useTitle('Admin');
   if (!session.value?.is_admin) {
     return (
       <main>
@@ -102,7 +103,10 @@ function Admin() {
       <h1>Admin</h1>
       <div ref={outcome}>
         <Problem error={error ?? users.error ?? keys.error} />
-        {done && <p class="ok">{done}</p>}
+        {/* Always there, so that a screen reader hears what is written into it. */}
+        <div role="status" data-outcome>
+          {done && <p class="ok">{done}</p>}
+        </div>
       </div>
       <section>
         <h2>System check</h2>
@@ -243,7 +247,9 @@ function Admin() {
             }, 'User created.');
           }}
         >
-          <input name="username" required placeholder="username" />
+          <label>
+            Username <input name="username" required />
+          </label>
           <label>
             <input type="checkbox" name="is_admin" /> admin
           </label>
@@ -282,7 +288,9 @@ function Admin() {
             }, 'Team created.');
           }}
         >
-          <input name="team" required placeholder="team name" />
+          <label>
+            Team name <input name="team" required />
+          </label>
           <button type="submit">Create team</button>
         </form>
         <form
@@ -296,8 +304,12 @@ function Admin() {
             }, 'Member added.');
           }}
         >
-          <input name="team" required placeholder="team" />
-          <input name="member" required placeholder="username" />
+          <label>
+            Team <input name="team" required />
+          </label>
+          <label>
+            Member's username <input name="member" required />
+          </label>
           <button type="submit">Add member</button>
         </form>
       </section>
@@ -324,12 +336,19 @@ function Admin() {
             }, 'Key created.');
           }}
         >
-          <input name="key_user" required placeholder="username" />
-          <input name="key_name" placeholder="key name" />
-          <select name="kind">
-            <option value="user">user</option>
-            <option value="worker">worker</option>
-          </select>
+          <label>
+            Key for user <input name="key_user" required />
+          </label>
+          <label>
+            Key name <input name="key_name" placeholder="optional" />
+          </label>
+          <label>
+            Kind
+            <select name="kind">
+              <option value="user">user</option>
+              <option value="worker">worker</option>
+            </select>
+          </label>
           <button type="submit">Create key</button>
         </form>
         <div class="table-scroll">
@@ -342,7 +361,9 @@ function Admin() {
                 <th>Kind</th>
                 <th>Last used</th>
                 <th>Revoked</th>
-                <th />
+                <th>
+                  <span class="sr-only">Actions</span>
+                </th>
               </tr>
             </thead>
             <tbody>
@@ -361,8 +382,13 @@ function Admin() {
                       <button
                         type="button"
                         class="danger"
-                        onClick={() => {
-                          if (window.confirm(`Revoke key ${k.prefix}…?`)) void run(async () => {
+                        aria-label={`Revoke key ${k.prefix}… of ${k.username}`}
+                        onClick={(e) => {
+                          const button = e.currentTarget;
+                          if (!window.confirm(`Revoke key ${k.prefix}…?`)) return;
+                          // The button goes with the key's revocation: the focus goes to the key's row.
+                          keepFocusNear(button, () => document.querySelector<HTMLElement>(`tr[data-key="${k.id}"] td`));
+                          void run(async () => {
                             await api(appPath`/v1/admin/keys/${k.id}/revoke`, { method: 'POST' });
                             // The key just shown is no use once revoked: it leaves the screen.
                             if (secret?.startsWith(k.prefix)) setSecret(undefined);

@@ -1,7 +1,7 @@
 import { api } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
 import { appPath, location, pageParam, projectPath, setQuery } from '../lib/router.js';
-import { fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, TextCell, when } from '../lib/ui.js';
+import { fmt, Loading, NameLink, Pager, PastLastPage, Problem, ProjectTabs, TextCell, useTitle, when } from '../lib/ui.js';
 
 /**
  * A project's weave datasets (`weave.Dataset`, published by the SDK as an object whose `rows` is a table
@@ -31,6 +31,7 @@ export function rowsTable(val: DatasetObject['val']): string | undefined {
 const datasetPath = (project: string, name: string) => `${projectPath(project, 'datasets')}${appPath`/${name}`}`;
 
 export function DatasetsPage(props: { project: string }) {
+  useTitle(`Datasets · ${props.project}`);
   const list = useLoad(`datasets|${props.project}`, async () => {
     const { objs } = await api<{ objs: DatasetObject[] }>('/traces/objs/query', {
       method: 'POST',
@@ -79,7 +80,7 @@ export function DatasetsPage(props: { project: string }) {
               {list.data.map((d) => (
                 <tr key={d.object_id}>
                   <td>
-                    <Link to={datasetPath(props.project, d.object_id)}>{d.object_id}</Link>
+                    <NameLink to={datasetPath(props.project, d.object_id)} name={d.object_id} />
                   </td>
                   <td>v{d.version_index}</td>
                   <td>{fmt(d.rowCount)}</td>
@@ -104,6 +105,7 @@ function columnsOf(rows: { val: Record<string, unknown> }[]): string[] {
 
 /** One dataset: its versions, and the rows of the chosen one (`?version=vN`, default the latest) a page at a time. */
 export function DatasetPage(props: { project: string; name: string }) {
+  useTitle(`Dataset ${props.name} · ${props.project}`);
   const q = location.value.query;
   const version = q.get('version') || 'latest';
   const page = pageParam(q);

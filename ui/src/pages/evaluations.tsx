@@ -3,7 +3,7 @@ import { useLoad } from '../lib/hooks.js';
 import { appPath, location, pageParam, projectPath } from '../lib/router.js';
 import { isRawJson, useCallPage } from '../lib/calls.js';
 import type { Call } from '../lib/types.js';
-import { Badge, fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, TextCell, when } from '../lib/ui.js';
+import { Badge, fmt, Link, Loading, NameLink, Pager, PastLastPage, Problem, ProjectTabs, TextCell, useTitle, when } from '../lib/ui.js';
 
 /**
  * A project's weave evaluations: each `Evaluation.evaluate` call is a row, with the evaluation and the
@@ -40,6 +40,7 @@ function scoresOf(output: unknown, prefix = '', into = new Map<string, number | 
 const runPath = (project: string, callId: string) => `${projectPath(project, 'evaluations')}${appPath`/${callId}`}`;
 const tracePath = (project: string, call: Call) => `${projectPath(project, 'traces')}${appPath`/${call.trace_id}`}?call=${encodeURIComponent(call.id)}`;
 export function EvaluationsPage(props: { project: string }) {
+  useTitle(`Evaluations · ${props.project}`);
   const page = pageParam(location.value.query);
   const query = { $expr: { $contains: { input: { $getField: 'op_name' }, substr: { $literal: 'Evaluation.evaluate:' } } } };
   const { calls, error, count, pages } = useCallPage(
@@ -90,7 +91,7 @@ await evaluation.evaluate(model)`}</pre>
               {rows.map(({ call, scores }) => (
                 <tr key={call.id}>
                   <td>
-                    <Link to={runPath(props.project, call.id)}>{refName(call.inputs?.self) ?? call.display_name ?? 'evaluation'}</Link>
+                    <NameLink to={runPath(props.project, call.id)} name={refName(call.inputs?.self) ?? call.display_name ?? 'evaluation'} />
                   </td>
                   <td>{refName(call.inputs?.model) ?? '—'}</td>
                   <td>
@@ -119,6 +120,7 @@ await evaluation.evaluate(model)`}</pre>
  * number and boolean of the scores, and the model's latency. 25 rows to a page.
  */
 export function EvaluationPage(props: { project: string; callId: string }) {
+  useTitle(`Evaluation run ${props.callId} · ${props.project}`);
   const page = pageParam(location.value.query);
   const run = useLoad(`evaluation|${props.project}|${props.callId}`, () =>
     api<{ call: Call | null }>('/traces/call/read', { method: 'POST', body: { project_id: props.project, id: props.callId }, exactNumbers: true }),

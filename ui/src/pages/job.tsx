@@ -1,9 +1,9 @@
-import { useEffect, useMemo, useState } from 'preact/hooks';
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { api, ApiError, serverEvents } from '../lib/api.js';
 import { Chart, type Series } from '../lib/chart.js';
-import { appPath } from '../lib/router.js';
+import { appPath, location, pageParam } from '../lib/router.js';
 import type { Job, JobEvent } from '../lib/types.js';
-import { Badge, fmt, Link, Problem, when } from '../lib/ui.js';
+import { Badge, fmt, Link, Pager, PastLastPage, Problem, useTitle, when } from '../lib/ui.js';
 
 /** The wait before following a stream again that the server closed before the job ended (its time limit). */
 const REOPEN_MS = 1000;
@@ -27,13 +27,39 @@ export function JobPage(props: { id: string }) {
   const [events, setEvents] = useState<JobEvent[]>([]);
   const [error, setError] = useState<string | undefined>(undefined);
   const [retrying, setRetrying] = useState<string | undefined>(undefined);
+  // A change of status (queued, running, completed, failed) is said in a live region: the badge in the
+  // heading changes in place, which a screen reader does not announce.
+  const [statusNote, setStatusNote] = useState('');
+  const lastStatus = useRef<string | undefined>(undefined);
+  useEffect(() => {
+    if (!job) return;
+    if (lastStatus.current !== undefined && lastStatus.current !== job.status) {
+      setStatusNote(`Job ${job.status.toLowerCase()}${job.status === 'FAILED' && job.error_message ? `: ${job.error_message}` : ''}.`);
+    }
+    lastStatus.current = job.status;
+  }, [job?.status]);
+  useTitle(job ? `${job.kind.toUpperCase()} job ${job.id.slice(0, 8)}` : `Job ${props.id.slice(0, 8)}`);
 
   useEffect(() => {
     const stop = new AbortController();
     let timer: number | undefined;
     let failures = 0;
     let after = '';
+    // Events go to the page once per animation frame, not one by one: a stream replays thousands at once,
+    // and a render per event (the table and three charts) froze the tab for minutes.
+    let pending: JobEvent[] = [];
+    let frame: number | undefined;
+    const flush = () => {
+      if (frame !== undefined) cancelAnimationFrame(frame);
+      frame = undefined;
+      if (!pending.length) return;
+      const batch = pending;
+      pending = [];
+      setEvents((old) => old.concat(batch));
+    };
     setJob(undefined);
+    lastStatus.current = undefined;
+    setStatusNote('');
     setEvents([]);
     setError(undefined);
     setRetrying(undefined);
@@ -46,17 +72,21 @@ export function JobPage(props: { id: string }) {
           if (message.event === 'job') {
             setJob(JSON.parse(message.data) as Job);
           } else if (message.event === 'end') {
+            flush();
             setJob(JSON.parse(message.data) as Job);
             return;
           } else {
             const event = JSON.parse(message.data) as JobEvent;
             after = event.id;
-            setEvents((old) => [...old, event]);
+            pending.push(event);
+            frame ??= requestAnimationFrame(flush);
           }
         }
+        flush();
         if (!stop.signal.aborted) timer = window.setTimeout(follow, REOPEN_MS);
       } catch (err) {
         if (stop.signal.aborted) return;
+        flush();
         if (permanent(err)) {
           setRetrying(undefined);
           setError((err as Error).message);
@@ -72,6 +102,7 @@ export function JobPage(props: { id: string }) {
     return () => {
       stop.abort();
       window.clearTimeout(timer);
+      if (frame !== undefined) cancelAnimationFrame(frame);
     };
   }, [props.id]);
 
@@ -107,6 +138,9 @@ export function JobPage(props: { id: string }) {
   return (
     <main>
       <Problem error={error} />
+      <p class="sr-only" role="status" data-job-status>
+        {statusNote}
+      </p>
       {retrying && (
         <p class="problem transient" role="status">
           {retrying}
@@ -153,6 +187,30 @@ export function JobPage(props: { id: string }) {
         {charts.learning_rate.length > 0 && <Chart title="learning_rate" series={charts.learning_rate} height={180} xLabel="gradient step" />}
       </div>
       <h2>Events</h2>
+      <EventsTable events={events} done={job !== undefined && DONE.has(job.status)} />
+    </main>
+  );
+}
+
+/** Events shown at a time: a job's stream may hold tens of thousands, and the table keeps the DOM bounded. */
+const EVENTS_PER_PAGE = 100;
+
+/** The job's events, newest first, a page at a time (the URL's `page`); each keeps its number from the first. */
+function EventsTable(props: { events: JobEvent[]; done: boolean }) {
+  const { events } = props;
+  const page = pageParam(location.value.query);
+  const pages = Math.max(1, Math.ceil(events.length / EVENTS_PER_PAGE));
+  const newest = events.length - 1 - page * EVENTS_PER_PAGE;
+  const shown: { event: JobEvent; number: number }[] = [];
+  for (let i = newest; i >= 0 && i > newest - EVENTS_PER_PAGE; i--) shown.push({ event: events[i], number: i + 1 });
+  return (
+    <>
+      <p class="muted" data-events-count={events.length}>
+        {events.length === 0
+          ? 'No events yet.'
+          : `${events.length.toLocaleString('en')} ${events.length === 1 ? 'event' : 'events'}, newest first${shown.length ? `; showing ${shown.at(-1)!.number.toLocaleString('en')}–${shown[0].number.toLocaleString('en')}` : ''}.`}
+      </p>
+      {props.done && <PastLastPage page={page} pages={pages} />}
       <div class="table-scroll">
         <table aria-label="Events">
           <thead>
@@ -163,18 +221,19 @@ export function JobPage(props: { id: string }) {
             </tr>
           </thead>
           <tbody>
-            {events.map((e, i) => (
-              <tr key={e.id} data-type={e.type}>
-                <td>{i + 1}</td>
-                <td>{e.type}</td>
+            {shown.map(({ event, number }) => (
+              <tr key={event.id} data-type={event.type}>
+                <td>{number}</td>
+                <td>{event.type}</td>
                 <td>
-                  <code>{JSON.stringify(e.data)}</code>
+                  <code>{JSON.stringify(event.data)}</code>
                 </td>
               </tr>
             ))}
           </tbody>
         </table>
       </div>
-    </main>
+      {pages > 1 && <Pager page={page} pages={pages} />}
+    </>
   );
 }

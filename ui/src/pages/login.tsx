@@ -1,9 +1,11 @@
 import { useState } from 'preact/hooks';
 import { api, ApiError, session, type Whoami } from '../lib/api.js';
 import { location, navigate, safeNext } from '../lib/router.js';
+import { useTitle } from '../lib/ui.js';
 
 /** Sign-in: the pasted key is exchanged for an HttpOnly session cookie; the page never stores it. */
 export function LoginPage() {
+  useTitle('Sign in');
   const [error, setError] = useState<string | undefined>(undefined);
   const [busy, setBusy] = useState(false);
 

@@ -5,7 +5,7 @@ import { Chart, type NonFinite, type Series } from '../lib/chart.js';
 import { useLoad } from '../lib/hooks.js';
 import { appPath, location, navigate, projectPath, setQuery } from '../lib/router.js';
 import type { CheckpointState, Job, MetricRecord, Model, RetentionPolicy } from '../lib/types.js';
-import { Badge, fmt, Link, Loading, Problem, QueryInput, when } from '../lib/ui.js';
+import { Badge, fmt, keepFocusNear, Link, Loading, Problem, QueryInput, useTitle, when } from '../lib/ui.js';
 
 /** The last logged row of each (split, step): a step logged twice shows its latest values. */
 export function latestBySplit(rows: MetricRecord[]): Map<string, MetricRecord[]> {
@@ -68,6 +68,7 @@ const MAX_JOBS = 200;
 export function ModelPage(props: { id: string }) {
   const id = props.id;
   const model = useLoad(`model:${id}`, () => api<Model>(appPath`/v1/preview/models/${id}`));
+  useTitle(model.data ? `Model ${model.data.name}` : 'Model');
   // Newest first, so that a run longer than the cap shows its latest steps; charted oldest first.
   const metrics = useLoad(`metrics:${id}`, async () =>
     (await allPages<MetricRecord>(`${appPath`/v1/preview/models/${id}/metrics`}?order=desc`, MAX_METRIC_RECORDS, METRIC_PAGE)).reverse(),
@@ -439,8 +440,16 @@ function CheckpointsTable(props: { model: Model; pages: CheckpointPages; policy:
   const name = (step: number) => `wandb-artifact:///${props.model.entity}/${props.model.project}/${props.model.name}:step${step}`;
   const base = appPath`/v1/preview/models/${props.model.id}/checkpoints`;
 
-  async function remove(step: number) {
+  async function remove(step: number, button: HTMLElement) {
     if (!window.confirm(`Delete the checkpoint at step ${step}?`)) return;
+    // The row goes with the focused button: the focus goes to the Delete of the row that takes its place.
+    const row = button.closest('tr')!;
+    const body = row.parentElement!;
+    const index = [...body.children].indexOf(row);
+    keepFocusNear(button, () => {
+      const rows = body.querySelectorAll('tr');
+      return (rows[index] ?? rows[rows.length - 1])?.querySelector<HTMLElement>('[data-delete]') ?? heading.current;
+    });
     try {
       await api(base, { method: 'DELETE', body: { steps: [step] } });
       props.pages.reload();
@@ -468,9 +477,11 @@ function CheckpointsTable(props: { model: Model; pages: CheckpointPages; policy:
     setCopied(text);
   }
 
+  const heading = useRef<HTMLHeadingElement>(null);
+  const count = useRef<HTMLSpanElement>(null);
   return (
     <section>
-      <h2>Checkpoints</h2>
+      <h2 ref={heading}>Checkpoints</h2>
       <Problem error={error ?? props.pages.error} />
       {loading && rows.length === 0 && <Loading what="checkpoints" />}
       {!loading && !props.pages.error && rows.length === 0 && <p class="muted">No checkpoints yet.</p>}
@@ -490,11 +501,14 @@ function CheckpointsTable(props: { model: Model; pages: CheckpointPages; policy:
             </span>
           </label>
           <p class="muted">Newest first. The Kept column is what the retention policy keeps.</p>
-          {copied && (
-            <p class="muted" data-copied>
-              Copied <code>{copied}</code>
-            </p>
-          )}
+          {/* A live region, there before anything is copied, so that a screen reader says "Copied …". */}
+          <div role="status">
+            {copied && (
+              <p class="muted" data-copied>
+                Copied <code>{copied}</code>
+              </p>
+            )}
+          </div>
           <div class="table-scroll">
             <table aria-label="Checkpoints">
               <thead>
@@ -505,15 +519,18 @@ function CheckpointsTable(props: { model: Model; pages: CheckpointPages; policy:
                   ))}
                   <th>Kept</th>
                   <th>Inference name</th>
-                  <th />
+                  <th>
+                    <span class="sr-only">Actions</span>
+                  </th>
                 </tr>
               </thead>
               <tbody>
                 {rows.map((c) => (
                   <tr key={c.id} data-step={c.step} class={c.step === bestStep ? 'best' : undefined}>
-                    <td>
+                    {/* The row's header: a screen reader names each cell, and each button, by the step. */}
+                    <th scope="row">
                       {c.step} {c.step === bestStep && <span class="badge badge-best">best</span>}
-                    </td>
+                    </th>
                     {shown.map((k) => (
                       <td>{fmt(c.metrics[k])}</td>
                     ))}
@@ -525,18 +542,18 @@ function CheckpointsTable(props: { model: Model; pages: CheckpointPages; policy:
                     </td>
                     <td>
                       <code>{name(c.step)}</code>{' '}
-                      <button type="button" class="link" onClick={() => copy(c.step)}>
+                      <button type="button" class="link" aria-label={`Copy the inference name of step ${c.step}`} onClick={() => copy(c.step)}>
                         Copy
                       </button>
                     </td>
                     <td class="actions">
-                      <button type="button" class="link" onClick={() => setPinned(c.step, !c.pinned)}>
+                      <button type="button" class="link" aria-label={`${c.pinned ? 'Unpin' : 'Pin'} step ${c.step}`} onClick={() => setPinned(c.step, !c.pinned)}>
                         {c.pinned ? 'Unpin' : 'Pin'}
                       </button>{' '}
-                      <a href={`${base}/${c.step}/archive`} download>
+                      <a href={`${base}/${c.step}/archive`} download aria-label={`Download step ${c.step}`}>
                         Download
                       </a>{' '}
-                      <button type="button" class="danger" onClick={() => remove(c.step)}>
+                      <button type="button" class="danger" data-delete aria-label={`Delete step ${c.step}`} onClick={(e) => remove(c.step, e.currentTarget)}>
                         Delete
                       </button>
                     </td>
@@ -546,9 +563,21 @@ function CheckpointsTable(props: { model: Model; pages: CheckpointPages; policy:
             </table>
           </div>
           <nav class="pager" aria-label="Checkpoint pages">
-            <span class="muted">{hasMore ? `The ${rows.length} newest of more.` : `All ${rows.length}.`}</span>
+            <span class="muted" ref={count}>
+              {hasMore ? `The ${rows.length} newest of more.` : `All ${rows.length}.`}
+            </span>
             {hasMore && (
-              <button type="button" disabled={loading} onClick={props.pages.loadMore}>
+              <button
+                type="button"
+                // Not disabled while it loads: a disabled button drops the focus. Once there is no more to
+                // load it goes, and the focus goes to the line that says so.
+                aria-disabled={loading ? 'true' : undefined}
+                onClick={(e) => {
+                  if (loading) return;
+                  keepFocusNear(e.currentTarget, () => count.current);
+                  props.pages.loadMore();
+                }}
+              >
                 Load {CHECKPOINT_PAGE} more
               </button>
             )}
@@ -696,7 +725,13 @@ function RetentionForm(props: { model: Model; policy: RetentionPolicy; metrics: 
           Apply now
         </button>
       </form>
-      {note && <p class="muted" data-retention-note>{note}</p>}
+      <div role="status">
+        {note && (
+          <p class="muted" data-retention-note>
+            {note}
+          </p>
+        )}
+      </div>
       <p class="muted note">Pinned checkpoints, the latest and the best are always kept; the base of a running job too.</p>
     </section>
   );

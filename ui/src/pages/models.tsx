@@ -2,12 +2,13 @@ import { allPages } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
 import { appPath } from '../lib/router.js';
 import type { Model } from '../lib/types.js';
-import { Link, Loading, Problem, ProjectTabs, when } from '../lib/ui.js';
+import { Loading, NameLink, Problem, ProjectTabs, useTitle, when } from '../lib/ui.js';
 
 /** The models of one project. */
 export function ModelsPage(props: { project: string }) {
   const slash = props.project.indexOf('/');
   const [entity, project] = [props.project.slice(0, slash), props.project.slice(slash + 1)];
+  useTitle(`Models · ${props.project}`);
   const { data, error } = useLoad(props.project, () =>
     allPages<Model>(`/v1/preview/models?entity=${encodeURIComponent(entity)}&project=${encodeURIComponent(project)}`),
   );
@@ -32,7 +33,7 @@ export function ModelsPage(props: { project: string }) {
               {data.map((m) => (
                 <tr key={m.id}>
                   <td>
-                    <Link to={appPath`/models/${m.id}`}>{m.name}</Link>
+                    <NameLink to={appPath`/models/${m.id}`} name={m.name} />
                   </td>
                   <td>{m.base_model}</td>
                   <td>{when(m.created_at)}</td>

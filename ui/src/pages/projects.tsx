@@ -1,7 +1,7 @@
 import { api } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
 import { projectPath } from '../lib/router.js';
-import { Link, Loading, Problem } from '../lib/ui.js';
+import { Link, Loading, NameLink, Problem, useTitle } from '../lib/ui.js';
 
 interface Project {
   id: string;
@@ -12,6 +12,7 @@ interface Project {
 
 /** Home: the projects the key reaches. */
 export function ProjectsPage() {
+  useTitle('Projects');
   const { data, error } = useLoad('projects', () => api<{ data: Project[] }>('/v1/projects'));
   return (
     <main>
@@ -45,7 +46,7 @@ await model.register(backend)`}</pre>
               {data.data.map((p) => (
                 <tr key={p.id}>
                   <td>
-                    <Link to={projectPath(p.id, 'models')}>{p.id}</Link>
+                    <NameLink to={projectPath(p.id, 'models')} name={p.id} />
                   </td>
                   <td>{p.models}</td>
                   <td>

@@ -2,8 +2,8 @@ import { useMemo } from 'preact/hooks';
 import { allPages } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
 import { asMessages, Messages, toMessage } from '../lib/messages.js';
-import { appPath, location, setQuery } from '../lib/router.js';
-import { fmt, Link, Loading, Problem, QueryInput } from '../lib/ui.js';
+import { appPath, location, pageParam, setQuery } from '../lib/router.js';
+import { fmt, Link, Loading, Pager, PastLastPage, Problem, QueryInput, useTitle } from '../lib/ui.js';
 
 interface History {
   messages_and_choices?: unknown[];
@@ -101,6 +101,8 @@ export function parseStep(text: string): number | undefined {
 
 /** The most groups the page reads and shows of one (split, step); one log call may hold 10,000. */
 const MAX_GROUPS = 500;
+/** Groups shown at a time; the URL's `page` says which (from 0). */
+const GROUPS_PER_PAGE = 25;
 
 /** The trajectory groups logged at one (split, step): which groups can teach the model, and what they said. */
 export function RolloutsPage(props: { modelId: string }) {
@@ -108,6 +110,7 @@ export function RolloutsPage(props: { modelId: string }) {
   const split = query.get('split') ?? 'train';
   const stepText = query.get('step') ?? '0';
   const step = parseStep(stepText);
+  useTitle(step === undefined ? `Rollouts, split ${split}` : `Rollouts at step ${step}, split ${split}`);
   const { data: read, error } = useLoad(`${props.modelId}:${split}:${step}`, () =>
     step === undefined
       ? Promise.resolve(undefined)
@@ -118,6 +121,11 @@ export function RolloutsPage(props: { modelId: string }) {
   const rewards = useMemo(() => (data ?? []).flatMap((g) => (g.group.trajectories ?? []).map((t) => t.reward ?? 0)), [data]);
   const bins = useMemo(() => histogram(rewards), [rewards]);
   const tallest = Math.max(1, ...bins.map((b) => b.count));
+  // The histogram and the counts cover every group read; the groups themselves show a page at a time (a
+  // step of 500 groups drew 20,000 bubbles in one blocking pass).
+  const page = pageParam(query);
+  const pages = Math.max(1, Math.ceil((data?.length ?? 0) / GROUPS_PER_PAGE));
+  const shown = data?.slice(page * GROUPS_PER_PAGE, (page + 1) * GROUPS_PER_PAGE) ?? [];
 
   return (
     <main>
@@ -127,11 +135,11 @@ export function RolloutsPage(props: { modelId: string }) {
       <h1>{step === undefined ? `Rollouts, split ${split}` : `Rollouts at step ${step}, split ${split}`}</h1>
       <div class="controls">
         <label>
-          Split <QueryInput name="split" value={split} onCommit={(value) => setQuery({ split: value })} />
+          Split <QueryInput name="split" value={split} onCommit={(value) => setQuery({ split: value, page: undefined })} />
         </label>
         <label>
           Step{' '}
-          <QueryInput name="step" number value={stepText} onCommit={(value) => setQuery({ step: value })} />
+          <QueryInput name="step" number value={stepText} onCommit={(value) => setQuery({ step: value, page: undefined })} />
         </label>
       </div>
       <Problem error={step === undefined ? `${JSON.stringify(stepText)} is not a step: a step is a whole number from 0.` : error} />
@@ -145,17 +153,24 @@ export function RolloutsPage(props: { modelId: string }) {
           </p>
           <figure class="histogram" aria-label="Reward histogram">
             <figcaption>Rewards</figcaption>
-            <div class="bars">
+            <div class="bars" role="list">
               {bins.map((b) => (
-                <div class="bar" title={`${fmt(b.lo, 3)} – ${fmt(b.hi, 3)}: ${b.count}`} data-count={b.count}>
+                <div class="bar" role="listitem" title={`${fmt(b.lo, 3)} – ${fmt(b.hi, 3)}: ${b.count}`} data-count={b.count}>
                   <div class="fill" style={{ height: `${(100 * b.count) / tallest}%` }} />
-                  <span>{fmt(b.lo, 2)}</span>
+                  <span aria-hidden="true">{fmt(b.lo, 2)}</span>
+                  <span class="sr-only">
+                    {fmt(b.lo, 3)} to {fmt(b.hi, 3)}: {b.count} {b.count === 1 ? 'trajectory' : 'trajectories'}
+                  </span>
                 </div>
               ))}
             </div>
           </figure>
+          <PastLastPage page={page} pages={pages} />
+          {/* Above the groups: Next stays where it was pressed, and the groups under it change. */}
+          {pages > 1 && <Pager page={page} pages={pages} />}
           <div class="groups">
-            {data.map((g, i) => {
+            {shown.map((g, at) => {
+              const i = page * GROUPS_PER_PAGE + at;
               const ts = g.group.trajectories ?? [];
               const rs = ts.map((t) => t.reward ?? 0);
               const flat = rs.length > 0 && rs.every((r) => r === rs[0]);

@@ -3,7 +3,7 @@ import { LIST_COLUMNS, opLabel, useCallPage } from '../lib/calls.js';
 import { useLoad } from '../lib/hooks.js';
 import { appPath, location, pageParam, projectPath } from '../lib/router.js';
 import { CallPayloads } from '../lib/messages.js';
-import { Badge, fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, when } from '../lib/ui.js';
+import { Badge, fmt, Link, Loading, NameLink, Pager, PastLastPage, Problem, ProjectTabs, useTitle, when } from '../lib/ui.js';
 
 /**
  * Threads (weave's `wandb.thread_id`, or `weave.thread()` in the SDK): the project's conversations, each
@@ -25,6 +25,7 @@ const ms = (value: number | null) => (value === null ? '—' : `${Math.round(val
 const threadPath = (project: string, id: string) => `${projectPath(project, 'threads')}${appPath`/${id}`}`;
 
 export function ThreadsPage(props: { project: string }) {
+  useTitle(`Threads · ${props.project}`);
   const page = pageParam(location.value.query);
   const threads = useLoad(`threads|${props.project}|${page}`, () =>
     api<Thread[]>('/traces/threads/stream_query', {
@@ -73,7 +74,7 @@ export function ThreadsPage(props: { project: string }) {
               {rows.map((t) => (
                 <tr key={t.thread_id}>
                   <td>
-                    <Link to={threadPath(props.project, t.thread_id)}>{t.thread_id}</Link>
+                    <NameLink to={threadPath(props.project, t.thread_id)} name={t.thread_id} />
                   </td>
                   <td>{t.turn_count}</td>
                   <td>{when(t.start_time)}</td>
@@ -93,6 +94,7 @@ export function ThreadsPage(props: { project: string }) {
 
 /** One thread: its turn calls (each call whose id is its turn id) in the order they started, a page at a time. */
 export function ThreadPage(props: { project: string; threadId: string }) {
+  useTitle(`Thread ${props.threadId} · ${props.project}`);
   const page = pageParam(location.value.query);
   const filter = { thread_ids: [props.threadId] };
   const query = { $expr: { $eq: [{ $getField: 'turn_id' }, { $getField: 'id' }] } };

@@ -1,17 +1,20 @@
-import { useMemo, useRef, useState } from 'preact/hooks';
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { api } from '../lib/api.js';
 import { LIST_COLUMNS, opLabel, tokensOf } from '../lib/calls.js';
 import { useLoad } from '../lib/hooks.js';
 import { CallPayloads } from '../lib/messages.js';
 import { location, projectPath, setQuery } from '../lib/router.js';
 import type { Call } from '../lib/types.js';
-import { Badge, fmt, Link, Loading, Problem, when } from '../lib/ui.js';
+import { Badge, fmt, Link, Loading, Problem, useTitle, when } from '../lib/ui.js';
 
 /** Calls read for one trace; a larger trace shows its first calls and says so. */
 const MAX_CALLS = 20_000;
 const ROW_HEIGHT = 26;
 const VIEW_HEIGHT = 520;
 const OVERSCAN = 10;
+/** Levels indented; deeper rows keep this indent and show their level, so that the op name stays in view. */
+const MAX_INDENT = 12;
+const INDENT_PX = 16;
 
 interface Row {
   call: Call;
@@ -42,6 +45,7 @@ export function treeRows(calls: Call[], collapsed: Set<string>): Row[] {
 }
 
 export function TracePage(props: { project: string; traceId: string }) {
+  useTitle(`Trace ${props.traceId} · ${props.project}`);
   const selected = location.value.query.get('call') ?? undefined;
   const calls = useLoad(`${props.project}|${props.traceId}`, () =>
     api<{ calls: Call[] }>('/traces/calls/query', {
@@ -75,6 +79,21 @@ export function TracePage(props: { project: string; traceId: string }) {
   const current = selected ?? all.find((c) => !c.parent_id)?.id;
 
   const tree = useRef<HTMLDivElement>(null);
+
+  // The selected call in view, whatever selected it: a link to a call deep in the tree (from the traces,
+  // a thread's turn, an evaluation's row) scrolls to it, and the tree takes the focus so that its keys
+  // and a screen reader start there.
+  useEffect(() => {
+    const box = tree.current;
+    const index = rows.findIndex((r) => r.call.id === current);
+    if (!box || index < 0) return;
+    const top = index * ROW_HEIGHT;
+    if (top < box.scrollTop || top + ROW_HEIGHT > box.scrollTop + box.clientHeight) {
+      box.scrollTop = Math.max(0, top - (box.clientHeight - ROW_HEIGHT) / 2);
+      setScroll(box.scrollTop);
+    }
+    if (selected === current && document.activeElement !== box) box.focus();
+  }, [current, calls.data]);
 
   function toggle(id: string) {
     const next = new Set(collapsed);
@@ -164,11 +183,16 @@ export function TracePage(props: { project: string; traceId: string }) {
                     aria-selected={r.call.id === current}
                     aria-expanded={r.hasChildren ? !collapsed.has(r.call.id) : undefined}
                     class={`tree-row${r.call.id === current ? ' selected' : ''}`}
-                    style={{ top: `${(first + i) * ROW_HEIGHT}px`, paddingLeft: `${(r.depth - 1) * 16 + 4}px` }}
+                    style={{ top: `${(first + i) * ROW_HEIGHT}px`, paddingLeft: `${(Math.min(r.depth, MAX_INDENT) - 1) * INDENT_PX + 4}px` }}
                     key={r.call.id}
                     id={rowId(r.call.id)}
                     data-call={r.call.id}
                   >
+                    {r.depth > MAX_INDENT && (
+                      <span class="depth" aria-hidden="true" title={`level ${r.depth}`}>
+                        ↳{r.depth}
+                      </span>
+                    )}
                     {r.hasChildren ? (
                       <button type="button" class="twisty" tabIndex={-1} aria-label="Expand or collapse" onMouseDown={keepTreeFocus} onClick={() => toggle(r.call.id)}>
                         {collapsed.has(r.call.id) ? '▸' : '▾'}

@@ -1,12 +1,13 @@
 import { costOf, LIST_COLUMNS, opLabel, tokensOf, useCallPage } from '../lib/calls.js';
 import { appPath, location, pageParam, projectPath, setQuery } from '../lib/router.js';
-import { Badge, fmt, Link, Loading, Pager, PastLastPage, Problem, ProjectTabs, QueryInput, when } from '../lib/ui.js';
+import { Badge, fmt, Loading, NameLink, Pager, PastLastPage, Problem, ProjectTabs, QueryInput, useTitle, when } from '../lib/ui.js';
 
 const PAGE = 25;
 const SORTS: Record<string, string> = { started: 'started_at', latency: 'summary.weave.latency_ms', op: 'summary.weave.trace_name' };
 
 /** Root calls of a project: filters, sort and page live in the URL; inputs and outputs are never fetched here. */
 export function TracesPage(props: { project: string }) {
+  useTitle(`Traces · ${props.project}`);
   const q = location.value.query;
   const op = q.get('op') ?? '';
   const status = q.get('status') ?? '';
@@ -76,7 +77,7 @@ export function TracesPage(props: { project: string }) {
               {calls.data.calls.map((c) => (
                 <tr key={c.id}>
                   <td>
-                    <Link to={`${projectPath(props.project, 'traces')}${appPath`/${c.trace_id}`}?call=${encodeURIComponent(c.id)}`}>{opLabel(c)}</Link>
+                    <NameLink to={`${projectPath(props.project, 'traces')}${appPath`/${c.trace_id}`}?call=${encodeURIComponent(c.id)}`} name={opLabel(c)} />
                   </td>
                   <td>
                     <Badge status={c.summary?.weave?.status ?? 'unknown'} />

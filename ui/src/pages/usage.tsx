@@ -2,12 +2,13 @@ import type { UsageReport as Report } from '../../../src/inference/usage/schemas
 import { api } from '../lib/api.js';
 import { useLoad } from '../lib/hooks.js';
 import { location, setQuery } from '../lib/router.js';
-import { fmt, Loading, Problem, ProjectTabs } from '../lib/ui.js';
+import { fmt, Loading, Problem, ProjectTabs, useTitle } from '../lib/ui.js';
 
 const COLUMNS = ['requests', 'errors', 'prompt_tokens', 'completion_tokens', 'cached_tokens', 'total_tokens'] as const;
 
 /** Inference usage of a project by model and by UTC day, from GET /v1/usage (the totals row is its ungrouped answer). */
 export function UsagePage(props: { project: string }) {
+  useTitle(`Usage · ${props.project}`);
   const q = location.value.query;
   const from = q.get('from') ?? '';
   const to = q.get('to') ?? '';
@@ -42,11 +43,14 @@ export function UsagePage(props: { project: string }) {
       {days.length > 0 && (
         <figure class="histogram" aria-label="Tokens per day">
           <figcaption>Tokens per day</figcaption>
-          <div class="bars">
+          <div class="bars" role="list">
             {days.map((d) => (
-              <div class="bar" title={`${d.day}: ${d.total_tokens} tokens`} data-day={d.day}>
+              <div class="bar" role="listitem" title={`${d.day}: ${d.total_tokens} tokens`} data-day={d.day}>
                 <div class="fill" style={{ height: `${(100 * d.total_tokens) / tallest}%` }} />
-                <span>{d.day?.slice(5)}</span>
+                <span aria-hidden="true">{d.day?.slice(5)}</span>
+                <span class="sr-only">
+                  {d.day}: {d.total_tokens.toLocaleString('en')} tokens
+                </span>
               </div>
             ))}
           </div>
