@@ -23,6 +23,7 @@ import * as databaseId from './0023_database_id.js';
 import * as runFileUrlExpiry from './0024_run_file_url_expiry.js';
 import * as wandbRunTags from './0025_wandb_run_tags.js';
 import * as checkpointReleaseSteps from './0026_checkpoint_release_steps.js';
+import * as staleCheckpointReleases from './0027_stale_checkpoint_releases.js';
 
 /**
  * Every migration, in order. Listed here rather than read from the folder so that the same list runs
@@ -53,4 +54,5 @@ export const migrations: Record<string, Migration> = {
   '0024_run_file_url_expiry': runFileUrlExpiry,
   '0025_wandb_run_tags': wandbRunTags,
   '0026_checkpoint_release_steps': checkpointReleaseSteps,
+  '0027_stale_checkpoint_releases': staleCheckpointReleases,
 };

@@ -107,7 +107,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
     clientErrorHandler: answerClientError,
   }).withTypeProvider<ZodTypeProvider>();
 
-  database.embedded?.useLog(app.log);
+  database.useLog(app.log);
   if (database.restoreCompleted) {
     app.log.warn({ pgdata: pgliteDataPath(config.dataDir), ...database.restoreCompleted }, 'completed a restore that was interrupted once its copy of the backup was whole');
   }

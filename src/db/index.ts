@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { PGlite } from '@electric-sql/pglite';
-import { Kysely, Migrator, PostgresDialect, sql, type MigrationResult, type QueryCompiler } from 'kysely';
+import { Kysely, Migrator, PostgresDialect, sql, type Driver, type MigrationResult, type PostgresDialectConfig, type QueryCompiler } from 'kysely';
 import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 import { migrations } from '../../migrations/index.js';
@@ -10,7 +10,7 @@ import { completeRestore } from './backup.js';
 import { DatabaseUnavailable } from './faults.js';
 import { GuardedQueryCompiler } from './limits.js';
 import { acquireDataDirLock, type DataDirLock } from './lock.js';
-import { EmbeddedPglite } from './pglite.js';
+import { EmbeddedPglite, type EmbeddedLog } from './pglite.js';
 import { initdbTemplateFor, initdbTemplatePath } from './pglite-template.js';
 import { PgliteWorker } from './pglite-worker.js';
 import type { Database } from './schema.js';
@@ -18,6 +18,9 @@ import { typeParsers } from './types.js';
 
 export type { Database } from './schema.js';
 export type DatabaseKind = 'pglite' | 'postgres';
+
+/** Where the database layer logs what no request sees (a fault of the embedded database, a newer schema). */
+export type DatabaseLog = EmbeddedLog;
 
 /** An open database: the query builder, which engine is behind it, and how to close it. */
 export interface DatabaseHandle {
@@ -33,18 +36,134 @@ export interface DatabaseHandle {
   check(): Promise<void>;
   /** Runs `work` on a connection without the statement timeouts (migrations may take long on big tables). */
   unbounded<T>(work: (db: Kysely<Database>) => Promise<T>): Promise<T>;
+  /**
+   * Re-reads kysely's table of migrations now (`MigrationWatch`); once it names one this build does not
+   * have, every later statement fails with DatabaseUnavailable carrying the NewerDatabaseError message.
+   * Throws what the read throws.
+   */
+  checkMigrations(): Promise<void>;
+  /** Runs `checkMigrations` every interval from now until the handle closes (`migrateOrClose` starts it). */
+  watchMigrations(): void;
+  /** Where the handle logs (the app's logger); stderr until set. */
+  useLog(log: DatabaseLog): void;
   close(): Promise<void>;
 }
 
-/** Both dialects compile through the guard on bind parameters (src/db/limits.ts). */
+/** What keeps a handle from lending a connection, if anything: thrown instead. */
+type Refusal = () => Error | undefined;
+
+/** The driver, refusing to lend a connection (for a statement or a transaction) while `refusal` names why. */
+function refusing(driver: Driver, refusal: Refusal): Driver {
+  const acquire = driver.acquireConnection.bind(driver);
+  driver.acquireConnection = async () => {
+    const refused = refusal();
+    if (refused) throw refused;
+    return acquire();
+  };
+  return driver;
+}
+
+/**
+ * Both dialects compile through the guard on bind parameters (src/db/limits.ts), and lend no connection
+ * while their refusal names why (a newer schema: `MigrationWatch`).
+ */
 class GuardedPostgresDialect extends PostgresDialect {
+  constructor(
+    config: PostgresDialectConfig,
+    private readonly refusal: Refusal = () => undefined,
+  ) {
+    super(config);
+  }
   override createQueryCompiler(): QueryCompiler {
     return new GuardedQueryCompiler();
   }
+  override createDriver(): Driver {
+    return refusing(super.createDriver(), this.refusal);
+  }
 }
 class GuardedPgliteDialect extends PGliteDialect {
+  constructor(
+    pglite: PGlite,
+    private readonly refusal: Refusal,
+  ) {
+    super(pglite);
+  }
   override createQueryCompiler(): QueryCompiler {
     return new GuardedQueryCompiler();
+  }
+  override createDriver(): Driver {
+    return refusing(super.createDriver(), this.refusal);
+  }
+}
+
+/**
+ * How often a serving process re-reads kysely's table of migrations, unless its handle says otherwise: the
+ * default of LEASE_SWEEP_INTERVAL_MS, which `openDatabase` passes.
+ */
+export const MIGRATION_CHECK_INTERVAL_MS = 5_000;
+
+/** Until the app hands its logger over: one JSON line on stderr, so that nothing is lost. */
+const stderrLog: DatabaseLog = {
+  error: (details, msg) => process.stderr.write(`${JSON.stringify({ level: 'error', ...details, msg })}\n`),
+  warn: (details, msg) => process.stderr.write(`${JSON.stringify({ level: 'warn', ...details, msg })}\n`),
+};
+
+/**
+ * Whether another process migrated the database past this build. Several processes may share one
+ * PostgreSQL server; a newer release started on it migrates the schema under the older ones still running,
+ * whose statements then fail as if they were bugs (500: `there is no unique or exclusion constraint matching
+ * the ON CONFLICT specification` on every worker claim once 0017 re-keyed `workers`). Once kysely's table
+ * names a migration this build does not have, the handle lends no more connections: every request that
+ * needs the database answers 503 with the NewerDatabaseError message, and so does the system check, until
+ * the process is replaced by the newer release. Nothing un-refuses it: the schema does not go back.
+ */
+class MigrationWatch {
+  private newer: NewerDatabaseError | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  log: DatabaseLog = stderrLog;
+
+  constructor(
+    private readonly db: Kysely<Database>,
+    private readonly intervalMs: number,
+  ) {}
+
+  /** Why the handle lends no connection: the schema moved past this build. */
+  refusal(): DatabaseUnavailable | undefined {
+    return this.newer && new DatabaseUnavailable(this.newer.message);
+  }
+
+  /** One statement: the migrations kysely's table names that this build does not have. */
+  async check(): Promise<void> {
+    if (this.newer) return;
+    const { rows } = await sql<{ name: string }>`select name from kysely_migration where name <> all(${Object.keys(migrations)}::text[])`.execute(this.db);
+    const unknown = unknownMigrations(rows.map((row) => row.name));
+    if (unknown.length === 0 || this.newer) return;
+    this.newer = new NewerDatabaseError(unknown);
+    clearInterval(this.timer);
+    this.log.error(
+      { unknown_migrations: unknown },
+      'another process migrated the database past this build: every request that needs the database answers 503 until this process is replaced by the release that migrated it',
+    );
+  }
+
+  /** Checks every interval; a failed read (the database down) is the requests' to report, and is tried again. */
+  start(): void {
+    if (this.timer !== undefined || this.newer) return;
+    this.timer = setInterval(() => {
+      this.running ??= this.check()
+        .catch(() => undefined)
+        .finally(() => (this.running = undefined));
+    }, this.intervalMs);
+    this.timer.unref();
+  }
+
+  /**
+   * Stops the timer. A check under way is not waited for: closing cuts its statement (or waits for it, as
+   * a pool's end does), and its failure is swallowed like any other.
+   */
+  stop(): void {
+    clearInterval(this.timer);
   }
 }
 
@@ -99,7 +218,7 @@ export function createPglite(options: { dataDir?: string; loadDataDir?: Blob } =
 /** Wraps an already open PGlite instance (tests start each one from a template dump). */
 export function pgliteHandle(
   pglite: PgliteWorker,
-  extra: { dataDir?: string; lock?: DataDirLock; restoreCompleted?: DatabaseHandle['restoreCompleted'] } = {},
+  extra: { dataDir?: string; lock?: DataDirLock; restoreCompleted?: DatabaseHandle['restoreCompleted']; migrationCheckIntervalMs?: number } = {},
 ): DatabaseHandle {
   const dataDir = extra.dataDir;
   const embedded = new EmbeddedPglite(pglite, dataDir === undefined ? undefined : () => createPglite({ dataDir: pgliteDataPath(dataDir) }));
@@ -107,7 +226,8 @@ export function pgliteHandle(
   // instance itself rather than through db.destroy(): kysely's destroy skips a driver that never ran a
   // query, leaving its PGlite thread open, and a query after it fails with kysely's own error, not the
   // instance's 503 "closed".
-  const db = new Kysely<Database>({ dialect: new GuardedPgliteDialect(embedded as unknown as PGlite) });
+  const db: Kysely<Database> = new Kysely<Database>({ dialect: new GuardedPgliteDialect(embedded as unknown as PGlite, () => watch.refusal()) });
+  const watch = new MigrationWatch(db, extra.migrationCheckIntervalMs ?? MIGRATION_CHECK_INTERVAL_MS);
   let closed = false;
   return {
     db,
@@ -121,9 +241,16 @@ export function pgliteHandle(
       await db.connection().execute(() => embedded.check());
     },
     unbounded: (work) => work(db),
+    checkMigrations: () => watch.check(),
+    watchMigrations: () => watch.start(),
+    useLog(log) {
+      watch.log = log;
+      embedded.useLog(log);
+    },
     async close() {
       if (closed) return;
       closed = true;
+      watch.stop();
       try {
         await embedded.close();
       } finally {
@@ -134,14 +261,20 @@ export function pgliteHandle(
 }
 
 /** `openUnbounded`: a pool of one connection without statement timeouts, for `unbounded` work. */
-export function postgresHandle(pool: pg.Pool, openUnbounded?: () => pg.Pool): DatabaseHandle {
-  const db = new Kysely<Database>({ dialect: new GuardedPostgresDialect({ pool }) });
+export function postgresHandle(pool: pg.Pool, openUnbounded?: () => pg.Pool, options: { migrationCheckIntervalMs?: number } = {}): DatabaseHandle {
+  const db: Kysely<Database> = new Kysely<Database>({ dialect: new GuardedPostgresDialect({ pool }, () => watch.refusal()) });
+  const watch = new MigrationWatch(db, options.migrationCheckIntervalMs ?? MIGRATION_CHECK_INTERVAL_MS);
   let closed = false;
   return {
     db,
     kind: 'postgres',
     dataDir: undefined,
     check: () => ping(db),
+    checkMigrations: () => watch.check(),
+    watchMigrations: () => watch.start(),
+    useLog(log) {
+      watch.log = log;
+    },
     async unbounded(work) {
       if (!openUnbounded) return work(db);
       const other = new Kysely<Database>({ dialect: new GuardedPostgresDialect({ pool: openUnbounded() }) });
@@ -154,6 +287,7 @@ export function postgresHandle(pool: pg.Pool, openUnbounded?: () => pg.Pool): Da
     async close() {
       if (closed) return;
       closed = true;
+      watch.stop();
       // The pool's end waits for every connection it lent to come back: one that never does (a bug) would
       // hold the close, and the process's exit, for good. Past CLOSE_WAIT_MS the rest is left to the exit.
       let waited: NodeJS.Timeout | undefined;
@@ -182,8 +316,10 @@ export async function openDatabase(config: Config, options: OpenOptions = { init
   if (config.databaseUrl) {
     const url = config.databaseUrl;
     const connectMs = config.databasePoolTimeoutMs;
-    const handle = postgresHandle(createPgPool(url, config.databasePoolSize, { connectMs, statementMs: config.databaseStatementTimeoutMs }), () =>
-      createPgPool(url, 1, { connectMs, statementMs: 0 }),
+    const handle = postgresHandle(
+      createPgPool(url, config.databasePoolSize, { connectMs, statementMs: config.databaseStatementTimeoutMs }),
+      () => createPgPool(url, 1, { connectMs, statementMs: 0 }),
+      { migrationCheckIntervalMs: config.leaseSweepIntervalMs },
     );
     // A server that is not there, or refuses the URL's user or database, is the setting's problem: say so once, here.
     try {
@@ -204,7 +340,7 @@ export async function openDatabase(config: Config, options: OpenOptions = { init
     const completed = await completeRestore(config.dataDir, new Date());
     const dataDir = pgliteDataPath(config.dataDir);
     const pglite = await createDatabaseOnce(dataDir, options.initdbTemplate);
-    return pgliteHandle(pglite, { dataDir: config.dataDir, lock, restoreCompleted: completed });
+    return pgliteHandle(pglite, { dataDir: config.dataDir, lock, restoreCompleted: completed, migrationCheckIntervalMs: config.leaseSweepIntervalMs });
   } catch (error) {
     lock.release();
     throw error;
@@ -277,7 +413,10 @@ export async function migrateToLatest(db: Kysely<Database>): Promise<MigrationRe
   return results;
 }
 
-/** Brings an open database to the newest migration; closes it when that fails. */
+/**
+ * Brings an open database to the newest migration; closes it when that fails. From then on the handle
+ * watches for a newer trainyard migrating the database under it (`MigrationWatch`).
+ */
 export async function migrateOrClose(database: DatabaseHandle): Promise<DatabaseHandle> {
   try {
     await database.unbounded(migrateToLatest);
@@ -285,6 +424,7 @@ export async function migrateOrClose(database: DatabaseHandle): Promise<Database
     await database.close();
     throw error;
   }
+  database.watchMigrations();
   return database;
 }
 

@@ -271,6 +271,9 @@ export function storageForms(uri: string): string[] {
   return [key, `${key}/`];
 }
 
+/** A release's storage as `storageKey` has it, in SQL. */
+const releaseKey = sql<string>`(case when right(r.uri, 1) = '/' then left(r.uri, -1) else r.uri end)`;
+
 /** Storage releases of the entities a worker key reaches (by name; 'all' for an admin's key), oldest first. */
 export async function listReleases(
   db: TrainingDb,
@@ -291,6 +294,12 @@ export async function listReleases(
             .where('j.status', '=', 'RUNNING'),
         ),
       ),
+    )
+    // Nor while a checkpoint names its storage, whoever recorded the release: older trainyards left releases
+    // behind when a deleted step was trained again into the same directory (migration 0027). Two equalities
+    // on `checkpoints.uri`, which its hash index serves.
+    .where(({ not, exists, selectFrom }) =>
+      not(exists(selectFrom('checkpoints as c').select(sql<number>`1`.as('one')).where(sql<boolean>`c.uri in (${releaseKey}, ${releaseKey} || '/')`))),
     );
   if (args.after !== undefined) query = query.where(sql<boolean>`r.id > cast(${args.after} as bigint)`);
   if (args.reach !== 'all') {
