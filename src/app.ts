@@ -15,7 +15,7 @@ import { SystemChecks } from './health/checks.js';
 import { healthRoutes } from './health/routes.js';
 import { graphqlPlugin } from './graphql/plugin.js';
 import { answerClientError } from './http/client-errors.js';
-import { registerErrorHandlers, sendFrameworkError } from './http/error-handler.js';
+import { registerErrorHandlers, sendFrameworkError, setCommonHeaders } from './http/error-handler.js';
 import { documentErrorResponses } from './http/error-responses.js';
 import { registerJsonBodyParser } from './http/json-body.js';
 import { registerMetrics } from './http/metrics.js';
@@ -145,12 +145,7 @@ export async function buildApp(config: Config, deps: AppDeps = {}): Promise<App>
   registerJsonBodyParser(app);
   registerErrorHandlers(app);
   app.addHook('onRequest', (request, reply, done) => {
-    reply.header('x-request-id', request.id);
-    // No browser may sniff a JSON answer into HTML or frame a page of this server (/docs included); the
-    // web UI replaces the policy with its full one (src/ui/plugin.ts).
-    reply.header('x-content-type-options', 'nosniff');
-    reply.header('content-security-policy', "frame-ancestors 'none'");
-    reply.header('x-frame-options', 'DENY');
+    setCommonHeaders(request, reply);
     done();
   });
   const metrics = registerMetrics(app);

@@ -260,9 +260,20 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, error: u
  * router refuses it before any hook runs, so the headers every answer carries are set here.
  */
 export function sendFrameworkError(error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+  setCommonHeaders(request, reply);
+  void sendError(request, reply, error);
+}
+
+/**
+ * The headers every answer carries (the app's onRequest hook sets them): the request id, and no browser may
+ * sniff a JSON answer into HTML or frame a page of this server (/docs included). The web UI replaces the
+ * policy with its full one (src/ui/plugin.ts).
+ */
+export function setCommonHeaders(request: FastifyRequest, reply: FastifyReply): void {
   reply.header('x-request-id', request.id);
   reply.header('x-content-type-options', 'nosniff');
-  void sendError(request, reply, error);
+  reply.header('content-security-policy', "frame-ancestors 'none'");
+  reply.header('x-frame-options', 'DENY');
 }
 
 /**

@@ -80,6 +80,8 @@ describe('a path the router cannot read', () => {
     expect(answer.headers['x-request-id']).toBe('bad-url-1');
     expect(answer.headers['content-type']).toBe('application/json; charset=utf-8');
     expect(answer.headers['x-content-type-options']).toBe('nosniff');
+    expect(answer.headers['content-security-policy']).toBe("frame-ancestors 'none'");
+    expect(answer.headers['x-frame-options']).toBe('DENY');
   });
 
   it('is a 400 in the training form for an overlong UTF-8 sequence', async () => {
