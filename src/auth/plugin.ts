@@ -59,7 +59,7 @@ export const CSRF_HEADER = 'x-trainyard-ui';
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
 /** One cookie's value from the Cookie header, or undefined. */
-export function readCookie(request: FastifyRequest, name: string): string | undefined {
+function readCookie(request: FastifyRequest, name: string): string | undefined {
   const header = request.headers.cookie;
   if (!header) return undefined;
   for (const part of header.split(';')) {

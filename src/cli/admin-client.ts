@@ -134,7 +134,7 @@ function detailText(detail: unknown): string {
  * server that accepts the connection and never answers (stopped in a debugger, its event loop stuck) is
  * reported after this, not after fetch's own five minutes. Backups copy the database and keep fetch's wait.
  */
-export const ADMIN_CALL_TIMEOUT_MS = 30_000;
+const ADMIN_CALL_TIMEOUT_MS = 30_000;
 
 /** One call to a running server's /v1/admin endpoints: its JSON answer, or an HttpAdminError. */
 async function adminCall(baseUrl: string, key: string, method: string, path: string, body?: unknown, timeoutMs?: number): Promise<unknown> {
